@@ -1,0 +1,7 @@
+"""skflow: BERT-flow as scikit-learn estimators."""
+
+from skflow.gaussianizer import FlowGaussianizer
+
+__version__ = "0.1.0"
+
+__all__ = ["FlowGaussianizer", "__version__"]

@@ -1,0 +1,83 @@
+"""BERT's AdamWeightDecay optimiser, the one the official BERT-flow code trains the flow with."""
+
+from collections.abc import Iterable
+
+import torch
+
+
+class AdamWeightDecay(torch.optim.Optimizer):
+    r"""Adam with decoupled weight decay and, like BERT's original, no bias correction.
+
+    ``p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)``. Without bias
+    correction the first steps are several times ``lr``; the official flow
+    was trained this way. ``bias_correction=True`` gives torch's AdamW update
+    (up to where ``eps`` enters).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        bias_correction: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction
+        )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: D102 - torch's signature
+        loss = None if closure is None else closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            states = [self.state[p] for p in params]
+            for p, state in zip(params, states):
+                if not state:
+                    state["step"] = 0
+                    state["m"] = torch.zeros_like(p)
+                    state["v"] = torch.zeros_like(p)
+                state["step"] += 1
+            m = [s["m"] for s in states]
+            v = [s["v"] for s in states]
+            beta1, beta2 = group["betas"]
+            torch._foreach_lerp_(m, grads, 1.0 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1.0 - beta2)
+            lr = group["lr"]
+            if group["bias_correction"]:
+                t = states[0]["step"]
+                lr = lr * (1.0 - beta2**t) ** 0.5 / (1.0 - beta1**t)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(m, denom)
+            if group["weight_decay"]:
+                torch._foreach_add_(update, params, alpha=group["weight_decay"])
+            torch._foreach_add_(params, update, alpha=-lr)
+        return loss
+
+
+def flatten_parameters(module: torch.nn.Module) -> torch.Tensor:
+    """Make every parameter of ``module`` a view into one flat tensor, and its gradient too.
+
+    Returns the flat parameter tensor, whose ``.grad`` holds all gradients. A
+    tiny flow has ~100 parameter tensors; one flat vector turns each optimiser
+    operation, zeroing and gradient clipping into a single kernel instead of
+    one per tensor. Autograd accumulates into the existing ``.grad`` views, so
+    zero the gradients with ``flat.grad.zero_()``, never by setting them to None.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat[offset : offset + n].view_as(p)
+        p.grad = flat.grad[offset : offset + n].view_as(p)
+        offset += n
+    return flat

@@ -1,0 +1,470 @@
+"""FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
+
+import copy
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from skflow._device import resolve_device
+from skflow.flows import COUPLINGS, PERMUTATIONS, AdamWeightDecay, Glow, flatten_parameters
+from skflow.flows.glow import standard_normal_log_prob
+from skflow.metrics import sts_spearman
+
+# Rows used for the data-dependent ActNorm initialisation.
+_INIT_SAMPLES = 4096
+# Rows per chunk at inference, to bound memory on large inputs.
+_INFERENCE_CHUNK = 8192
+
+
+class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Map embeddings to an isotropic Gaussian with BERT-flow's Glow.
+
+    Fits a multi-scale Glow normalizing flow by maximum likelihood, without
+    labels, and transforms data to its latent space, where the data follow a
+    standard normal distribution. The defaults are the official BERT-flow
+    configuration: 3 levels of depth 3, coupling width 32, additive couplings,
+    a fixed channel reversal, ActNorm, BERT's AdamWeightDecay (lr 1e-3, weight
+    decay 0.01, no bias correction), gradient norm clipped at 1, batches of 64
+    and one epoch.
+
+    Training runs in float32 on ``device``; ``transform``,
+    ``inverse_transform`` and ``score_samples`` run in float64 on a CPU copy of
+    the weights, so their results do not depend on the batch or the device.
+
+    Parameters
+    ----------
+    n_levels : int, default=3
+        Levels of the multi-scale flow. After every level but the last, half of
+        the active features is factored out. Small inputs get fewer levels:
+        a level needs at least two features.
+    depth : int, default=3
+        Flow steps (ActNorm, permutation, coupling) per level.
+    hidden_channels : int, default=32
+        Width of the networks inside the couplings.
+    coupling : {"additive", "affine"}, default="additive"
+        ``"additive"`` (official, volume preserving) or ``"affine"`` (scale
+        bounded to ``exp([-1, 1])`` per step).
+    permutation : {"reverse", "random", "lu"}, default="reverse"
+        Channel mixing before each coupling: the official fixed reversal, a
+        seeded random permutation, or Glow's learned LU-parametrised
+        invertible linear map.
+    learning_rate : float, default=1e-3
+        Step size of the optimiser.
+    weight_decay : float, default=0.01
+        Decoupled weight decay.
+    batch_size : int, default=64
+        Rows per training step (64 sentences = the official 32 pairs).
+    max_epochs : int, default=1
+        Passes over the training data.
+    clip_grad_norm : float or None, default=1.0
+        Global gradient norm clip; None disables it.
+    device : str, default="auto"
+        Where to train: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``,
+        ``"cuda"`` or ``"cuda:N"``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation and shuffling. The same seed gives the same
+        model, bit for bit, on the CPU.
+    verbose : int, default=0
+        If positive, show a progress bar with the running loss.
+
+    Attributes
+    ----------
+    flow_ : skflow.flows.Glow
+        The fitted flow, float64 on the CPU, in eval mode.
+    n_features_in_ : int
+        Number of features seen during :term:`fit`.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Names of features seen during :term:`fit`, when ``X`` has string
+        column names.
+    n_iter_ : int
+        Epochs run.
+    loss_curve_ : list of float
+        Mean negative log-likelihood per training row, in nats, for each epoch.
+
+    See Also
+    --------
+    sklearn.decomposition.PCA : With ``whiten=True``, the linear baseline
+        (BERT-whitening).
+
+    References
+    ----------
+    Li et al., "On the Sentence Embeddings from Pre-trained Language Models",
+    EMNLP 2020. Kingma and Dhariwal, "Glow", NeurIPS 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skflow import FlowGaussianizer
+    >>> X = np.random.RandomState(0).standard_t(3, size=(500, 8)) @ np.diag([10, 5, 1, 1, 1, .1, .1, .1])
+    >>> flow = FlowGaussianizer(max_epochs=2, random_state=0).fit(X)
+    >>> Z = flow.transform(X)
+    >>> Z.shape
+    (500, 8)
+    >>> bool(np.allclose(flow.inverse_transform(Z), X))
+    True
+    >>> pairs = X[:100].reshape(50, 2, 8)             # (n_pairs, 2, n_features)
+    >>> flow.transform(pairs).shape
+    (50, 2, 8)
+    """
+
+    _parameter_constraints: dict = {
+        "n_levels": [Interval(Integral, 1, None, closed="left")],
+        "depth": [Interval(Integral, 1, None, closed="left")],
+        "hidden_channels": [Interval(Integral, 1, None, closed="left")],
+        "coupling": [StrOptions(set(COUPLINGS))],
+        "permutation": [StrOptions(set(PERMUTATIONS))],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "clip_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "device": [str],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_levels=3,
+        depth=3,
+        hidden_channels=32,
+        coupling="additive",
+        permutation="reverse",
+        learning_rate=1e-3,
+        weight_decay=0.01,
+        batch_size=64,
+        max_epochs=1,
+        clip_grad_norm=1.0,
+        device="auto",
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_levels = n_levels
+        self.depth = depth
+        self.hidden_channels = hidden_channels
+        self.coupling = coupling
+        self.permutation = permutation
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.clip_grad_norm = clip_grad_norm
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Fit the flow by maximum likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+            Embeddings. 3-D input (e.g. sentence pairs, ``k=2``) is fitted on
+            all ``n_samples * k`` rows.
+        y : Ignored
+            Not used, present for API consistency by convention.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        before = self.__dict__.copy()
+        try:
+            X2d, _ = self._validate_input(X, reset=True)
+            device = resolve_device(self.device)
+        except Exception:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        try:
+            self._fit_flow(X2d, device)
+        except Exception:
+            for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+                delattr(self, name)
+            self.__dict__.pop("_flow_config", None)
+            raise
+        return self
+
+    def _fit_flow(self, X: np.ndarray, device: torch.device) -> None:
+        rng = check_random_state(self.random_state)
+        generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+        n_samples, n_features = X.shape
+        config = dict(
+            n_features=n_features,
+            n_levels=self.n_levels,
+            depth=self.depth,
+            hidden_channels=self.hidden_channels,
+            coupling=self.coupling,
+            permutation=self.permutation,
+        )
+        flow = _build_flow(config, generator).to(device)
+        data = torch.tensor(X, dtype=torch.float32, device=device)
+        order = torch.randperm(n_samples, generator=generator).to(device)
+        flow.data_init(data[order[:_INIT_SAMPLES]])
+
+        flat = flatten_parameters(flow)
+        optimizer = AdamWeightDecay([flat], lr=self.learning_rate, weight_decay=self.weight_decay)
+        batch_size = min(self.batch_size, n_samples)
+        # Like the official input pipeline, drop the last incomplete batch.
+        n_batches = n_samples // batch_size
+        bits_per_nat = 1.0 / (n_features * math.log(2.0))
+        constant = 0.5 * n_features * math.log(2.0 * math.pi)
+
+        progress = None
+        if self.verbose:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=self.max_epochs * n_batches, desc="FlowGaussianizer", unit="batch")
+        loss_curve = []
+        try:
+            for epoch in range(self.max_epochs):
+                order = torch.randperm(n_samples, generator=generator).to(device)
+                epoch_nll = 0.0
+                for step in range(n_batches):
+                    batch = data[order[step * batch_size : (step + 1) * batch_size]]
+                    z, logdet = flow(batch)
+                    nll = z.square().sum() * (0.5 / batch_size) + constant - logdet.mean()
+                    flat.grad.zero_()
+                    (nll * bits_per_nat).backward()
+                    if self.clip_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_([flat], self.clip_grad_norm)
+                    nll_value = nll.item()
+                    if not math.isfinite(nll_value):
+                        raise FloatingPointError(
+                            f"FlowGaussianizer: the training loss became non-finite at epoch "
+                            f"{epoch + 1}, step {step + 1} of {n_batches} (loss={nll_value}). "
+                            f"Try a lower learning_rate (now {self.learning_rate}), "
+                            f"coupling='additive', or standardising the input."
+                        )
+                    optimizer.step()
+                    epoch_nll += nll_value
+                    if progress is not None:
+                        progress.update()
+                        progress.set_postfix(epoch=epoch + 1, nll=f"{nll_value:.3f}")
+                loss_curve.append(epoch_nll / n_batches)
+        finally:
+            if progress is not None:
+                progress.close()
+
+        if not bool(torch.isfinite(flat).all()):
+            raise FloatingPointError(
+                "FlowGaussianizer: the last training step left non-finite weights. "
+                f"Try a lower learning_rate (now {self.learning_rate})."
+            )
+        self.flow_ = _inference_copy(flow)
+        self._flow_config = config
+        self.n_iter_ = self.max_epochs
+        self.loss_curve_ = loss_curve
+
+    # ------------------------------------------------------------ inference
+    def transform(self, X):
+        """Map ``X`` to the Gaussian latent space.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        Z : ndarray of the same shape as ``X``
+            float32 for float32 input, else float64.
+        """
+        check_is_fitted(self)
+        X2d, shape = self._validate_input(X, reset=False)
+        z, _ = self._forward(X2d)
+        return z.reshape(shape).astype(X2d.dtype, copy=False)
+
+    def inverse_transform(self, X):
+        """Map latent vectors back to the data space (exact inverse of `transform`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+            Latent vectors.
+
+        Returns
+        -------
+        X_original : ndarray of the same shape as ``X``
+        """
+        check_is_fitted(self)
+        Z = check_array(X, dtype=[np.float64, np.float32], allow_nd=True, input_name="X")
+        if Z.ndim not in (2, 3):
+            raise ValueError(f"Expected a 2-D or 3-D array, got {Z.ndim}-D input instead.")
+        if Z.shape[-1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {Z.shape[-1]} features, but FlowGaussianizer is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        with torch.no_grad():
+            chunks = [
+                self.flow_.inverse(_to_tensor(part)).numpy()
+                for part in _chunks(Z.reshape(-1, Z.shape[-1]))
+            ]
+        return np.concatenate(chunks).reshape(Z.shape).astype(Z.dtype, copy=False)
+
+    def score_samples(self, X):
+        """Log-likelihood of each sample under the model, in nats.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
+        """
+        check_is_fitted(self)
+        X2d, shape = self._validate_input(X, reset=False)
+        _, log_prob = self._forward(X2d)
+        return log_prob.reshape(shape[:-1])
+
+    def score(self, X, y=None):
+        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            Embedding pairs, or plain embeddings.
+        y : array-like of shape (n_pairs,), default=None
+            Gold similarity scores for 3-D pairs; ignored for 2-D input.
+
+        Returns
+        -------
+        score : float
+            With 3-D pairs and ``y``: the Spearman correlation between gold
+            scores and cosine similarities in latent space (what BERT-flow
+            reports). Otherwise: the mean log-likelihood per sample in nats,
+            as scikit-learn's density estimators do.
+        """
+        check_is_fitted(self)
+        X2d, shape = self._validate_input(X, reset=False)
+        if len(shape) == 3 and y is not None:
+            if shape[1] != 2:
+                raise ValueError(
+                    f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
+                    f"n_features), got shape {shape}."
+                )
+            z, _ = self._forward(X2d)
+            return sts_spearman(z.reshape(shape), y)
+        _, log_prob = self._forward(X2d)
+        return float(np.mean(log_prob))
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw samples from the fitted density.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        if not isinstance(n_samples, Integral) or n_samples < 1:
+            raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        rng = check_random_state(random_state)
+        return self.inverse_transform(rng.standard_normal((n_samples, self.n_features_in_)))
+
+    # -------------------------------------------------------------- helpers
+    def _validate_input(self, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate 2-D or 3-D input; returns it as 2-D rows and the original shape."""
+        is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
+        if not is_frame and _ndim(X) == 3:
+            X3 = check_array(
+                X, dtype=[np.float64, np.float32], allow_nd=True, ensure_min_samples=1, input_name="X"
+            )
+            X2d = validate_data(
+                self,
+                X3.reshape(-1, X3.shape[-1]),
+                reset=reset,
+                dtype=[np.float64, np.float32],
+                ensure_min_samples=2 if reset else 1,
+            )
+            return X2d, X3.shape
+        X2d = validate_data(
+            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
+        )
+        return X2d, X2d.shape
+
+    def _forward(self, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64."""
+        zs, log_probs = [], []
+        with torch.no_grad():
+            for part in _chunks(X2d):
+                z, logdet = self.flow_(_to_tensor(part))
+                zs.append(z.numpy())
+                log_probs.append((standard_normal_log_prob(z) + logdet).numpy())
+        return np.concatenate(zs), np.concatenate(log_probs)
+
+    @property
+    def _n_features_out(self):
+        return self.n_features_in_
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        flow = state.pop("flow_", None)
+        if flow is not None:
+            state["flow_"] = {name: t.numpy() for name, t in flow.state_dict().items()}
+        return state
+
+    def __setstate__(self, state):
+        weights = state.pop("flow_", None)
+        super().__setstate__(state)
+        if weights is not None:
+            flow = _build_flow(self._flow_config, torch.Generator().manual_seed(0)).double()
+            flow.load_state_dict({name: torch.tensor(np.array(a)) for name, a in weights.items()})
+            self.flow_ = _inference_copy(flow)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.three_d_array = True
+        return tags
+
+
+def _build_flow(config: dict, generator: torch.Generator) -> Glow:
+    config = dict(config)
+    return Glow(config.pop("n_features"), generator=generator, **config)
+
+
+def _inference_copy(flow: Glow) -> Glow:
+    """A float64 CPU copy in eval mode with no gradients, detached from any flat buffer."""
+    copy_ = copy.deepcopy(flow).cpu().double().eval()
+    for p in copy_.parameters():
+        p.data = p.data.clone()
+        p.grad = None
+        p.requires_grad_(False)
+    return copy_
+
+
+def _to_tensor(X: np.ndarray) -> torch.Tensor:
+    """float64 tensor sharing memory with ``X`` when possible (read-only memmaps are copied)."""
+    X = np.asarray(X, dtype=np.float64)
+    return torch.from_numpy(X if X.flags.writeable else X.copy())
+
+
+def _chunks(X: np.ndarray):
+    for start in range(0, X.shape[0], _INFERENCE_CHUNK):
+        yield X[start : start + _INFERENCE_CHUNK]
+
+
+def _ndim(X) -> int:
+    shape = getattr(X, "shape", None)
+    if shape is not None:
+        return len(shape)
+    try:
+        return np.ndim(np.asarray(X, dtype=object))
+    except (ValueError, TypeError):
+        return -1

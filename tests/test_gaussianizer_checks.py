@@ -1,0 +1,45 @@
+"""scikit-learn's estimator checks, in full, for the supported flow configurations."""
+
+import pytest
+from sklearn.utils import estimator_checks as ec
+from sklearn.utils.estimator_checks import check_estimator
+
+from skflow import FlowGaussianizer
+
+CONFIGS = [
+    FlowGaussianizer(),
+    FlowGaussianizer(coupling="affine"),
+    FlowGaussianizer(permutation="lu"),
+    FlowGaussianizer(coupling="affine", permutation="random", n_levels=2, depth=2),
+]
+
+# Checks that check_estimator does not run itself; scikit-learn's own test suite calls them.
+EXTRA_CHECKS = [
+    ec.check_dataframe_column_names_consistency,
+    ec.check_transformer_get_feature_names_out,
+    ec.check_transformer_get_feature_names_out_pandas,
+    ec.check_get_feature_names_out_error,
+    ec.check_set_output_transform,
+    ec.check_set_output_transform_pandas,
+    ec.check_global_output_transform_pandas,
+    ec.check_set_output_transform_polars,
+    ec.check_global_set_output_transform_polars,
+    ec.check_param_validation,
+    ec.check_inplace_ensure_writeable,
+]
+
+
+@pytest.mark.parametrize("estimator", CONFIGS, ids=repr)
+def test_check_estimator_passes_every_check(estimator):
+    results = check_estimator(estimator, on_fail=None, on_skip=None)
+    not_passed = [(r["check_name"], r["status"], repr(r["exception"])) for r in results if r["status"] != "passed"]
+    assert not_passed == []
+    assert len(results) >= 47
+    assert any(r["check_name"] == "check_array_api_input" for r in results)
+
+
+@pytest.mark.parametrize("check", EXTRA_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("estimator", CONFIGS[:3], ids=repr)
+def test_checks_outside_check_estimator(estimator, check):
+    # A SkipTest (e.g. a missing pandas or polars) would surface as an error here, not a skip.
+    check(type(estimator).__name__, estimator)
