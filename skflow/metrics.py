@@ -1,7 +1,22 @@
-"""STS evaluation: Spearman correlation of cosine similarities with gold scores."""
+"""STS evaluation: Spearman correlation of cosine similarities with gold scores.
+
+Three protocols aggregate the sets that come in subsets (STS12-16):
+
+- ``"wmean"``: per-subset Spearman, averaged weighted by subset size (SentEval's
+  ``wmean``; what BERT-flow and BERT-whitening report);
+- ``"mean"``: per-subset Spearman, plain average;
+- ``"all"``: one Spearman over all pairs pooled (what SBERT and SimCSE report).
+
+For a set without subsets (STS-B test, SICK-R test) all three coincide.
+"""
 
 import numpy as np
 from scipy.stats import spearmanr
+from sklearn.utils._metadata_requests import _MetadataRequester
+
+__all__ = ["PROTOCOLS", "STSScorer", "make_sts_scorer", "paired_cosine", "sts_report", "sts_spearman"]
+
+PROTOCOLS = ("wmean", "mean", "all")
 
 
 def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -13,15 +28,84 @@ def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
 
-def sts_spearman(pairs: np.ndarray, scores: np.ndarray) -> float:
+def _check_pairs(pairs, scores, subsets):
+    pairs = np.asarray(pairs)
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    if pairs.ndim != 3 or pairs.shape[1] != 2:
+        raise ValueError(f"pairs must have shape (n_pairs, 2, n_features), got {pairs.shape}")
+    if scores.shape[0] != pairs.shape[0]:
+        raise ValueError(f"got {pairs.shape[0]} pairs but {scores.shape[0]} scores")
+    if subsets is not None:
+        subsets = np.asarray(subsets, dtype=object).ravel()
+        if subsets.shape[0] != pairs.shape[0]:
+            raise ValueError(f"got {pairs.shape[0]} pairs but {subsets.shape[0]} subset labels")
+    return pairs, scores, subsets
+
+
+def sts_report(pairs, scores, subsets=None) -> dict:
+    """Spearman per subset and under every protocol.
+
+    Parameters
+    ----------
+    pairs : array-like of shape (n_pairs, 2, n_features)
+        Embeddings of the two sentences of each pair.
+    scores : array-like of shape (n_pairs,)
+        Gold similarity scores.
+    subsets : array-like of shape (n_pairs,), default=None
+        Subset of each pair; None treats all pairs as one subset.
+
+    Returns
+    -------
+    report : dict
+        ``{"subsets": {name: {"spearman": rho, "n_pairs": n}}, "wmean": ...,
+        "mean": ..., "all": ...}``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.RandomState(0)
+    >>> pairs, gold = rng.normal(size=(6, 2, 3)), [0, 1, 2, 3, 4, 5]
+    >>> report = sts_report(pairs, gold, subsets=["a", "a", "a", "b", "b", "b"])
+    >>> sorted(report), sorted(report["subsets"])
+    (['all', 'mean', 'subsets', 'wmean'], ['a', 'b'])
+    """
+    pairs, scores, subsets = _check_pairs(pairs, scores, subsets)
+    cosine = paired_cosine(pairs[:, 0], pairs[:, 1])
+    if subsets is None:
+        subsets = np.zeros(len(scores), dtype=object)
+        subsets[:] = "all"
+    per_subset = {}
+    for name in dict.fromkeys(subsets.tolist()):
+        rows = subsets == name
+        per_subset[name] = {"spearman": _spearman(cosine[rows], scores[rows]), "n_pairs": int(rows.sum())}
+    rhos = np.array([v["spearman"] for v in per_subset.values()])
+    sizes = np.array([v["n_pairs"] for v in per_subset.values()])
+    return {
+        "subsets": per_subset,
+        "wmean": float(np.sum(rhos * sizes) / sizes.sum()),
+        "mean": float(rhos.mean()),
+        "all": _spearman(cosine, scores),
+    }
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    return float(spearmanr(x, y).statistic)
+
+
+def sts_spearman(pairs, scores, *, subsets=None, protocol: str = "wmean") -> float:
     """Spearman correlation between ``cos(pairs[:, 0], pairs[:, 1])`` and ``scores``.
 
     Parameters
     ----------
-    pairs : ndarray of shape (n_pairs, 2, n_features)
+    pairs : array-like of shape (n_pairs, 2, n_features)
         Embeddings of the two sentences of each pair.
     scores : array-like of shape (n_pairs,)
         Gold similarity scores.
+    subsets : array-like of shape (n_pairs,), default=None
+        Subset of each pair (e.g. ``load_sts("sts12").subsets``). None: one
+        subset, and every protocol gives the same number.
+    protocol : {"wmean", "mean", "all"}, default="wmean"
+        How per-subset correlations are aggregated; see the module docstring.
 
     Returns
     -------
@@ -35,10 +119,68 @@ def sts_spearman(pairs: np.ndarray, scores: np.ndarray) -> float:
     >>> sts_spearman(pairs, [5.0, 0.0, 2.5])
     1.0
     """
-    pairs = np.asarray(pairs)
-    scores = np.asarray(scores, dtype=np.float64).ravel()
-    if pairs.ndim != 3 or pairs.shape[1] != 2:
-        raise ValueError(f"pairs must have shape (n_pairs, 2, n_features), got {pairs.shape}")
-    if scores.shape[0] != pairs.shape[0]:
-        raise ValueError(f"got {pairs.shape[0]} pairs but {scores.shape[0]} scores")
-    return float(spearmanr(paired_cosine(pairs[:, 0], pairs[:, 1]), scores).statistic)
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+    return sts_report(pairs, scores, subsets)[protocol]
+
+
+class STSScorer(_MetadataRequester):
+    """A scorer for ``scoring=`` in GridSearchCV and ``cross_val_score``: STS Spearman of ``transform``.
+
+    Calls ``estimator.transform(X)`` on sentence pairs (a pipeline that starts
+    with :class:`~skflow.BertEmbedder`, or precomputed ``(n, 2, d)``
+    embeddings) and returns :func:`sts_spearman` of the result. Subset labels
+    reach it through scikit-learn's metadata routing:
+    ``scorer.set_score_request(subsets=True)`` then ``search.fit(X, y, subsets=...)``.
+
+    Parameters
+    ----------
+    protocol : {"wmean", "mean", "all"}, default="wmean"
+    """
+
+    def __init__(self, protocol: str = "wmean"):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+        self.protocol = protocol
+
+    def score(self, estimator, X, y, subsets=None) -> float:
+        """Spearman of cosine similarities of ``estimator.transform(X)`` with ``y``."""
+        embeddings = np.asarray(estimator.transform(X))
+        return sts_spearman(embeddings, y, subsets=subsets, protocol=self.protocol)
+
+    def __call__(self, estimator, X, y, subsets=None) -> float:
+        return self.score(estimator, X, y, subsets=subsets)
+
+    def __repr__(self) -> str:
+        return f"make_sts_scorer(protocol={self.protocol!r})"
+
+
+def make_sts_scorer(protocol: str = "wmean") -> STSScorer:
+    """The STS Spearman scorer, for ``scoring=`` in scikit-learn's model selection.
+
+    Parameters
+    ----------
+    protocol : {"wmean", "mean", "all"}, default="wmean"
+        Aggregation over subsets, when subset labels are routed to it.
+
+    Returns
+    -------
+    scorer : STSScorer
+        Callable as ``scorer(estimator, X, y, subsets=None)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.model_selection import cross_val_score
+    >>> from skflow import FlowGaussianizer
+    >>> from skflow.metrics import make_sts_scorer
+    >>> rng = np.random.RandomState(0)
+    >>> X = rng.normal(size=(300, 2, 4))                  # 300 pairs of 4-d embeddings
+    >>> noise = rng.uniform(0.1, 3, size=300)
+    >>> X[:, 1] = X[:, 0] + noise[:, None] * rng.normal(size=(300, 4))
+    >>> y = -noise                                        # gold: less noise, more similar
+    >>> scores = cross_val_score(FlowGaussianizer(random_state=0), X, y, cv=3, scoring=make_sts_scorer())
+    >>> bool(scores.min() > 0.5)
+    True
+    """
+    return STSScorer(protocol)

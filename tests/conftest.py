@@ -13,7 +13,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def sts_data_home() -> Path:
     """The original STS files: ``SKFLOW_DATA``, else ``../shared/data/sts`` beside the checkout."""
-    path = Path(os.environ.get("SKFLOW_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "sts"))
+    path = Path(os.environ.get("SKFLOW_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "sts")).resolve()
     if not (path / "STSBenchmark").is_dir():
         raise RuntimeError(f"STS data not found at {path}; set SKFLOW_DATA to the folder of the STS sets")
     return path

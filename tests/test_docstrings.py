@@ -5,11 +5,19 @@ import importlib
 
 import pytest
 
-MODULES = ["skflow.gaussianizer", "skflow.metrics", "skflow.synthetic", "skflow.flows.glow"]
+MODULES = [
+    "skflow.gaussianizer",
+    "skflow.embedder",
+    "skflow.datasets",
+    "skflow.metrics",
+    "skflow.synthetic",
+    "skflow.flows.glow",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_docstring_examples(name, sts_data_home, monkeypatch):
+    monkeypatch.setenv("SKFLOW_DATA", str(sts_data_home))
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0

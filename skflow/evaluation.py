@@ -1,0 +1,159 @@
+"""The paper's evaluation: post-processing fitted on each STS set's own sentences, without labels.
+
+For every set, the sentences of all its pairs (for STS-B and SICK-R: train,
+dev and test) are embedded once; each method is fitted on them (BERT-flow's
+"target" setting), and the Spearman correlation of cosine similarities with
+the gold scores is computed on the evaluation pairs (the test split of STS-B
+and SICK-R; every pair of STS12-16).
+"""
+
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from sklearn.decomposition import PCA
+
+from skflow.datasets import STS_SETS, load_sts
+from skflow.embedder import BertEmbedder
+from skflow.gaussianizer import FlowGaussianizer
+from skflow.metrics import PROTOCOLS, sts_report
+
+__all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables"]
+
+SET_LABELS = {
+    "sts12": "STS12",
+    "sts13": "STS13",
+    "sts14": "STS14",
+    "sts15": "STS15",
+    "sts16": "STS16",
+    "stsb": "STS-B",
+    "sickr": "SICK-R",
+}
+METHODS = ("none", "whiten", "whiten-256", "flow")
+_EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
+
+
+def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
+    """The post-processing estimator of a method name, or None for ``"none"``.
+
+    ``"whiten"`` is BERT-whitening, i.e. scikit-learn's ``PCA(whiten=True)``;
+    ``"whiten-K"`` keeps ``K`` components; ``"flow"`` is
+    :class:`~skflow.FlowGaussianizer` with the official defaults.
+    """
+    if name == "none":
+        return None
+    if name == "whiten":
+        return PCA(whiten=True)
+    match = re.fullmatch(r"whiten-(\d+)", name)
+    if match:
+        return PCA(n_components=int(match.group(1)), whiten=True)
+    if name == "flow":
+        return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
+    raise ValueError(f"Unknown method {name!r}; valid methods are none, whiten, whiten-K (e.g. whiten-256), flow.")
+
+
+def evaluate(
+    embedder: BertEmbedder,
+    *,
+    methods: Sequence[str] = METHODS,
+    sets: Sequence[str] = STS_SETS,
+    data_home=None,
+    download_if_missing: bool = True,
+    skip_missing: bool = False,
+    random_state: int = 0,
+    flow_params: dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Fit each method on each set's sentences (no labels) and score it on the set's gold pairs.
+
+    Parameters
+    ----------
+    embedder : BertEmbedder
+        The encoder and pooling.
+    methods : sequence of str, default=("none", "whiten", "whiten-256", "flow")
+        Post-processings; see :func:`make_method`.
+    sets : sequence of str, default=all seven
+        STS set names, see :func:`skflow.datasets.load_sts`.
+    data_home, download_if_missing
+        Passed to :func:`~skflow.datasets.load_sts`.
+    skip_missing : bool, default=False
+        Leave out sets whose files are missing instead of raising.
+    random_state : int, default=0
+        Seed of the flow.
+    flow_params : dict, default=None
+        Extra FlowGaussianizer parameters, e.g. ``{"max_epochs": 2}``.
+    log : callable, default=None
+        Receives progress messages.
+
+    Returns
+    -------
+    results : dict
+        ``results["sets"][set][method]`` is the :func:`~skflow.metrics.sts_report`
+        of that method on that set, plus ``fit_seconds``; ``results["skipped"]``
+        lists the sets left out and why.
+    """
+    for method in methods:
+        make_method(method)  # fail on a bad name before any work
+    unknown = [s for s in sets if s not in STS_SETS]
+    if unknown:
+        raise ValueError(f"Unknown STS sets {unknown}; valid names are {', '.join(STS_SETS)}.")
+    log = log or (lambda message: None)
+    results = {"sets": {}, "skipped": {}}
+    for name in sets:
+        try:
+            full = load_sts(name, data_home=data_home, download_if_missing=download_if_missing)
+        except FileNotFoundError as exc:
+            if not skip_missing:
+                raise
+            results["skipped"][name] = str(exc)
+            log(f"[{SET_LABELS[name]}] skipped: data not found")
+            continue
+        rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
+        sentences = full.pairs.ravel()
+        n_unique = len(set(sentences.tolist()))
+        log(f"[{SET_LABELS[name]}] embedding {n_unique:,} unique sentences of {len(full.scores):,} pairs")
+        start = time.perf_counter()
+        embeddings = embedder.transform(full.pairs)
+        log(f"[{SET_LABELS[name]}] embedded in {time.perf_counter() - start:.1f} s")
+        train = embeddings.reshape(-1, embeddings.shape[-1])
+        test, gold, subsets = embeddings[rows], full.scores[rows], full.subsets[rows]
+        results["sets"][name] = {}
+        for method in methods:
+            estimator = make_method(method, random_state=random_state, flow_params=flow_params)
+            start = time.perf_counter()
+            if estimator is None:
+                latent = test
+            else:
+                estimator.fit(train)
+                latent = estimator.transform(test.reshape(-1, test.shape[-1])).reshape(*test.shape[:2], -1)
+            report = sts_report(latent, gold, subsets)
+            report["fit_seconds"] = time.perf_counter() - start
+            results["sets"][name][method] = report
+            log(f"[{SET_LABELS[name]}] {method}: wmean {100 * report['wmean']:.2f}, all {100 * report['all']:.2f}")
+    return results
+
+
+def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title: str = "") -> str:
+    """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol."""
+    sets = list(results["sets"])
+    methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
+    out = []
+    for protocol in protocols:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+        heading = f"{title} — " if title else ""
+        out.append(f"{heading}protocol `{protocol}`, Spearman x 100\n")
+        out.append("| method | " + " | ".join(SET_LABELS[s] for s in sets) + " | Avg |")
+        out.append("|---|" + "---|" * (len(sets) + 1))
+        for method in methods:
+            values = [100 * results["sets"][s][method][protocol] for s in sets]
+            cells = [f"{v:.2f}" for v in values] + [f"{np.mean(values):.2f}" if values else ""]
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def stderr_log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,95 @@
+"""STS Spearman under the three protocols, and the scorer in scikit-learn's model selection."""
+
+import numpy as np
+import pytest
+import sklearn
+from scipy.stats import spearmanr
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+
+from skflow import FlowGaussianizer
+from skflow.metrics import make_sts_scorer, paired_cosine, sts_report, sts_spearman
+
+
+def _pairs_with_cosines(cosines):
+    """2-D pairs whose cosine similarities are exactly ``cosines``."""
+    angles = np.arccos(np.asarray(cosines, dtype=np.float64))
+    first = np.tile([1.0, 0.0], (len(angles), 1))
+    second = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    return np.stack([first, second], axis=1)
+
+
+COSINES = np.array([0.9, 0.1, 0.5, 0.3, 0.2, 0.8, 0.4])
+GOLD = np.array([5.0, 0.0, 3.0, 2.0, 1.0, 4.0, 4.5])
+SUBSETS = np.array(["a", "a", "a", "b", "b", "b", "b"], dtype=object)
+
+
+def test_paired_cosine_recovers_the_angles():
+    pairs = _pairs_with_cosines(COSINES)
+    np.testing.assert_allclose(paired_cosine(pairs[:, 0], pairs[:, 1]), COSINES, atol=1e-12)
+    assert paired_cosine(np.zeros((1, 2)), np.ones((1, 2)))[0] == 0.0
+
+
+def test_protocols_by_hand():
+    pairs = _pairs_with_cosines(COSINES)
+    rho_a = spearmanr(COSINES[:3], GOLD[:3]).statistic  # 1.0
+    rho_b = spearmanr(COSINES[3:], GOLD[3:]).statistic  # 0.8
+    assert (rho_a, rho_b) == pytest.approx((1.0, 0.8))
+    report = sts_report(pairs, GOLD, SUBSETS)
+    assert report["subsets"] == {"a": {"spearman": pytest.approx(1.0), "n_pairs": 3},
+                                 "b": {"spearman": pytest.approx(0.8), "n_pairs": 4}}
+    assert report["wmean"] == pytest.approx((3 * 1.0 + 4 * 0.8) / 7)
+    assert report["mean"] == pytest.approx(0.9)
+    assert report["all"] == pytest.approx(spearmanr(COSINES, GOLD).statistic)
+    for protocol in ("wmean", "mean", "all"):
+        assert sts_spearman(pairs, GOLD, subsets=SUBSETS, protocol=protocol) == report[protocol]
+        assert sts_spearman(pairs, GOLD, protocol=protocol) == pytest.approx(report["all"])
+
+
+def test_bad_arguments():
+    pairs = _pairs_with_cosines(COSINES)
+    with pytest.raises(ValueError, match="valid protocols are wmean, mean, all"):
+        sts_spearman(pairs, GOLD, protocol="weighted")
+    with pytest.raises(ValueError, match=r"shape \(n_pairs, 2, n_features\)"):
+        sts_spearman(pairs[:, 0], GOLD)
+    with pytest.raises(ValueError, match="7 pairs but 6 scores"):
+        sts_spearman(pairs, GOLD[:6])
+    with pytest.raises(ValueError, match="7 pairs but 3 subset labels"):
+        sts_spearman(pairs, GOLD, subsets=SUBSETS[:3])
+    with pytest.raises(ValueError, match="valid protocols"):
+        make_sts_scorer("pooled")
+
+
+def _synthetic_pairs(n, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.normal(size=(n, 2, 6)) * np.array([5.0, 3, 1, 1, 0.3, 0.1])
+    noise = rng.uniform(0.05, 2.0, size=n)
+    X[:, 1] = X[:, 0] + noise[:, None] * rng.normal(size=(n, 6))
+    return X, -noise
+
+
+def test_scorer_equals_the_estimators_own_score():
+    X, y = _synthetic_pairs(300)
+    flow = FlowGaussianizer(random_state=0).fit(X)
+    scorer = make_sts_scorer("all")
+    assert scorer(flow, X, y) == pytest.approx(flow.score(X, y), abs=1e-12)
+    assert repr(scorer) == "make_sts_scorer(protocol='all')"
+    cv = cross_val_score(FlowGaussianizer(random_state=0), X, y, cv=3, scoring=make_sts_scorer())
+    assert cv.shape == (3,) and cv.min() > 0.5
+
+
+def test_subsets_are_routed_to_the_scorer_in_grid_search():
+    X, y = _synthetic_pairs(300)
+    subsets = np.array(["s1", "s2", "s3"] * 100, dtype=object)
+    with sklearn.config_context(enable_metadata_routing=True):
+        scorer = make_sts_scorer("mean").set_score_request(subsets=True)
+        search = GridSearchCV(
+            FlowGaussianizer(random_state=0), {"learning_rate": [1e-3, 1e-2]}, scoring=scorer, cv=KFold(3)
+        )
+        search.fit(X, y, subsets=subsets)
+    # recompute the first split's test score by hand, per subset
+    test = np.arange(100)
+    model = FlowGaussianizer(random_state=0, learning_rate=search.cv_results_["params"][0]["learning_rate"])
+    model.fit(X[100:])
+    expected = sts_spearman(model.transform(X[test]), y[test], subsets=subsets[test], protocol="mean")
+    assert search.cv_results_["split0_test_score"][0] == pytest.approx(expected, abs=1e-12)
+    assert expected != pytest.approx(sts_spearman(model.transform(X[test]), y[test], protocol="all"), abs=1e-6)
