@@ -12,7 +12,7 @@ loop and optimiser (``torch.optim.AdamW``) a user would write.
 Each measurement runs in its own process, so peak memory (max RSS above the
 process's baseline after loading the data) is per method.
 
-    python benchmarks/flow_speed.py [--n-train 20000] [--dim 384] [--epochs 1] [--threads 0]
+    python benchmarks/flow_speed.py [--n-train 20000] [--dim 384] [--epochs 1] [--threads 0] [--repeats 1]
 """
 
 import argparse
@@ -145,24 +145,29 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per library; medians are reported")
     parser.add_argument("--child", choices=["skflow", "normflows"], help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child(args)
-    results = {}
+    runs = {"skflow": [], "normflows": []}
     with tempfile.TemporaryDirectory() as tmp:
         args.data = os.path.join(tmp, "data.npy")
         _write_data(args, args.data)
-        for name in ["skflow", "normflows"]:
-            cmd = [sys.executable, __file__, "--child", name] + [
-                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"
-            ]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            results[name] = json.loads(out.splitlines()[-1])
-    s, p = results["skflow"], results["normflows"]
+        for _ in range(args.repeats):  # alternate, so slow phases of the machine hit both
+            for name in runs:
+                cmd = [sys.executable, __file__, "--child", name] + [
+                    f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"
+                ]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                runs[name].append(json.loads(out.splitlines()[-1]))
+    s = {k: float(np.median([r[k] for r in runs["skflow"]])) for k in runs["skflow"][0]}
+    p = {k: float(np.median([r[k] for r in runs["normflows"]])) for k in runs["normflows"][0]}
+    fit_ratios = [a["fit_vectors_per_s"] / b["fit_vectors_per_s"] for a, b in zip(runs["skflow"], runs["normflows"])]
     print(f"{args.n_train} x {args.dim} float32, {args.epochs} epoch(s), batch 64, torch {torch.__version__}, "
-          f"{torch.get_num_threads() if not args.threads else args.threads} threads\n")
+          f"{torch.get_num_threads() if not args.threads else args.threads} threads; "
+          f"median of {args.repeats} run(s) per library\n")
     print("| | skflow | normflows | ratio |")
     print("|---|---|---|---|")
     print(f"| fit throughput (vectors x epochs / s) | {s['fit_vectors_per_s']:,.0f} | {p['fit_vectors_per_s']:,.0f} | "
@@ -173,7 +178,9 @@ def main(argv=None):
           f"{s['held_out_loglik'] - p['held_out_loglik']:+.2f} |")
     print(f"| peak memory during fit + transform (MB above start) | {s['peak_rss_mb']:.0f} | {p['peak_rss_mb']:.0f} | "
           f"{s['peak_rss_mb'] / max(p['peak_rss_mb'], 1e-9):.2f}x |")
-
+    if args.repeats > 1:
+        print(f"\nfit ratio per run (run i of skflow / run i of normflows): "
+              f"{', '.join(f'{r:.2f}x' for r in fit_ratios)}")
 
 if __name__ == "__main__":
     main()

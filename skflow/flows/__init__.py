@@ -8,6 +8,7 @@ does not depend on the input, else one value per row.
 from skflow.flows.actnorm import ActNorm
 from skflow.flows.couplings import AdditiveCoupling, AffineCoupling, CouplingNet, ZeroLinear
 from skflow.flows.glow import COUPLINGS, PERMUTATIONS, FlowStep, Glow, level_sizes, standard_normal_log_prob
+from skflow.flows.manual_grad import OfficialGlowGradient, is_official, logs_first
 from skflow.flows.optim import AdamWeightDecay, flatten_parameters
 from skflow.flows.permutations import LUInvertibleLinear, RandomPermutation, ReversePermutation
 
@@ -22,10 +23,13 @@ __all__ = [
     "FlowStep",
     "Glow",
     "LUInvertibleLinear",
+    "OfficialGlowGradient",
     "RandomPermutation",
     "ReversePermutation",
     "ZeroLinear",
     "flatten_parameters",
+    "is_official",
     "level_sizes",
+    "logs_first",
     "standard_normal_log_prob",
 ]

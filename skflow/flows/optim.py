@@ -1,6 +1,6 @@
 """BERT's AdamWeightDecay optimiser, the one the official BERT-flow code trains the flow with."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -62,7 +62,7 @@ class AdamWeightDecay(torch.optim.Optimizer):
         return loss
 
 
-def flatten_parameters(module: torch.nn.Module) -> torch.Tensor:
+def flatten_parameters(module: torch.nn.Module, first: Callable[[str], bool] | None = None) -> torch.Tensor:
     """Make every parameter of ``module`` a view into one flat tensor, and its gradient too.
 
     Returns the flat parameter tensor, whose ``.grad`` holds all gradients. A
@@ -70,8 +70,13 @@ def flatten_parameters(module: torch.nn.Module) -> torch.Tensor:
     operation, zeroing and gradient clipping into a single kernel instead of
     one per tensor. Autograd accumulates into the existing ``.grad`` views, so
     zero the gradients with ``flat.grad.zero_()``, never by setting them to None.
+    ``first``, given a parameter's name, says whether it goes to the front of
+    the vector (the order is otherwise that of ``module.named_parameters()``).
     """
-    params = [p for p in module.parameters() if p.requires_grad]
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    if first is not None:
+        named.sort(key=lambda item: not first(item[0]))
+    params = [p for _, p in named]
     flat = torch.cat([p.detach().reshape(-1) for p in params])
     flat.grad = torch.zeros_like(flat)
     offset = 0
