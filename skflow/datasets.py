@@ -134,7 +134,8 @@ def load_sts(
     split: str | None = None,
     data_home: str | os.PathLike | None = None,
     download_if_missing: bool = True,
-) -> Bunch:
+    return_X_y: bool = False,
+) -> Bunch | tuple[np.ndarray, np.ndarray]:
     """Load an STS set: sentence pairs with gold similarity scores.
 
     Parameters
@@ -154,6 +155,8 @@ def load_sts(
     download_if_missing : bool, default=True
         Download missing files from the organisers' sites. If False, or if
         the download fails, missing files raise :class:`FileNotFoundError`.
+    return_X_y : bool, default=False
+        Return ``(pairs, scores)`` instead of a Bunch.
 
     Returns
     -------
@@ -163,6 +166,8 @@ def load_sts(
         1-5 for SICK-R); ``subsets``: ndarray of shape (n_pairs,), the
         subset of each pair (the split name for STS-B and SICK-R);
         ``DESCR``: a description. Pairs without a gold score are skipped.
+    (pairs, scores) : tuple of ndarrays
+        With ``return_X_y=True``.
 
     Examples
     --------
@@ -216,6 +221,8 @@ def load_sts(
 
     pair_array = np.empty((len(pairs), 2), dtype=object)
     pair_array[:] = pairs
+    if return_X_y:
+        return pair_array, np.asarray(scores, dtype=np.float64)
     counts = {s: subsets.count(s) for s in dict.fromkeys(subsets)}
     descr = (
         f"{info.title}\n\n{len(pairs)} sentence pairs with gold scores "

@@ -40,6 +40,9 @@ def test_exact_counts_per_subset(sts_data_home, name):
 def test_stsb_splits(sts_data_home, split, n):
     data = load_sts("stsb", split=split, data_home=sts_data_home, download_if_missing=False)
     assert len(data.scores) == n and set(data.subsets) == {split}
+    pairs, scores = load_sts("stsb", split=split, data_home=sts_data_home, return_X_y=True)
+    np.testing.assert_array_equal(pairs, data.pairs)
+    np.testing.assert_array_equal(scores, data.scores)
 
 
 def test_parsed_values(sts_data_home):
