@@ -88,6 +88,11 @@ def sts_report(pairs, scores, subsets=None) -> dict:
     }
 
 
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+
+
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(spearmanr(x, y).statistic)
 
@@ -119,8 +124,7 @@ def sts_spearman(pairs, scores, *, subsets=None, protocol: str = "wmean") -> flo
     >>> sts_spearman(pairs, [5.0, 0.0, 2.5])
     1.0
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+    _check_protocol(protocol)
     return sts_report(pairs, scores, subsets)[protocol]
 
 
@@ -139,8 +143,7 @@ class STSScorer(_MetadataRequester):
     """
 
     def __init__(self, protocol: str = "wmean"):
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
+        _check_protocol(protocol)
         self.protocol = protocol
 
     def score(self, estimator, X, y, subsets=None) -> float:
