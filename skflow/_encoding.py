@@ -4,8 +4,8 @@ No scikit-learn here: `BertEmbedder` owns validation, caching and the estimator
 API; this module owns models, dtypes, batching and pooling.
 """
 
+import contextlib
 import functools
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -26,8 +26,6 @@ POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-logger = logging.getLogger("skflow")
-
 
 class EncoderNotFoundError(OSError):
     """The encoder is neither a local folder, the embedded default, nor in the Hugging Face cache."""
@@ -47,7 +45,7 @@ def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) 
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve()), f"{path.resolve()}@{revision}"
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
     if looks_local:
         raise EncoderNotFoundError(_not_found_message(name, revision, "there is no folder at that path"))
     return name, f"{name}@{revision}"
@@ -91,6 +89,23 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' warnings and progress bars off for the block, then as they were."""
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    bars = transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if bars:
+            transformers.logging.enable_progress_bar()
+
+
 @functools.lru_cache(maxsize=4)
 def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_blocks: int | None):
     """Tokenizer and model in eval mode, shared by every estimator in the process.
@@ -98,30 +113,22 @@ def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_b
     ``n_blocks`` drops the transformer blocks after the last one the pooling
     reads (BERT-like models only), so unused layers are never computed.
     """
-    import transformers
     from transformers import AutoModel, AutoTokenizer
 
-    verbosity = transformers.logging.get_verbosity()
-    bars = transformers.logging.is_progress_bar_enabled()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-        model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype])
+        with quiet_transformers():  # no load report, no "Loading weights" bar
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+            model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype])
     except OSError as exc:
         raise EncoderNotFoundError(
             _not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
         ) from exc
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-        if bars:
-            transformers.logging.enable_progress_bar()
-    if n_blocks is not None:
-        blocks = _transformer_blocks(model)
-        if blocks is not None and n_blocks < len(blocks):
+    blocks = _transformer_blocks(model)
+    if blocks is not None:  # BERT-like: drop what the pooling never reads
+        if n_blocks is not None and n_blocks < len(blocks):
             del blocks[n_blocks:]
-    if getattr(model, "pooler", None) is not None:
-        model.pooler = None  # pooling is ours; the pretrained dense+tanh pooler is never read
+        if getattr(model, "pooler", None) is not None:
+            model.pooler = None  # the pretrained dense+tanh pooler; pooling is ours
     model.to(torch.device(device)).eval().requires_grad_(False)
     return tokenizer, model
 
@@ -162,19 +169,13 @@ def normalize_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
 
 def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
     """Token ids of each text, truncated to ``max_length``; also how many were truncated."""
-    import transformers
-
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # silence "sequence longer than the maximum": we count those
-    try:
+    with quiet_transformers():  # no "sequence longer than the maximum" warning: we count those
         full = tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
         long = [i for i, ids in enumerate(full) if len(ids) > max_length]
         if long:
             cut = tokenizer([texts[i] for i in long], truncation=True, max_length=max_length)["input_ids"]
             for i, ids in zip(long, cut):
                 full[i] = ids
-    finally:
-        transformers.logging.set_verbosity(verbosity)
     return full, len(long)
 
 

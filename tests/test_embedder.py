@@ -404,3 +404,4 @@ def test_grid_search_on_stsb_dev_encodes_each_sentence_once(sts_data_home, tmp_p
     buffer = io.BytesIO()
     joblib.dump(search.best_estimator_, buffer)
     assert buffer.tell() < 5 * 2**20
+
