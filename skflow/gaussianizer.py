@@ -12,9 +12,17 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from skflow._device import resolve_device
-from skflow.flows import COUPLINGS, PERMUTATIONS, AdamWeightDecay, Glow, flatten_parameters
-from skflow.flows.glow import standard_normal_log_prob
-from skflow.flows.manual_grad import OfficialGlowGradient, is_official, logs_first
+from skflow.flows import (
+    COUPLINGS,
+    PERMUTATIONS,
+    AdamWeightDecay,
+    Glow,
+    OfficialGlowGradient,
+    flatten_parameters,
+    is_official,
+    logs_first,
+    standard_normal_log_prob,
+)
 from skflow.metrics import sts_spearman
 
 # Rows used for the data-dependent ActNorm initialisation.
