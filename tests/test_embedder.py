@@ -5,6 +5,7 @@ import io
 import logging
 import pickle
 import warnings
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -405,3 +406,33 @@ def test_grid_search_on_stsb_dev_encodes_each_sentence_once(sts_data_home, tmp_p
     joblib.dump(search.best_estimator_, buffer)
     assert buffer.tell() < 5 * 2**20
 
+
+
+def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path):
+    """A hub id, offline: transformers finds it in HF_HUB_CACHE, by branch or by commit."""
+    import os
+    import subprocess
+    import sys
+
+    source, _ = _encoding.resolve_model_source(_encoding.DEFAULT_MODEL, None)
+    repo = tmp_path / "hub" / "models--someorg--minilm-copy"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in Path(source).iterdir():
+        if file.is_file():
+            (snapshot / file.name).symlink_to(file)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    code = (
+        "from skflow import BertEmbedder\n"
+        f"for rev in (None, {commit!r}):\n"
+        "    v = BertEmbedder('someorg/minilm-copy', revision=rev, dtype='float32').transform(['a b c'])\n"
+        "    print(' '.join(f'{x:.6f}' for x in v[0, :4]))\n"
+    )
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    expected = _f32().transform(["a b c"])[0, :4]
+    for line in run.stdout.split("\n")[:2]:
+        np.testing.assert_allclose(np.array(line.split(), dtype=float), expected, atol=1e-5)
