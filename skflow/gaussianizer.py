@@ -73,6 +73,19 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         Passes over the training data.
     clip_grad_norm : float or None, default=1.0
         Global gradient norm clip; None disables it.
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the rows, score them after every
+        epoch, stop when the held-out log-likelihood has not improved by
+        ``tol`` for ``n_iter_no_change`` epochs, and keep the weights of the
+        best epoch. Off by default, as in the official code; useful with
+        ``max_epochs`` above 1.
+    validation_fraction : float, default=0.1
+        Share of the rows held out when ``early_stopping`` is on.
+    n_iter_no_change : int, default=5
+        Epochs without improvement before stopping.
+    tol : float, default=1e-4
+        Least improvement of the held-out mean log-likelihood (nats per row)
+        that counts.
     device : str, default="auto"
         Where to train: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``,
         ``"cuda"`` or ``"cuda:N"``.
@@ -95,6 +108,12 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         Epochs run.
     loss_curve_ : list of float
         Mean negative log-likelihood per training row, in nats, for each epoch.
+    validation_scores_ : list of float or None
+        With ``early_stopping``: the held-out mean log-likelihood (nats) after
+        each epoch; else None.
+    best_validation_score_ : float or None
+        With ``early_stopping``: the best of ``validation_scores_``, whose
+        weights the model keeps; else None.
 
     See Also
     --------
@@ -133,6 +152,10 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "clip_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -151,6 +174,10 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         batch_size=64,
         max_epochs=1,
         clip_grad_norm=1.0,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=5,
+        tol=1e-4,
         device="auto",
         random_state=None,
         verbose=0,
@@ -165,6 +192,10 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         self.batch_size = batch_size
         self.max_epochs = max_epochs
         self.clip_grad_norm = clip_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -218,6 +249,18 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         )
         flow = _build_flow(config, generator).to(device)
         data = torch.tensor(X, dtype=torch.float32, device=device)
+        validation = None
+        if self.early_stopping:
+            n_validation = math.ceil(self.validation_fraction * n_samples)
+            if n_samples - n_validation < 2:
+                raise ValueError(
+                    f"early_stopping holds out {n_validation} of {n_samples} rows "
+                    f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
+                    "on; lower validation_fraction or pass more rows."
+                )
+            split = torch.randperm(n_samples, generator=generator).to(device)
+            validation, data = data[split[:n_validation]], data[split[n_validation:]]
+            n_samples -= n_validation
         order = torch.randperm(n_samples, generator=generator).to(device)
         flow.data_init(data[order[:_INIT_SAMPLES]])
 
@@ -237,7 +280,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             from tqdm.auto import tqdm
 
             progress = tqdm(total=self.max_epochs * n_batches, desc="FlowGaussianizer", unit="batch")
-        loss_curve = []
+        loss_curve, validation_scores = [], []
+        best_score, best_weights, epochs_without_gain = -math.inf, None, 0
         try:
             for epoch in range(self.max_epochs):
                 order = torch.randperm(n_samples, generator=generator).to(device)
@@ -267,10 +311,22 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
                         progress.update()
                         progress.set_postfix(epoch=epoch + 1, nll=f"{nll_value:.3f}")
                 loss_curve.append(epoch_nll / n_batches)
+                if validation is not None:
+                    score = -_mean_nll(flow, validation, constant)
+                    validation_scores.append(score)
+                    if score > best_score + self.tol:
+                        best_score, best_weights, epochs_without_gain = score, flat.detach().clone(), 0
+                    else:
+                        epochs_without_gain += 1
+                        if epochs_without_gain >= self.n_iter_no_change:
+                            break
         finally:
             if progress is not None:
                 progress.close()
 
+        if best_weights is not None:
+            with torch.no_grad():
+                flat.copy_(best_weights)  # the best epoch's weights
         if not bool(torch.isfinite(flat).all()):
             raise FloatingPointError(
                 "FlowGaussianizer: the last training step left non-finite weights. "
@@ -278,8 +334,10 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             )
         self.flow_ = _inference_copy(flow)
         self._flow_config = config
-        self.n_iter_ = self.max_epochs
+        self.n_iter_ = len(loss_curve)
         self.loss_curve_ = loss_curve
+        self.validation_scores_ = validation_scores if validation is not None else None
+        self.best_validation_score_ = best_score if validation is not None else None
 
     # ------------------------------------------------------------ inference
     def transform(self, X):
@@ -453,6 +511,16 @@ def _clip_grad_norm(grad: torch.Tensor, max_norm: float) -> None:
     """``torch.nn.utils.clip_grad_norm_`` for one flat gradient, in three operations."""
     coef = max_norm / (torch.linalg.vector_norm(grad) + 1e-6)
     grad.mul_(coef.clamp_(max=1.0))
+
+
+def _mean_nll(flow: Glow, X: torch.Tensor, constant: float) -> float:
+    """Mean negative log-likelihood of the rows of ``X`` in nats, without gradients."""
+    total = 0.0
+    with torch.no_grad():
+        for start in range(0, X.shape[0], _INFERENCE_CHUNK):
+            z, logdet = flow(X[start : start + _INFERENCE_CHUNK])
+            total += float((0.5 * z.square().sum(dim=1) + constant - logdet).sum())
+    return total / X.shape[0]
 
 
 def _build_flow(config: dict, generator: torch.Generator) -> Glow:

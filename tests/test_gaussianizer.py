@@ -209,3 +209,25 @@ def test_clone_keeps_params_and_drops_fit(fitted):
     copy = clone(fitted)
     assert copy.get_params() == fitted.get_params()
     assert not hasattr(copy, "flow_")
+
+
+def test_early_stopping_keeps_the_best_epoch():
+    X = make_anisotropic_mixture(400, 8, random_state=0)
+    params = dict(early_stopping=True, learning_rate=1e-2, n_iter_no_change=3, random_state=0)
+    stopped = FlowGaussianizer(max_epochs=300, **params).fit(X)
+    scores = stopped.validation_scores_
+    best_epoch = int(np.argmax(scores)) + 1
+    assert stopped.n_iter_ < 300 and len(scores) == len(stopped.loss_curve_) == stopped.n_iter_
+    assert stopped.n_iter_ - best_epoch == 3  # stopped after three epochs without a gain
+    assert stopped.best_validation_score_ == max(scores)
+    # The kept weights are those after the best epoch: train exactly that long and compare.
+    exact = FlowGaussianizer(max_epochs=best_epoch, **{**params, "n_iter_no_change": 10_000}).fit(X)
+    np.testing.assert_array_equal(stopped.transform(X), exact.transform(X))
+    assert exact.validation_scores_ == scores[:best_epoch]
+
+
+def test_early_stopping_off_by_default_and_needs_training_rows(data):
+    plain = FlowGaussianizer(random_state=0).fit(data[:100])
+    assert plain.validation_scores_ is None and plain.best_validation_score_ is None
+    with pytest.raises(ValueError, match="holds out 9 of 10 rows .* fewer than 2 to train"):
+        FlowGaussianizer(early_stopping=True, validation_fraction=0.85).fit(data[:10])

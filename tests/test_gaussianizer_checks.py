@@ -11,6 +11,7 @@ CONFIGS = [
     FlowGaussianizer(coupling="affine"),
     FlowGaussianizer(permutation="lu"),
     FlowGaussianizer(coupling="affine", permutation="random", n_levels=2, depth=2),
+    FlowGaussianizer(early_stopping=True, max_epochs=3, n_iter_no_change=1),
 ]
 
 # Checks that check_estimator does not run itself; scikit-learn's own test suite calls them.
