@@ -211,8 +211,9 @@ def encode_ids(
             for r, i in enumerate(rows):
                 input_ids[r, : lengths[i]] = torch.as_tensor(ids[i])
                 mask[r, : lengths[i]] = 1
-            hidden = run_encoder(model, input_ids.to(device), mask.to(device), None if last else layers)
-            out[rows] = pool(hidden, mask.to(device), reduction).cpu().numpy()
+            mask = mask.to(device)
+            hidden = run_encoder(model, input_ids.to(device), mask, None if last else layers)
+            out[rows] = pool(hidden, mask, reduction).cpu().numpy()
             if progress is not None:
                 progress(1)
     return out

@@ -204,10 +204,14 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         return vectors[index].reshape(*shape, dim)
 
+    def _model(self) -> tuple:
+        """Where the encoder loads from, what identifies its weights, and its config."""
+        source, identity = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
+        return source, identity, _load_config(source, self.revision)
+
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
-        source, identity = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
-        config = _load_config(source, self.revision)
+        source, identity, config = self._model()
         n_layers = _encoding.n_hidden_layers(config)
         reduction, default_layers = POOLINGS[self.pooling]
         layers = default_layers if self.layers is None else _as_layer_tuple(self.layers)
@@ -283,8 +287,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        source, _ = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
-        dim = _encoding.hidden_size(_load_config(source, self.revision))
+        dim = _encoding.hidden_size(self._model()[2])
         return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):

@@ -105,7 +105,7 @@ class OfficialGlowGradient:
                 r2 = torch.relu(u2)
                 out = torch.addmm(step.b3, r2, step.w3.T).mul_(e3)
                 p[:, step.split :] += out
-                saved.append((y, p1, u1, r1, u2, r2, out))
+                saved.append((y, p1, u1, r1, u2, r2, out, scale, e1, e2, e3))
                 h = p
             if index + 1 < len(self.sizes):
                 keep = self.sizes[index + 1]
@@ -120,8 +120,7 @@ class OfficialGlowGradient:
         for index in reversed(range(len(self.levels))):
             g = grad_z[:, : self.sizes[index]]
             for step in reversed(self.levels[index]):
-                y, p1, u1, r1, u2, r2, out = saved.pop()
-                scale, e1, e2, e3 = step.scales(exp_logs)
+                y, p1, u1, r1, u2, r2, out, scale, e1, e2, e3 = saved.pop()
                 grad = step.grad
                 g_out = g[:, step.split :]
                 g3 = g_out * e3
@@ -144,7 +143,8 @@ class OfficialGlowGradient:
                 torch.sum(grad_y * y, 0, out=grad["logs"])
                 g = grad_y.mul_(scale)
                 torch.sum(g, 0, out=grad["bias"])
-            grad_z[:, : self.sizes[index]] = g
+            if index:  # the level below continues from this gradient; the data's own is not needed
+                grad_z[:, : self.sizes[index]] = g
         # Every log-scale enters as exp(3 s): one multiply for all; the flow's ActNorms add the log-det term.
         grad_logs = self.flat.grad[: self.n_logs]
         grad_logs.add_(self.logdet_mask, alpha=-loss_scale).mul_(LOGSCALE_FACTOR)
