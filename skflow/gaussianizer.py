@@ -12,17 +12,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from skflow._device import resolve_device
-from skflow.flows import (
-    COUPLINGS,
-    PERMUTATIONS,
-    AdamWeightDecay,
-    Glow,
-    OfficialGlowGradient,
-    flatten_parameters,
-    is_official,
-    logs_first,
-    standard_normal_log_prob,
-)
+from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
+from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 from skflow.metrics import sts_spearman
 
 # Rows used for the data-dependent ActNorm initialisation.
@@ -222,13 +213,13 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         try:
             X2d, _ = self._validate_input(X, reset=True)
             device = resolve_device(self.device)
-        except Exception:
+        except BaseException:
             self.__dict__.clear()
             self.__dict__.update(before)
             raise
         try:
             self._fit_flow(X2d, device)
-        except Exception:
+        except BaseException:  # an error or an interruption (Ctrl-C): no half-fitted estimator
             for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
                 delattr(self, name)
             self.__dict__.pop("_flow_config", None)
@@ -263,81 +254,53 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             n_samples -= n_validation
         order = torch.randperm(n_samples, generator=generator).to(device)
         flow.data_init(data[order[:_INIT_SAMPLES]])
-
-        # The official configuration gets its gradient without autograd (same numbers, fewer operations).
-        official = is_official(flow)
-        flat = flatten_parameters(flow, first=logs_first if official else None)
-        gradient = OfficialGlowGradient(flow, flat) if official else None
-        optimizer = AdamWeightDecay([flat], lr=self.learning_rate, weight_decay=self.weight_decay)
+        trainer = FlowTrainer(
+            flow, learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm
+        )
         batch_size = min(self.batch_size, n_samples)
-        # Like the official input pipeline, drop the last incomplete batch.
-        n_batches = n_samples // batch_size
-        bits_per_nat = 1.0 / (n_features * math.log(2.0))
-        constant = 0.5 * n_features * math.log(2.0 * math.pi)
-
-        progress = None
+        progress = on_step = None
         if self.verbose:
             from tqdm.auto import tqdm
 
-            progress = tqdm(total=self.max_epochs * n_batches, desc="FlowGaussianizer", unit="batch")
-        loss_curve, validation_scores = [], []
-        best_score, best_weights, epochs_without_gain = -math.inf, None, 0
+            progress = tqdm(
+                total=self.max_epochs * (n_samples // batch_size), desc="FlowGaussianizer", unit="batch"
+            )
+
+            def on_step(epoch: int, loss: float) -> None:
+                progress.update()
+                progress.set_postfix(epoch=epoch + 1, nll=f"{loss:.3f}")
+
         try:
-            for epoch in range(self.max_epochs):
-                order = torch.randperm(n_samples, generator=generator).to(device)
-                epoch_nll = 0.0
-                for step in range(n_batches):
-                    batch = data[order[step * batch_size : (step + 1) * batch_size]]
-                    if gradient is not None:
-                        nll = gradient(batch, bits_per_nat)
-                    else:
-                        z, logdet = flow(batch)
-                        nll = z.square().sum() * (0.5 / batch_size) + constant - logdet.mean()
-                        flat.grad.zero_()
-                        (nll * bits_per_nat).backward()
-                    if self.clip_grad_norm is not None:
-                        _clip_grad_norm(flat.grad, self.clip_grad_norm)
-                    nll_value = nll.item()
-                    if not math.isfinite(nll_value):
-                        raise FloatingPointError(
-                            f"FlowGaussianizer: the training loss became non-finite at epoch "
-                            f"{epoch + 1}, step {step + 1} of {n_batches} (loss={nll_value}). "
-                            f"Try a lower learning_rate (now {self.learning_rate}), "
-                            f"coupling='additive', or standardising the input."
-                        )
-                    optimizer.step()
-                    epoch_nll += nll_value
-                    if progress is not None:
-                        progress.update()
-                        progress.set_postfix(epoch=epoch + 1, nll=f"{nll_value:.3f}")
-                loss_curve.append(epoch_nll / n_batches)
-                if validation is not None:
-                    score = -_mean_nll(flow, validation, constant)
-                    validation_scores.append(score)
-                    if score > best_score + self.tol:
-                        best_score, best_weights, epochs_without_gain = score, flat.detach().clone(), 0
-                    else:
-                        epochs_without_gain += 1
-                        if epochs_without_gain >= self.n_iter_no_change:
-                            break
+            history = train_epochs(
+                trainer,
+                data,
+                max_epochs=self.max_epochs,
+                batch_size=batch_size,
+                generator=generator,
+                validation=validation,
+                tol=self.tol,
+                n_iter_no_change=self.n_iter_no_change,
+                on_step=on_step,
+            )
+        except NonFiniteLossError as exc:
+            raise FloatingPointError(
+                f"FlowGaussianizer: {exc}. Try a lower learning_rate (now {self.learning_rate}), "
+                "coupling='additive', or standardising the input."
+            ) from exc
         finally:
             if progress is not None:
                 progress.close()
-
-        if best_weights is not None:
-            with torch.no_grad():
-                flat.copy_(best_weights)  # the best epoch's weights
-        if not bool(torch.isfinite(flat).all()):
+        if not trainer.weights_are_finite():
             raise FloatingPointError(
                 "FlowGaussianizer: the last training step left non-finite weights. "
                 f"Try a lower learning_rate (now {self.learning_rate})."
             )
         self.flow_ = _inference_copy(flow)
         self._flow_config = config
-        self.n_iter_ = len(loss_curve)
-        self.loss_curve_ = loss_curve
-        self.validation_scores_ = validation_scores if validation is not None else None
-        self.best_validation_score_ = best_score if validation is not None else None
+        self.n_iter_ = len(history.loss_curve)
+        self.loss_curve_ = history.loss_curve
+        self.validation_scores_ = history.validation_scores
+        self.best_validation_score_ = history.best_validation_score
 
     # ------------------------------------------------------------ inference
     def transform(self, X):
@@ -476,9 +439,9 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         zs, log_probs = [], []
         with torch.no_grad():
             for part in _chunks(X2d):
-                z, logdet = self.flow_(_to_tensor(part))
+                z, log_prob = self.flow_.latent_and_log_prob(_to_tensor(part))
                 zs.append(z.numpy())
-                log_probs.append((standard_normal_log_prob(z) + logdet).numpy())
+                log_probs.append(log_prob.numpy())
         return np.concatenate(zs), np.concatenate(log_probs)
 
     @property
@@ -505,22 +468,6 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.three_d_array = True
         return tags
-
-
-def _clip_grad_norm(grad: torch.Tensor, max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_`` for one flat gradient, in three operations."""
-    coef = max_norm / (torch.linalg.vector_norm(grad) + 1e-6)
-    grad.mul_(coef.clamp_(max=1.0))
-
-
-def _mean_nll(flow: Glow, X: torch.Tensor, constant: float) -> float:
-    """Mean negative log-likelihood of the rows of ``X`` in nats, without gradients."""
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, X.shape[0], _INFERENCE_CHUNK):
-            z, logdet = flow(X[start : start + _INFERENCE_CHUNK])
-            total += float((0.5 * z.square().sum(dim=1) + constant - logdet).sum())
-    return total / X.shape[0]
 
 
 def _build_flow(config: dict, generator: torch.Generator) -> Glow:

@@ -13,9 +13,10 @@ from skflow.flows import (
     LUInvertibleLinear,
     RandomPermutation,
     ReversePermutation,
-    flatten_parameters,
     level_sizes,
 )
+from skflow.flows._official_gradient import OfficialGlowGradient, is_log_scale, is_official
+from skflow.flows.optim import flatten_parameters
 
 
 def _randomise(module: torch.nn.Module, seed: int = 0, scale: float = 0.2) -> torch.nn.Module:
@@ -112,12 +113,53 @@ def test_official_parameter_count_for_768_features():
 
 def test_actnorm_data_init_keeps_constant_features_finite():
     norm = ActNorm(3)
-    norm.start_data_init()
     x = torch.tensor([[1.0, 5.0, 0.0], [3.0, 5.0, 2.0]])
-    y, logdet = norm(x)
+    y = norm.data_init(x)
+    torch.testing.assert_close(y, norm(x)[0])
     torch.testing.assert_close(y[:, 1], torch.zeros(2))
     torch.testing.assert_close(y[:, 0], torch.tensor([-1.0, 1.0]))
-    assert torch.isfinite(logdet)
+    assert torch.isfinite(norm(x)[1])
+
+
+@pytest.mark.parametrize("permutation", ["reverse", "lu"])
+def test_data_init_normalises_every_actnorm_input_in_one_pass(permutation):
+    gen = torch.Generator().manual_seed(0)
+    flow = Glow(10, n_levels=2, depth=2, hidden_channels=6, permutation=permutation, generator=gen).double()
+    x = torch.randn(500, 10, dtype=torch.float64, generator=gen) * torch.linspace(0.1, 5, 10, dtype=torch.float64) + 3
+    flow.data_init(x)
+    inputs = []
+    hooks = [m.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for m in flow.modules() if isinstance(m, ActNorm)]
+    flow(x)
+    for hook in hooks:
+        hook.remove()
+    assert len(inputs) == 4
+    for h, norm in zip(inputs, [m for m in flow.modules() if isinstance(m, ActNorm)]):
+        out = norm(h)[0]
+        torch.testing.assert_close(out.mean(0), torch.zeros_like(out[0]), atol=1e-10, rtol=0)
+        torch.testing.assert_close(out.std(0, unbiased=False), torch.ones_like(out[0]), atol=1e-8, rtol=0)
+
+
+def test_lu_layer_applies_the_factors_of_its_weight():
+    gen = torch.Generator().manual_seed(0)
+    layer = _randomise(LUInvertibleLinear(7, gen).double())
+    x = torch.randn(5, 7, dtype=torch.float64, generator=gen)
+    eye = torch.eye(7, dtype=torch.float64)
+    lower = torch.tril(layer.lower, -1) + eye
+    upper = torch.triu(layer.upper, 1) + torch.diag(layer.sign_s * torch.exp(layer.log_s))
+    permutation = eye[layer.perm]
+    torch.testing.assert_close(layer.weight(), permutation @ lower @ upper)
+    torch.testing.assert_close(layer(x)[0], x @ layer.weight().T, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer(x)[1], torch.linalg.slogdet(layer.weight())[1])
+
+
+def test_lu_data_init_whitens_its_input():
+    gen = torch.Generator().manual_seed(0)
+    mixing = torch.randn(6, 6, dtype=torch.float64, generator=gen)
+    x = torch.randn(2000, 6, dtype=torch.float64, generator=gen) @ mixing + 4
+    layer = LUInvertibleLinear(6, gen).double()
+    y = layer.data_init(x)
+    # W = R C^{-1/2} with R a rotation stored in float32 (orthogonal to ~1e-7) before .double().
+    torch.testing.assert_close(torch.cov(y.T), torch.eye(6, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
 def test_flat_parameters_train_like_separate_ones():
@@ -149,52 +191,66 @@ def test_adam_weight_decay_has_no_bias_correction():
     torch.testing.assert_close(p.detach(), torch.tensor([expected]))
 
 
-def test_fused_layers_have_the_gradients_of_autograd():
-    from skflow.flows._fused import ActNormFunction, CouplingNetFunction
+def test_layer_backward_helpers_have_the_gradients_of_autograd():
+    from skflow.flows.actnorm import scale_shift, scale_shift_backward
+    from skflow.flows.couplings import coupling_net, coupling_net_backward, scaled_linear, scaled_linear_backward
 
     gen = torch.Generator().manual_seed(5)
 
     def rand(*shape):
         return (0.5 * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()
 
-    assert torch.autograd.gradcheck(ActNormFunction.apply, (rand(5, 4), rand(4), rand(4)))
-    args = (rand(5, 3), rand(6, 3), rand(6), rand(6), rand(6, 6), rand(6), rand(6), rand(4, 6), rand(4), rand(4))
-    assert torch.autograd.gradcheck(CouplingNetFunction.apply, args)
+    def check(forward, backward, inputs):
+        out = forward(*inputs)
+        grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+        expected = torch.autograd.grad(out, inputs, grad_out)
+        got = backward(out.detach(), grad_out, [t.detach() for t in inputs])
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
+    def shift_backward(out, grad_out, inputs):
+        x, bias, log_scale = inputs
+        grads = torch.empty(4, dtype=torch.float64), torch.empty(4, dtype=torch.float64)
+        grad_x = scale_shift_backward(grad_out, out, torch.exp(log_scale), *grads)
+        return grad_x, *grads
 
-def test_fused_official_step_matches_the_layer_by_layer_step():
-    from skflow.flows._fused import AdditiveReverseStepFunction
+    check(lambda x, b, s: scale_shift(x, b, torch.exp(s)), shift_backward, (rand(5, 4), rand(4), rand(4)))
 
-    gen = torch.Generator().manual_seed(6)
-    for d in (2, 5, 8):
-        step = _randomise(FlowStep(d, hidden_channels=6, coupling="additive", permutation="reverse", generator=gen).double())
-        x = torch.randn(7, d, dtype=torch.float64, generator=gen)
-        step._fusable = False
-        slow_y, slow_logdet = step(x)
-        step._fusable = True
-        fast_y, fast_logdet = step(x)
-        torch.testing.assert_close(fast_y, slow_y, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(torch.as_tensor(fast_logdet), torch.as_tensor(slow_logdet))
-        params = (step.actnorm.bias, step.actnorm.logs, *step.layers[1].net.fused_parameters())
-        inputs = (x.clone().requires_grad_(),) + tuple(p.detach().clone().requires_grad_() for p in params)
-        assert torch.autograd.gradcheck(AdditiveReverseStepFunction.apply, inputs)
+    def linear_backward(out, grad_out, inputs):
+        h, w, b, s = inputs
+        grads = torch.empty(3, 6, dtype=torch.float64), torch.empty(3, dtype=torch.float64), torch.empty(3, dtype=torch.float64)
+        return scaled_linear_backward(grad_out, out, h, w, torch.exp(s), grads), *grads
+
+    check(lambda h, w, b, s: scaled_linear(h, w, b, torch.exp(s)), linear_backward, (rand(5, 6), rand(3, 6), rand(3), rand(3)))
+
+    def net(x, *params):
+        return coupling_net(x, [(params[i], params[i + 1], torch.exp(params[i + 2])) for i in (0, 3, 6)])[0]
+
+    def net_backward(out, grad_out, inputs):
+        x, *params = inputs
+        layers = [(params[i], params[i + 1], torch.exp(params[i + 2])) for i in (0, 3, 6)]
+        _, saved = coupling_net(x, layers)
+        grads = [tuple(torch.empty_like(p) for p in params[i : i + 3]) for i in (0, 3, 6)]
+        grad_x = torch.zeros_like(x)
+        coupling_net_backward(saved, layers, grad_out, grads, grad_x)
+        return grad_x, *[g for layer in grads for g in layer]
+
+    inputs = (rand(7, 3), rand(6, 3), rand(6), rand(6), rand(6, 6), rand(6), rand(6), rand(4, 6), rand(4), rand(4))
+    check(net, net_backward, inputs)
 
 
 # ------------------------------------------------ gradient without autograd
 def _official_flow(d: int, seed: int = 0, rows: int = 40):
-    from skflow.flows.manual_grad import logs_first
-
     gen = torch.Generator().manual_seed(seed)
     flow = Glow(d, n_levels=3, depth=2, hidden_channels=8, generator=gen).double()
     x = torch.randn(rows, d, dtype=torch.float64, generator=gen) * torch.linspace(0.2, 3.0, d, dtype=torch.float64)
     flow.data_init(x)
     _randomise(flow, seed, scale=0.05)
-    return flow, x, flatten_parameters(flow, first=logs_first)
+    return flow, x, flatten_parameters(flow, first=is_log_scale)
 
 
 def _autograd_nll(flow, x, flat, loss_scale):
-    z, logdet = flow(x)
-    nll = z.square().sum() * (0.5 / len(x)) + 0.5 * x.shape[1] * np.log(2 * np.pi) - logdet.mean()
+    nll = -flow.log_prob(x).mean()
     flat.grad.zero_()
     (nll * loss_scale).backward()
     return nll.detach()
@@ -202,8 +258,6 @@ def _autograd_nll(flow, x, flat, loss_scale):
 
 @pytest.mark.parametrize("d", [2, 3, 7, 16, 33])
 def test_manual_gradient_equals_autograd(d):
-    from skflow.flows.manual_grad import OfficialGlowGradient
-
     flow, x, flat = _official_flow(d)
     expected_nll = _autograd_nll(flow, x, flat, 0.7)
     expected = flat.grad.clone()
@@ -216,8 +270,6 @@ def test_manual_gradient_equals_autograd(d):
 
 
 def test_manual_gradient_trains_like_autograd():
-    from skflow.flows.manual_grad import OfficialGlowGradient
-
     def train(manual: bool):
         flow, x, flat = _official_flow(9, seed=3)
         opt = AdamWeightDecay([flat], lr=1e-2)
@@ -231,8 +283,6 @@ def test_manual_gradient_trains_like_autograd():
 
 
 def test_manual_gradient_refuses_other_flows():
-    from skflow.flows.manual_grad import OfficialGlowGradient, is_official
-
     for kwargs in ({"coupling": "affine"}, {"permutation": "lu"}, {"permutation": "random"}):
         flow = Glow(6, **kwargs)
         assert not is_official(flow)
@@ -240,17 +290,17 @@ def test_manual_gradient_refuses_other_flows():
             OfficialGlowGradient(flow, flatten_parameters(flow))
     assert not is_official(Glow(1))
     flow = Glow(6)
-    with pytest.raises(ValueError, match="first=logs_first"):
+    with pytest.raises(ValueError, match="first=is_log_scale"):
         OfficialGlowGradient(flow, flatten_parameters(flow))
 
 
 def test_clip_grad_norm_matches_torch():
-    from skflow.gaussianizer import _clip_grad_norm
+    from skflow.flows.training import clip_grad_norm
 
     for scale in (0.01, 10.0):
         grad = torch.randn(100, generator=torch.Generator().manual_seed(0)) * scale
         p = torch.nn.Parameter(torch.zeros(100))
         p.grad = grad.clone()
         torch.nn.utils.clip_grad_norm_([p], 1.0)
-        _clip_grad_norm(grad, 1.0)
+        clip_grad_norm(grad, 1.0)
         torch.testing.assert_close(grad, p.grad)

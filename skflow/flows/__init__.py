@@ -1,15 +1,18 @@
 """A small PyTorch library of Glow layers for vectors; no scikit-learn in here.
 
-Every layer maps ``x -> (y, logdet)`` in ``forward`` and has an exact
-``inverse``. ``logdet`` is ``log|det dy/dx|``: a 0-d tensor (or ``0.0``) when it
-does not depend on the input, else one value per row.
+Every layer maps ``x -> (y, logdet)`` in ``forward``, has an exact
+``inverse`` and a ``data_init`` (see :class:`FlowLayer`). ``logdet`` is
+``log|det dy/dx|``: a 0-d tensor when it does not depend on the input, else
+one value per row. Training internals (the resumable trainer, the
+hand-written gradient of the official configuration) live in
+``skflow.flows.training`` and are not part of this API.
 """
 
 from skflow.flows.actnorm import ActNorm
-from skflow.flows.couplings import AdditiveCoupling, AffineCoupling, CouplingNet, ZeroLinear
-from skflow.flows.glow import COUPLINGS, PERMUTATIONS, FlowStep, Glow, level_sizes, standard_normal_log_prob
-from skflow.flows.manual_grad import OfficialGlowGradient, is_official, logs_first
-from skflow.flows.optim import AdamWeightDecay, flatten_parameters
+from skflow.flows.base import FlowLayer
+from skflow.flows.couplings import AdditiveCoupling, AffineCoupling, CouplingNet, ScaledLinear
+from skflow.flows.glow import COUPLINGS, PERMUTATIONS, FlowStep, Glow, level_sizes
+from skflow.flows.optim import AdamWeightDecay
 from skflow.flows.permutations import LUInvertibleLinear, RandomPermutation, ReversePermutation
 
 __all__ = [
@@ -20,16 +23,12 @@ __all__ = [
     "AdditiveCoupling",
     "AffineCoupling",
     "CouplingNet",
+    "FlowLayer",
     "FlowStep",
     "Glow",
     "LUInvertibleLinear",
-    "OfficialGlowGradient",
     "RandomPermutation",
     "ReversePermutation",
-    "ZeroLinear",
-    "flatten_parameters",
-    "is_official",
+    "ScaledLinear",
     "level_sizes",
-    "logs_first",
-    "standard_normal_log_prob",
 ]

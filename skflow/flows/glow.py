@@ -5,7 +5,6 @@ import math
 import torch
 from torch import nn
 
-from skflow.flows._fused import AdditiveReverseStepFunction
 from skflow.flows.actnorm import ActNorm
 from skflow.flows.couplings import AdditiveCoupling, AffineCoupling
 from skflow.flows.permutations import LUInvertibleLinear, RandomPermutation, ReversePermutation
@@ -42,8 +41,8 @@ def _make_permutation(kind: str, n_features: int, generator: torch.Generator | N
 class FlowStep(nn.Module):
     """One Glow step: ActNorm, then the permutation, then the coupling.
 
-    With a single feature there is nothing to permute or couple, and the
-    step is ActNorm alone.
+    With a single feature there is nothing to permute or couple: the step is
+    ActNorm alone, and ``permutation`` and ``coupling`` are None.
     """
 
     def __init__(
@@ -59,28 +58,32 @@ class FlowStep(nn.Module):
         if coupling not in COUPLINGS:
             raise ValueError(f"coupling must be one of {tuple(COUPLINGS)}, got {coupling!r}")
         self.actnorm = ActNorm(n_features)
-        self.layers = nn.ModuleList()
+        self.permutation = self.coupling = None
         if n_features >= 2:
-            self.layers.append(_make_permutation(permutation, n_features, generator))
-            self.layers.append(COUPLINGS[coupling](n_features, hidden_channels, generator))
-        # The official step (reversal + additive coupling) runs as one autograd node.
-        self._fusable = n_features >= 2 and permutation == "reverse" and coupling == "additive"
+            self.permutation = _make_permutation(permutation, n_features, generator)
+            self.coupling = COUPLINGS[coupling](n_features, hidden_channels, generator)
+
+    def layers(self) -> list[nn.Module]:
+        return [layer for layer in (self.actnorm, self.permutation, self.coupling) if layer is not None]
+
+    @torch.no_grad()
+    def data_init(self, x: torch.Tensor) -> torch.Tensor:
+        """Initialise every layer from the data that reaches it; returns the step's output."""
+        for layer in self.layers():
+            x = layer.data_init(x)
+        return x
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._fusable and not (self.actnorm._init_pending or self.layers[1].net.init_pending):
-            return AdditiveReverseStepFunction.apply(
-                x, self.actnorm.bias, self.actnorm.logs, *self.layers[1].net.fused_parameters()
-            )
-        x, logdet = self.actnorm(x)
-        for layer in self.layers:
+        logdet = 0.0
+        for layer in self.layers():
             x, layer_logdet = layer(x)
             logdet = logdet + layer_logdet
         return x, logdet
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
-        for layer in reversed(self.layers):
+        for layer in reversed(self.layers()):
             y = layer.inverse(y)
-        return self.actnorm.inverse(y)
+        return y
 
 
 class Glow(nn.Module):
@@ -111,6 +114,8 @@ class Glow(nn.Module):
     >>> z, logdet = flow(x)
     >>> torch.allclose(flow.inverse(z), x)
     True
+    >>> flow.log_prob(x).shape
+    torch.Size([4])
     """
 
     def __init__(
@@ -143,20 +148,24 @@ class Glow(nn.Module):
             for size in self.sizes
         )
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map data to the latent; returns ``z`` and ``log|det dz/dx|`` per row."""
-        logdet = x.new_zeros(())
-        factored = []
-        h = x
+    def _run(self, x: torch.Tensor, step_fn) -> tuple[torch.Tensor, list]:
+        """Apply ``step_fn`` to every step, factoring out after every level but the last."""
+        outputs, factored, h = [], [], x
         for index, steps in enumerate(self.levels):
             for step in steps:
-                h, step_logdet = step(h)
-                logdet = logdet + step_logdet
+                h, extra = step_fn(step, h)
+                outputs.append(extra)
             if index + 1 < len(self.sizes):
                 keep = self.sizes[index + 1]
                 factored.append(h[:, keep:])
                 h = h[:, :keep]
         z = torch.cat([h, *reversed(factored)], dim=1) if factored else h
+        return z, outputs
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Map data to the latent; returns ``z`` and ``log|det dz/dx|`` per row."""
+        z, logdets = self._run(x, lambda step, h: step(h))
+        logdet = sum(logdets, x.new_zeros(()))
         return z, logdet.expand(x.shape[0]) if logdet.dim() == 0 else logdet
 
     def inverse(self, z: torch.Tensor) -> torch.Tensor:
@@ -169,20 +178,20 @@ class Glow(nn.Module):
                 h = step.inverse(h)
         return h
 
+    def latent_and_log_prob(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The latent ``z`` of each row and its log-density in nats.
+
+        The one place where the latent and the log-determinant become a
+        log-likelihood: ``log N(z; 0, I) + log|det dz/dx|``.
+        """
+        z, logdet = self(x)
+        return z, -0.5 * (z.square().sum(dim=1) + z.shape[1] * LOG_2PI) + logdet
+
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Log-density of each row of ``x`` in nats."""
-        z, logdet = self(x)
-        return standard_normal_log_prob(z) + logdet
+        return self.latent_and_log_prob(x)[1]
 
     @torch.no_grad()
     def data_init(self, x: torch.Tensor) -> None:
-        """Data-dependent initialisation of every ActNorm (and LU layer) from a batch ``x``."""
-        for module in self.modules():
-            if isinstance(module, (ActNorm, LUInvertibleLinear)):
-                module.start_data_init()
-        self(x)
-
-
-def standard_normal_log_prob(z: torch.Tensor) -> torch.Tensor:
-    """Row-wise log-density of N(0, I) in nats."""
-    return -0.5 * (z.square().sum(dim=1) + z.shape[1] * LOG_2PI)
+        """Data-dependent initialisation of every layer, in one pass over a batch ``x``."""
+        self._run(x, lambda step, h: (step.data_init(h), None))

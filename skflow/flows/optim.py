@@ -1,8 +1,38 @@
 """BERT's AdamWeightDecay optimiser, the one the official BERT-flow code trains the flow with."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
+
+
+@torch.no_grad()
+def adam_weight_decay_update(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+    *,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+    weight_decay: float = 0.01,
+) -> None:
+    r"""One AdamWeightDecay update, in place: the moments, then the parameters.
+
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
+    ``p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)``: no bias
+    correction (pass a corrected ``lr`` for it).
+    """
+    beta1, beta2 = betas
+    torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denom, eps)
+    update = torch._foreach_div(exp_avgs, denom)
+    if weight_decay:
+        torch._foreach_add_(update, params, alpha=weight_decay)
+    torch._foreach_add_(params, update, alpha=-lr)
 
 
 class AdamWeightDecay(torch.optim.Optimizer):
@@ -35,7 +65,6 @@ class AdamWeightDecay(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            grads = [p.grad for p in params]
             states = [self.state[p] for p in params]
             for p, state in zip(params, states):
                 if not state:
@@ -43,22 +72,21 @@ class AdamWeightDecay(torch.optim.Optimizer):
                     state["m"] = torch.zeros_like(p)
                     state["v"] = torch.zeros_like(p)
                 state["step"] += 1
-            m = [s["m"] for s in states]
-            v = [s["v"] for s in states]
-            beta1, beta2 = group["betas"]
-            torch._foreach_lerp_(m, grads, 1.0 - beta1)
-            torch._foreach_mul_(v, beta2)
-            torch._foreach_addcmul_(v, grads, grads, value=1.0 - beta2)
             lr = group["lr"]
             if group["bias_correction"]:
+                beta1, beta2 = group["betas"]
                 t = states[0]["step"]
                 lr = lr * (1.0 - beta2**t) ** 0.5 / (1.0 - beta1**t)
-            denom = torch._foreach_sqrt(v)
-            torch._foreach_add_(denom, group["eps"])
-            update = torch._foreach_div(m, denom)
-            if group["weight_decay"]:
-                torch._foreach_add_(update, params, alpha=group["weight_decay"])
-            torch._foreach_add_(params, update, alpha=-lr)
+            adam_weight_decay_update(
+                params,
+                [p.grad for p in params],
+                [s["m"] for s in states],
+                [s["v"] for s in states],
+                lr=lr,
+                betas=group["betas"],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+            )
         return loss
 
 

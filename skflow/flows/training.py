@@ -1,0 +1,202 @@
+"""Maximum-likelihood training of a Glow that can stop and resume: weights, optimiser state, step count.
+
+`FlowTrainer` is what `FlowGaussianizer.fit` runs (and what ``partial_fit``
+continues). It is an internal of the estimator, not part of the model API in
+``skflow.flows``.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from skflow.flows._official_gradient import OfficialGlowGradient, is_log_scale, is_official
+from skflow.flows.glow import Glow
+from skflow.flows.optim import adam_weight_decay_update, flatten_parameters
+
+# Rows per forward pass when scoring without gradients, to bound memory.
+SCORING_CHUNK = 8192
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite; the step that produced it was not applied.
+
+    ``step`` (1-based, with ``n_batches`` steps in the epoch) and ``epoch``
+    (1-based) say where, once known.
+    """
+
+    def __init__(self, loss: float, *, step: int | None = None, n_batches: int | None = None, epoch: int | None = None):
+        super().__init__(loss, step, n_batches, epoch)
+        self.loss, self.step, self.n_batches, self.epoch = loss, step, n_batches, epoch
+
+    def __str__(self) -> str:
+        where = []
+        if self.epoch is not None:
+            where.append(f"epoch {self.epoch}")
+        if self.step is not None:
+            where.append(f"step {self.step} of {self.n_batches}")
+        at = f" at {', '.join(where)}" if where else ""
+        return f"the training loss became non-finite{at} (loss={self.loss})"
+
+
+def clip_grad_norm(grad: torch.Tensor, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` for one flat gradient, in three operations."""
+    coef = max_norm / (torch.linalg.vector_norm(grad) + 1e-6)
+    grad.mul_(coef.clamp_(max=1.0))
+
+
+class FlowTrainer:
+    """Trains ``flow`` by minimising the negative log-likelihood, one batch at a time.
+
+    The loss is the official one, the NLL in bits per dimension; the
+    gradient comes from :class:`OfficialGlowGradient` for the official
+    configuration and from autograd otherwise. Optimiser: BERT's
+    AdamWeightDecay (:func:`adam_weight_decay_update`) on one flat parameter
+    vector, after a global gradient-norm clip. The trainer holds the
+    optimiser's moments itself (``exp_avg``, ``exp_avg_sq``), so that
+    training can resume where it stopped.
+
+    Parameters
+    ----------
+    flow : Glow
+        An initialised flow (see :meth:`Glow.data_init`), on the training device.
+    learning_rate, weight_decay : float
+    clip_grad_norm : float or None
+    """
+
+    def __init__(
+        self, flow: Glow, *, learning_rate: float, weight_decay: float, clip_grad_norm: float | None
+    ) -> None:
+        self.flow = flow
+        official = is_official(flow)
+        self.parameters = flatten_parameters(flow, first=is_log_scale if official else None)
+        self._official_gradient = OfficialGlowGradient(flow, self.parameters) if official else None
+        self.exp_avg = torch.zeros_like(self.parameters)
+        self.exp_avg_sq = torch.zeros_like(self.parameters)
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.clip_grad_norm = clip_grad_norm
+        self._bits_per_nat = 1.0 / (flow.n_features * math.log(2.0))
+        self.n_steps = 0
+
+    def step(self, batch: torch.Tensor) -> float:
+        """One optimiser step on ``batch``; returns its mean NLL per row in nats."""
+        if self._official_gradient is not None:
+            nll = self._official_gradient(batch, self._bits_per_nat)
+        else:
+            nll = -self.flow.log_prob(batch).mean()
+            self.parameters.grad.zero_()
+            (nll * self._bits_per_nat).backward()
+        if self.clip_grad_norm is not None:
+            clip_grad_norm(self.parameters.grad, self.clip_grad_norm)
+        value = nll.item()
+        if not math.isfinite(value):
+            raise NonFiniteLossError(value)
+        adam_weight_decay_update(
+            [self.parameters],
+            [self.parameters.grad],
+            [self.exp_avg],
+            [self.exp_avg_sq],
+            lr=self.learning_rate,
+            weight_decay=self.weight_decay,
+        )
+        self.n_steps += 1
+        return value
+
+    def epoch(
+        self,
+        data: torch.Tensor,
+        batch_size: int,
+        generator: torch.Generator,
+        on_step: Callable[[float], None] | None = None,
+    ) -> float:
+        """One pass over ``data`` in a random order, dropping the last incomplete batch (as the
+        official input pipeline does); returns the mean loss in nats per row."""
+        order = torch.randperm(len(data), generator=generator).to(data.device)
+        n_batches = len(data) // batch_size
+        total = 0.0
+        for index in range(n_batches):
+            try:
+                loss = self.step(data[order[index * batch_size : (index + 1) * batch_size]])
+            except NonFiniteLossError as exc:
+                exc.step, exc.n_batches = index + 1, n_batches
+                raise
+            total += loss
+            if on_step is not None:
+                on_step(loss)
+        return total / n_batches
+
+    @torch.no_grad()
+    def mean_log_prob(self, data: torch.Tensor) -> float:
+        """Mean log-likelihood per row of ``data``, in nats."""
+        total = 0.0
+        for start in range(0, len(data), SCORING_CHUNK):
+            total += float(self.flow.log_prob(data[start : start + SCORING_CHUNK]).sum())
+        return total / len(data)
+
+    def weights(self) -> torch.Tensor:
+        """A copy of every parameter, flat."""
+        return self.parameters.detach().clone()
+
+    @torch.no_grad()
+    def load_weights(self, weights: torch.Tensor) -> None:
+        self.parameters.copy_(weights)
+
+    def weights_are_finite(self) -> bool:
+        return bool(torch.isfinite(self.parameters).all())
+
+
+@dataclass
+class TrainingHistory:
+    """Per-epoch record of :func:`train_epochs`."""
+
+    loss_curve: list[float] = field(default_factory=list)
+    validation_scores: list[float] | None = None
+    best_validation_score: float | None = None
+
+
+def train_epochs(
+    trainer: FlowTrainer,
+    data: torch.Tensor,
+    *,
+    max_epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    validation: torch.Tensor | None = None,
+    tol: float = 0.0,
+    n_iter_no_change: int = 1,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainingHistory:
+    """Up to ``max_epochs`` epochs; with ``validation``, early stopping that keeps the best epoch.
+
+    After each epoch the mean log-likelihood of ``validation`` is scored; the
+    loop stops once it has not improved by ``tol`` for ``n_iter_no_change``
+    epochs, and the weights of the best epoch are restored. A non-finite loss
+    raises :class:`NonFiniteLossError` naming the epoch and step.
+    """
+    history = TrainingHistory()
+    if validation is not None:
+        history.validation_scores = []
+        best_score, best_weights, epochs_without_gain = -math.inf, None, 0
+    for epoch in range(max_epochs):
+        try:
+            loss = trainer.epoch(data, batch_size, generator, None if on_step is None else lambda v: on_step(epoch, v))
+        except NonFiniteLossError as exc:
+            exc.epoch = epoch + 1
+            raise
+        history.loss_curve.append(loss)
+        if validation is None:
+            continue
+        score = trainer.mean_log_prob(validation)
+        history.validation_scores.append(score)
+        if score > best_score + tol:
+            best_score, best_weights, epochs_without_gain = score, trainer.weights(), 0
+        else:
+            epochs_without_gain += 1
+            if epochs_without_gain >= n_iter_no_change:
+                break
+    if validation is not None:
+        trainer.load_weights(best_weights)
+        history.best_validation_score = best_score
+    return history
