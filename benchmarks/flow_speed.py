@@ -12,7 +12,14 @@ loop and optimiser (``torch.optim.AdamW``) a user would write.
 Each measurement runs in its own process, so peak memory (max RSS above the
 process's baseline after loading the data) is per method.
 
+``--coupling affine`` and ``--permutation lu`` / ``random`` change both sides
+alike: normflows' ``AffineCouplingBlock(scale=True)`` (its exp scale map;
+skflow bounds the log-scale with tanh), ``LULinearPermute`` and
+``Permute(mode="shuffle")``; the default fixed permutation is normflows'
+``Permute(mode="swap")``.
+
     python benchmarks/flow_speed.py [--n-train 20000] [--dim 384] [--epochs 1] [--threads 0] [--repeats 1]
+                                    [--coupling additive|affine] [--permutation reverse|random|lu]
 """
 
 import argparse
@@ -39,7 +46,9 @@ def _write_data(args, path: str) -> None:
 def run_skflow(args, X, X_test):
     from skflow import FlowGaussianizer
 
-    flow = FlowGaussianizer(max_epochs=args.epochs, device="cpu", random_state=0)
+    flow = FlowGaussianizer(
+        max_epochs=args.epochs, coupling=args.coupling, permutation=args.permutation, device="cpu", random_state=0
+    )
     flow.fit(X[:640])  # warm-up: first-call costs of torch and MKL
     start = time.perf_counter()
     flow.fit(X)
@@ -50,7 +59,7 @@ def run_skflow(args, X, X_test):
     return fit_s, transform_s, flow.score(X_test)
 
 
-def build_normflows_glow(d: int, n_levels: int, depth: int, hidden: int):
+def build_normflows_glow(d: int, n_levels: int, depth: int, hidden: int, coupling="additive", permutation="reverse"):
     import normflows as nf
 
     from skflow.flows import level_sizes
@@ -74,10 +83,15 @@ def build_normflows_glow(d: int, n_levels: int, depth: int, hidden: int):
     for size in reversed(sizes):
         level = []
         for _ in range(depth):
-            net = nf.nets.MLP([size // 2, hidden, hidden, size - size // 2], init_zeros=True)
+            n_out = (size - size // 2) * (2 if coupling == "affine" else 1)
+            net = nf.nets.MLP([size // 2, hidden, hidden, n_out], init_zeros=True)
+            if permutation == "lu":
+                mixing = nf.flows.LULinearPermute(size)
+            else:
+                mixing = nf.flows.Permute(size, mode="shuffle" if permutation == "random" else "swap")
             level += [
-                nf.flows.AffineCouplingBlock(net, scale=False),
-                nf.flows.Permute(size, mode="swap"),
+                nf.flows.AffineCouplingBlock(net, scale=coupling == "affine"),
+                mixing,
                 ActNorm((size,)),
             ]
         flows.append(level)
@@ -88,9 +102,9 @@ def build_normflows_glow(d: int, n_levels: int, depth: int, hidden: int):
 
 
 def run_normflows(args, X, X_test):
-    _train_normflows(X[:640], 1)  # warm-up: first-call costs of torch and MKL
+    _train_normflows(args, X[:640], 1)  # warm-up: first-call costs of torch and MKL
     start = time.perf_counter()
-    model = _train_normflows(X, args.epochs)
+    model = _train_normflows(args, X, args.epochs)
     fit_s = time.perf_counter() - start
     model.eval()
     data = torch.from_numpy(X)
@@ -104,10 +118,10 @@ def run_normflows(args, X, X_test):
     return fit_s, transform_s, held_out
 
 
-def _train_normflows(X, epochs):
+def _train_normflows(args, X, epochs):
     generator = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
-    model = build_normflows_glow(X.shape[1], 3, 3, 32)
+    model = build_normflows_glow(X.shape[1], 3, 3, 32, args.coupling, args.permutation)
     data = torch.from_numpy(X)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     batch = 64
@@ -146,6 +160,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per library; medians are reported")
+    parser.add_argument("--coupling", choices=["additive", "affine"], default="additive")
+    parser.add_argument("--permutation", choices=["reverse", "random", "lu"], default="reverse")
     parser.add_argument("--child", choices=["skflow", "normflows"], help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -165,7 +181,8 @@ def main(argv=None):
     s = {k: float(np.median([r[k] for r in runs["skflow"]])) for k in runs["skflow"][0]}
     p = {k: float(np.median([r[k] for r in runs["normflows"]])) for k in runs["normflows"][0]}
     fit_ratios = [a["fit_vectors_per_s"] / b["fit_vectors_per_s"] for a, b in zip(runs["skflow"], runs["normflows"])]
-    print(f"{args.n_train} x {args.dim} float32, {args.epochs} epoch(s), batch 64, torch {torch.__version__}, "
+    print(f"{args.coupling} coupling, {args.permutation} permutation; "
+          f"{args.n_train} x {args.dim} float32, {args.epochs} epoch(s), batch 64, torch {torch.__version__}, "
           f"{torch.get_num_threads() if not args.threads else args.threads} threads; "
           f"median of {args.repeats} run(s) per library\n")
     print("| | skflow | normflows | ratio |")
@@ -181,6 +198,7 @@ def main(argv=None):
     if args.repeats > 1:
         print(f"\nfit ratio per run (run i of skflow / run i of normflows): "
               f"{', '.join(f'{r:.2f}x' for r in fit_ratios)}")
+        print(f"skflow fit throughput per run: {', '.join(f'{r["fit_vectors_per_s"]:,.0f}' for r in runs['skflow'])}")
 
 if __name__ == "__main__":
     main()

@@ -22,8 +22,13 @@ POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
     "cls": ("cls", (-1,)),
     "mean": ("mean", (-1,)),
     "first_last_avg": ("mean", (1, -1)),
-    "last2avg": ("mean", (-2, -1)),
+    "last_two_avg": ("mean", (-2, -1)),
+    "last2avg": ("mean", (-2, -1)),  # deprecated alias of last_two_avg, see POOLING_ALIASES
 }
+# Old pooling name -> its new name. BERT-flow's paper says "last2avg" for what
+# its code computes, first_last_avg; skflow's "last2avg" meant the last two
+# blocks, so that name misled and is kept only as an alias.
+POOLING_ALIASES = {"last2avg": "last_two_avg"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -47,11 +52,12 @@ def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) 
         return str(path.resolve()), f"{path.resolve()}@{revision}"
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
     if looks_local:
-        raise EncoderNotFoundError(_not_found_message(name, revision, "there is no folder at that path"))
+        raise EncoderNotFoundError(not_found_message(name, revision, "there is no folder at that path"))
     return name, f"{name}@{revision}"
 
 
-def _not_found_message(name: str, revision: str | None, reason: str) -> str:
+def not_found_message(name: str, revision: str | None, reason: str) -> str:
+    """Why the encoder could not be loaded, and how to make it available offline."""
     rev = f" (revision {revision!r})" if revision else ""
     return (
         f"Could not load the encoder {name!r}{rev}: {reason}. "
@@ -106,6 +112,17 @@ def quiet_transformers():
             transformers.logging.enable_progress_bar()
 
 
+@functools.lru_cache(maxsize=16)
+def load_config(source: str, revision: str | None):
+    """The model's configuration (no weights), cached per process."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, revision=revision)
+    except OSError as exc:
+        raise EncoderNotFoundError(not_found_message(source, revision, str(exc).split("\n")[0])) from exc
+
+
 @functools.lru_cache(maxsize=4)
 def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_blocks: int | None):
     """Tokenizer and model in eval mode, shared by every estimator in the process.
@@ -121,7 +138,7 @@ def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_b
             model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype])
     except OSError as exc:
         raise EncoderNotFoundError(
-            _not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
+            not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
         ) from exc
     blocks = _transformer_blocks(model)
     if blocks is not None:  # BERT-like: drop what the pooling never reads

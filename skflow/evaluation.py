@@ -18,7 +18,7 @@ from sklearn.decomposition import PCA
 from skflow.datasets import STS_SETS, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.metrics import _check_protocol, sts_report
+from skflow.metrics import check_protocol, sts_report
 
 __all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables"]
 
@@ -141,7 +141,7 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
     methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
     out = []
     for protocol in protocols:
-        _check_protocol(protocol)
+        check_protocol(protocol)
         heading = f"{title} — " if title else ""
         out.append(f"{heading}protocol `{protocol}`, Spearman x 100\n")
         out.append("| method | " + " | ".join(SET_LABELS[s] for s in sets) + " | Avg |")

@@ -1,6 +1,5 @@
 """FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
 
-import copy
 import math
 from numbers import Integral, Real
 
@@ -9,17 +8,17 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from skflow._device import resolve_device
+from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
+from skflow._progress import progress_bar
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 from skflow.metrics import sts_spearman
 
 # Rows used for the data-dependent ActNorm initialisation.
 _INIT_SAMPLES = 4096
-# Rows per chunk at inference, to bound memory on large inputs.
-_INFERENCE_CHUNK = 8192
 
 
 class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -211,7 +210,7 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         """
         before = self.__dict__.copy()
         try:
-            X2d, _ = self._validate_input(X, reset=True)
+            X2d, _ = validate_embeddings(self, X, reset=True)
             device = resolve_device(self.device)
         except BaseException:
             self.__dict__.clear()
@@ -229,73 +228,39 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
     def _fit_flow(self, X: np.ndarray, device: torch.device) -> None:
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        n_samples, n_features = X.shape
-        config = dict(
-            n_features=n_features,
-            n_levels=self.n_levels,
-            depth=self.depth,
-            hidden_channels=self.hidden_channels,
-            coupling=self.coupling,
-            permutation=self.permutation,
-        )
-        flow = _build_flow(config, generator).to(device)
-        data = torch.tensor(X, dtype=torch.float32, device=device)
-        validation = None
+        config = dict(n_features=X.shape[1], n_levels=self.n_levels, depth=self.depth,
+                      hidden_channels=self.hidden_channels, coupling=self.coupling, permutation=self.permutation)
+        flow = Glow(**config, generator=generator).to(device)
+        data, validation = torch.tensor(X, dtype=torch.float32, device=device), None
         if self.early_stopping:
-            n_validation = math.ceil(self.validation_fraction * n_samples)
-            if n_samples - n_validation < 2:
+            n_validation = math.ceil(self.validation_fraction * len(data))
+            if len(data) - n_validation < 2:
                 raise ValueError(
-                    f"early_stopping holds out {n_validation} of {n_samples} rows "
+                    f"early_stopping holds out {n_validation} of {len(data)} rows "
                     f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
                     "on; lower validation_fraction or pass more rows."
                 )
-            split = torch.randperm(n_samples, generator=generator).to(device)
+            split = torch.randperm(len(data), generator=generator).to(device)
             validation, data = data[split[:n_validation]], data[split[n_validation:]]
-            n_samples -= n_validation
-        order = torch.randperm(n_samples, generator=generator).to(device)
-        flow.data_init(data[order[:_INIT_SAMPLES]])
+        flow.data_init(data[torch.randperm(len(data), generator=generator).to(device)[:_INIT_SAMPLES]])
         trainer = FlowTrainer(
             flow, learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm
         )
-        batch_size = min(self.batch_size, n_samples)
-        progress = on_step = None
-        if self.verbose:
-            from tqdm.auto import tqdm
-
-            progress = tqdm(
-                total=self.max_epochs * (n_samples // batch_size), desc="FlowGaussianizer", unit="batch"
-            )
-
-            def on_step(epoch: int, loss: float) -> None:
-                progress.update()
-                progress.set_postfix(epoch=epoch + 1, nll=f"{loss:.3f}")
-
-        try:
-            history = train_epochs(
-                trainer,
-                data,
-                max_epochs=self.max_epochs,
-                batch_size=batch_size,
-                generator=generator,
-                validation=validation,
-                tol=self.tol,
-                n_iter_no_change=self.n_iter_no_change,
-                on_step=on_step,
-            )
-        except NonFiniteLossError as exc:
-            raise FloatingPointError(
-                f"FlowGaussianizer: {exc}. Try a lower learning_rate (now {self.learning_rate}), "
-                "coupling='additive', or standardising the input."
-            ) from exc
-        finally:
-            if progress is not None:
-                progress.close()
-        if not trainer.weights_are_finite():
-            raise FloatingPointError(
-                "FlowGaussianizer: the last training step left non-finite weights. "
-                f"Try a lower learning_rate (now {self.learning_rate})."
-            )
-        self.flow_ = _inference_copy(flow)
+        batch_size = min(self.batch_size, len(data))
+        total = self.max_epochs * (len(data) // batch_size)
+        with progress_bar("FlowGaussianizer", total, enabled=bool(self.verbose)) as update:
+            try:
+                history = train_epochs(
+                    trainer, data, max_epochs=self.max_epochs, batch_size=batch_size, generator=generator,
+                    validation=validation, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
+                    on_step=lambda epoch, loss: update(epoch=epoch + 1, nll=f"{loss:.3f}"),
+                )
+            except NonFiniteLossError as exc:
+                raise FloatingPointError(
+                    f"FlowGaussianizer: {exc}. Try a lower learning_rate (now {self.learning_rate}), "
+                    "coupling='additive', or standardising the input."
+                ) from exc
+        self.flow_ = trainer.inference_copy()
         self._flow_config = config
         self.n_iter_ = len(history.loss_curve)
         self.loss_curve_ = history.loss_curve
@@ -316,8 +281,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             float32 for float32 input, else float64.
         """
         check_is_fitted(self)
-        X2d, shape = self._validate_input(X, reset=False)
-        z, _ = self._forward(X2d)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        z, _ = latent_and_log_prob(self.flow_, X2d)
         return z.reshape(shape).astype(X2d.dtype, copy=False)
 
     def inverse_transform(self, X):
@@ -333,20 +298,9 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         X_original : ndarray of the same shape as ``X``
         """
         check_is_fitted(self)
-        Z = check_array(X, dtype=[np.float64, np.float32], allow_nd=True, input_name="X")
-        if Z.ndim not in (2, 3):
-            raise ValueError(f"Expected a 2-D or 3-D array, got {Z.ndim}-D input instead.")
-        if Z.shape[-1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {Z.shape[-1]} features, but FlowGaussianizer is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        with torch.no_grad():
-            chunks = [
-                self.flow_.inverse(_to_tensor(part)).numpy()
-                for part in _chunks(Z.reshape(-1, Z.shape[-1]))
-            ]
-        return np.concatenate(chunks).reshape(Z.shape).astype(Z.dtype, copy=False)
+        Z = validate_latents(X, self.n_features_in_)
+        X_original = inverse(self.flow_, Z.reshape(-1, Z.shape[-1]))
+        return X_original.reshape(Z.shape).astype(Z.dtype, copy=False)
 
     def score_samples(self, X):
         """Log-likelihood of each sample under the model, in nats.
@@ -360,8 +314,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
         """
         check_is_fitted(self)
-        X2d, shape = self._validate_input(X, reset=False)
-        _, log_prob = self._forward(X2d)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        _, log_prob = latent_and_log_prob(self.flow_, X2d)
         return log_prob.reshape(shape[:-1])
 
     def score(self, X, y=None):
@@ -383,16 +337,16 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             as scikit-learn's density estimators do.
         """
         check_is_fitted(self)
-        X2d, shape = self._validate_input(X, reset=False)
+        X2d, shape = validate_embeddings(self, X, reset=False)
         if len(shape) == 3 and y is not None:
             if shape[1] != 2:
                 raise ValueError(
                     f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
                     f"n_features), got shape {shape}."
                 )
-            z, _ = self._forward(X2d)
+            z, _ = latent_and_log_prob(self.flow_, X2d)
             return sts_spearman(z.reshape(shape), y)
-        _, log_prob = self._forward(X2d)
+        _, log_prob = latent_and_log_prob(self.flow_, X2d)
         return float(np.mean(log_prob))
 
     def sample(self, n_samples=1, random_state=None):
@@ -414,36 +368,6 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         return self.inverse_transform(rng.standard_normal((n_samples, self.n_features_in_)))
 
     # -------------------------------------------------------------- helpers
-    def _validate_input(self, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Validate 2-D or 3-D input; returns it as 2-D rows and the original shape."""
-        is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
-        if not is_frame and _ndim(X) == 3:
-            X3 = check_array(
-                X, dtype=[np.float64, np.float32], allow_nd=True, ensure_min_samples=1, input_name="X"
-            )
-            X2d = validate_data(
-                self,
-                X3.reshape(-1, X3.shape[-1]),
-                reset=reset,
-                dtype=[np.float64, np.float32],
-                ensure_min_samples=2 if reset else 1,
-            )
-            return X2d, X3.shape
-        X2d = validate_data(
-            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
-        )
-        return X2d, X2d.shape
-
-    def _forward(self, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64."""
-        zs, log_probs = [], []
-        with torch.no_grad():
-            for part in _chunks(X2d):
-                z, log_prob = self.flow_.latent_and_log_prob(_to_tensor(part))
-                zs.append(z.numpy())
-                log_probs.append(log_prob.numpy())
-        return np.concatenate(zs), np.concatenate(log_probs)
-
     @property
     def _n_features_out(self):
         return self.n_features_in_
@@ -459,48 +383,12 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         weights = state.pop("flow_", None)
         super().__setstate__(state)
         if weights is not None:
-            flow = _build_flow(self._flow_config, torch.Generator().manual_seed(0)).double()
+            flow = Glow(**self._flow_config).double()
             flow.load_state_dict({name: torch.tensor(np.array(a)) for name, a in weights.items()})
-            self.flow_ = _inference_copy(flow)
+            self.flow_ = flow.eval().requires_grad_(False)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.three_d_array = True
         return tags
-
-
-def _build_flow(config: dict, generator: torch.Generator) -> Glow:
-    config = dict(config)
-    return Glow(config.pop("n_features"), generator=generator, **config)
-
-
-def _inference_copy(flow: Glow) -> Glow:
-    """A float64 CPU copy in eval mode with no gradients, detached from any flat buffer."""
-    copy_ = copy.deepcopy(flow).cpu().double().eval()
-    for p in copy_.parameters():
-        p.data = p.data.clone()
-        p.grad = None
-        p.requires_grad_(False)
-    return copy_
-
-
-def _to_tensor(X: np.ndarray) -> torch.Tensor:
-    """float64 tensor sharing memory with ``X`` when possible (read-only memmaps are copied)."""
-    X = np.asarray(X, dtype=np.float64)
-    return torch.from_numpy(X if X.flags.writeable else X.copy())
-
-
-def _chunks(X: np.ndarray):
-    for start in range(0, X.shape[0], _INFERENCE_CHUNK):
-        yield X[start : start + _INFERENCE_CHUNK]
-
-
-def _ndim(X) -> int:
-    shape = getattr(X, "shape", None)
-    if shape is not None:
-        return len(shape)
-    try:
-        return np.ndim(np.asarray(X, dtype=object))
-    except (ValueError, TypeError):
-        return -1

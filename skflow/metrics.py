@@ -14,7 +14,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.utils._metadata_requests import _MetadataRequester
 
-__all__ = ["PROTOCOLS", "STSScorer", "make_sts_scorer", "paired_cosine", "sts_report", "sts_spearman"]
+__all__ = ["PROTOCOLS", "STSScorer", "check_protocol", "make_sts_scorer", "paired_cosine", "sts_report", "sts_spearman"]
 
 PROTOCOLS = ("wmean", "mean", "all")
 
@@ -88,7 +88,8 @@ def sts_report(pairs, scores, subsets=None) -> dict:
     }
 
 
-def _check_protocol(protocol: str) -> None:
+def check_protocol(protocol: str) -> None:
+    """Raise a ValueError naming the valid protocols unless ``protocol`` is one of them."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
 
@@ -124,7 +125,7 @@ def sts_spearman(pairs, scores, *, subsets=None, protocol: str = "wmean") -> flo
     >>> sts_spearman(pairs, [5.0, 0.0, 2.5])
     1.0
     """
-    _check_protocol(protocol)
+    check_protocol(protocol)
     return sts_report(pairs, scores, subsets)[protocol]
 
 
@@ -143,7 +144,7 @@ class STSScorer(_MetadataRequester):
     """
 
     def __init__(self, protocol: str = "wmean"):
-        _check_protocol(protocol)
+        check_protocol(protocol)
         self.protocol = protocol
 
     def score(self, estimator, X, y, subsets=None) -> float:

@@ -74,3 +74,16 @@ def test_make_method():
     assert make_method("flow", random_state=3, flow_params={"max_epochs": 2}).get_params()["max_epochs"] == 2
     with pytest.raises(ValueError, match="valid methods are none, whiten, whiten-K"):
         make_method("whitening")
+
+
+def test_device_reaches_the_encoder_and_the_flow(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_evaluate(embedder, *, random_state, flow_params, **kwargs):
+        seen["encoder"] = embedder.device
+        seen["flow"] = make_method("flow", random_state=random_state, flow_params=flow_params).device
+        return {"sets": {}, "skipped": {}}
+
+    monkeypatch.setattr("skflow.cli.evaluate", fake_evaluate)
+    main(["evaluate", "--device", "cpu", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"])
+    assert seen == {"encoder": "cpu", "flow": "cpu"}

@@ -83,7 +83,7 @@ def test_sick_fixture_in_its_exact_format(tmp_path):
 def test_unscored_lines_are_skipped(tmp_path):
     folder = tmp_path / "STS15-en-test"
     folder.mkdir()
-    for subset in datasets._SETS["sts15"].subsets:
+    for subset in [part.label for part in datasets._SETS["sts15"].parts]:
         (folder / f"STS.input.{subset}.txt").write_text("a\tb\nc\td\ne\tf\n")
         (folder / f"STS.gs.{subset}.txt").write_text("1.5\n\n4\n")
     data = load_sts("sts15", data_home=tmp_path, download_if_missing=False)

@@ -69,7 +69,7 @@ def _f32(**kwargs):
 # ------------------------------------------------------------------ pooling
 @pytest.mark.parametrize(
     "pooling, layers",
-    [("mean", (-1,)), ("first_last_avg", (1, -1)), ("last2avg", (-2, -1))],
+    [("mean", (-1,)), ("first_last_avg", (1, -1)), ("last_two_avg", (-2, -1))],
 )
 def test_mean_poolings_match_transformers(reference, pooling, layers):
     hidden = reference["hidden"]
@@ -90,6 +90,23 @@ def test_first_last_avg_uses_first_block_not_embeddings(reference):
 def test_cls_is_first_token_of_last_layer(reference):
     expected = reference["hidden"][-1][:, 0].numpy()
     np.testing.assert_allclose(_f32(pooling="cls").transform(SENTENCES), expected, atol=1e-5)
+
+
+def test_last2avg_is_a_deprecated_alias_of_last_two_avg(reference):
+    with pytest.warns(FutureWarning, match="pooling='last_two_avg'.*paper's 'last2avg' is .*first_last_avg"):
+        old = _f32(pooling="last2avg").transform(SENTENCES)
+    np.testing.assert_array_equal(old, _f32(pooling="last_two_avg").transform(SENTENCES))
+    # ... and it is not the paper's last2avg (first and last block).
+    assert np.abs(old - _f32(pooling="first_last_avg").transform(SENTENCES)).max() > 1e-2
+
+
+def test_an_int_layer_is_that_one_hidden_state(reference):
+    np.testing.assert_allclose(
+        _f32(pooling="mean", layers=2).transform(SENTENCES), reference["masked_mean"](reference["hidden"][2]), atol=1e-5
+    )
+    np.testing.assert_array_equal(
+        _f32(pooling="cls", layers=-1).transform(SENTENCES), _f32(pooling="cls", layers=(-1,)).transform(SENTENCES)
+    )
 
 
 def test_cls_with_layers_averages_those_layers(reference):
@@ -200,8 +217,12 @@ def test_unknown_pooling_lists_the_valid_ones():
         BertEmbedder(pooling="max").transform(["a"])
     with pytest.raises(ValueError, match="layer 7 does not exist"):
         _f32(layers=(1, 7)).transform(["a"])
-    with pytest.raises(ValueError, match="non-empty sequence of ints"):
+    with pytest.raises(ValueError, match="an int or a non-empty sequence of ints"):
         _f32(layers=("1",)).transform(["a"])
+    with pytest.raises(ValueError, match="an int or a non-empty sequence of ints"):
+        _f32(layers=[]).transform(["a"])
+    with pytest.raises(InvalidParameterError, match="layers"):
+        _f32(layers=1.5).transform(["a"])
     with pytest.raises(ValueError, match="max_length=1000 exceeds"):
         _f32(max_length=1000).transform(["a"])
 

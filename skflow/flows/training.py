@@ -5,6 +5,7 @@ continues). It is an internal of the estimator, not part of the model API in
 ``skflow.flows``.
 """
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,15 +21,24 @@ SCORING_CHUNK = 8192
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite; the step that produced it was not applied.
+    """The training loss became NaN or infinite (the step that produced it was not applied), or,
+    with ``weights=True``, the weights did.
 
     ``step`` (1-based, with ``n_batches`` steps in the epoch) and ``epoch``
     (1-based) say where, once known.
     """
 
-    def __init__(self, loss: float, *, step: int | None = None, n_batches: int | None = None, epoch: int | None = None):
-        super().__init__(loss, step, n_batches, epoch)
-        self.loss, self.step, self.n_batches, self.epoch = loss, step, n_batches, epoch
+    def __init__(
+        self,
+        loss: float,
+        *,
+        step: int | None = None,
+        n_batches: int | None = None,
+        epoch: int | None = None,
+        weights: bool = False,
+    ):
+        super().__init__(loss, step, n_batches, epoch, weights)
+        self.loss, self.step, self.n_batches, self.epoch, self.weights = loss, step, n_batches, epoch, weights
 
     def __str__(self) -> str:
         where = []
@@ -37,6 +47,8 @@ class NonFiniteLossError(FloatingPointError):
         if self.step is not None:
             where.append(f"step {self.step} of {self.n_batches}")
         at = f" at {', '.join(where)}" if where else ""
+        if self.weights:
+            return f"the weights became non-finite{at}"
         return f"the training loss became non-finite{at} (loss={self.loss})"
 
 
@@ -146,6 +158,14 @@ class FlowTrainer:
     def weights_are_finite(self) -> bool:
         return bool(torch.isfinite(self.parameters).all())
 
+    def inference_copy(self) -> Glow:
+        """The flow as a float64 CPU copy in eval mode, without gradients, detached from the trainer."""
+        flow = copy.deepcopy(self.flow).cpu().double().eval()
+        for p in flow.parameters():
+            p.data = p.data.clone()  # its own storage, not a view into the flat training vector
+            p.grad = None
+        return flow.requires_grad_(False)
+
 
 @dataclass
 class TrainingHistory:
@@ -173,7 +193,8 @@ def train_epochs(
     After each epoch the mean log-likelihood of ``validation`` is scored; the
     loop stops once it has not improved by ``tol`` for ``n_iter_no_change``
     epochs, and the weights of the best epoch are restored. A non-finite loss
-    raises :class:`NonFiniteLossError` naming the epoch and step.
+    raises :class:`NonFiniteLossError` naming the epoch and step, and so do
+    non-finite weights at the end.
     """
     history = TrainingHistory()
     if validation is not None:
@@ -199,4 +220,6 @@ def train_epochs(
     if validation is not None:
         trainer.load_weights(best_weights)
         history.best_validation_score = best_score
+    if not trainer.weights_are_finite():
+        raise NonFiniteLossError(math.nan, epoch=len(history.loss_curve), weights=True)
     return history

@@ -1,0 +1,87 @@
+"""NumPy in, NumPy out for a fitted flow: 2-D or 3-D embedding arrays, validated, run in float64 chunks.
+
+`FlowGaussianizer` keeps the scikit-learn surface; this module owns the
+array shapes (``(n, d)`` rows, or ``(n, k, d)`` such as sentence pairs) and
+the chunked float64 CPU inference that makes results independent of batch
+and device.
+"""
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_array, validate_data
+
+from skflow.flows import Glow
+
+# Rows per chunk at inference, to bound memory on large inputs.
+INFERENCE_CHUNK = 8192
+_FLOAT_DTYPES = [np.float64, np.float32]
+
+
+def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape.
+
+    ``reset=True`` (fit) records ``n_features_in_`` and feature names on the
+    estimator, and needs at least two rows.
+    """
+    is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
+    min_samples = 2 if reset else 1
+    if not is_frame and _ndim(X) == 3:
+        X3 = check_array(X, dtype=_FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
+        X2d = validate_data(
+            estimator, X3.reshape(-1, X3.shape[-1]), reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples
+        )
+        return X2d, X3.shape
+    X2d = validate_data(estimator, X, reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples)
+    return X2d, X2d.shape
+
+
+def validate_latents(X, n_features: int) -> np.ndarray:
+    """Validate 2-D or 3-D latent vectors with ``n_features`` features (no feature names to check)."""
+    Z = check_array(X, dtype=_FLOAT_DTYPES, allow_nd=True, input_name="X")
+    if Z.ndim not in (2, 3):
+        raise ValueError(f"Expected a 2-D or 3-D array, got {Z.ndim}-D input instead.")
+    if Z.shape[-1] != n_features:
+        raise ValueError(
+            f"X has {Z.shape[-1]} features, but FlowGaussianizer is expecting {n_features} features as input."
+        )
+    return Z
+
+
+@torch.no_grad()
+def latent_and_log_prob(flow: Glow, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64."""
+    zs, log_probs = [], []
+    for part in _chunks(X2d):
+        z, log_prob = flow.latent_and_log_prob(_to_tensor(part))
+        zs.append(z.numpy())
+        log_probs.append(log_prob.numpy())
+    return np.concatenate(zs), np.concatenate(log_probs)
+
+
+@torch.no_grad()
+def inverse(flow: Glow, Z2d: np.ndarray) -> np.ndarray:
+    """Data-space rows of 2-D latent rows, in float64."""
+    return np.concatenate([flow.inverse(_to_tensor(part)).numpy() for part in _chunks(Z2d)])
+
+
+def _to_tensor(X: np.ndarray) -> torch.Tensor:
+    """float64 tensor sharing memory with ``X`` when possible (read-only memmaps are copied)."""
+    X = np.asarray(X, dtype=np.float64)
+    return torch.from_numpy(X if X.flags.writeable else X.copy())
+
+
+def _chunks(X: np.ndarray) -> Iterator[np.ndarray]:
+    for start in range(0, X.shape[0], INFERENCE_CHUNK):
+        yield X[start : start + INFERENCE_CHUNK]
+
+
+def _ndim(X) -> int:
+    shape = getattr(X, "shape", None)
+    if shape is not None:
+        return len(shape)
+    try:
+        return np.ndim(np.asarray(X, dtype=object))
+    except (ValueError, TypeError):
+        return -1

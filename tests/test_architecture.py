@@ -1,0 +1,135 @@
+"""The package's shape: no import cycle, no reach into another module's private names, small files."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import skflow
+
+PACKAGE = Path(skflow.__file__).parent
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, str]:
+    return {_module_name(p): p.read_text(encoding="utf-8") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _resolve(module: str, name: str, modules: set[str]) -> str | None:
+    """The skflow module that ``from module import name`` refers to, if ``name`` is one."""
+    return f"{module}.{name}" if f"{module}.{name}" in modules else None
+
+
+def analyse(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
+    """Import graph between the package's modules, and every use of another module's private name."""
+    modules = set(sources)
+    graph = {name: set() for name in sources}
+    problems = []
+    for name, source in sources.items():
+        tree = ast.parse(source)
+        imported_modules = {}  # local name -> skflow module
+        own_private = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        own_private |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        own_private |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        third_party = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "skflow":
+                        graph[name].add(alias.name)
+                    else:
+                        third_party.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] != "skflow":
+                    third_party.update(a.asname or a.name for a in node.names)
+                    continue
+                for alias in node.names:
+                    submodule = _resolve(node.module, alias.name, modules)
+                    if submodule is not None:  # a module: private ones are the package's own helpers
+                        graph[name].add(submodule)
+                        imported_modules[alias.asname or alias.name] = submodule
+                    else:
+                        graph[name].add(node.module)
+                        if _is_private(alias.name):
+                            problems.append(f"{name} imports {node.module}.{alias.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in imported_modules:
+                problems.append(f"{name} uses {imported_modules[base.id]}.{node.attr}")
+            elif isinstance(base, ast.Name) and (base.id in {"self", "cls"} or base.id in third_party):
+                continue
+            elif node.attr not in own_private:
+                problems.append(f"{name} reads {ast.unparse(node)}, a private name of another module")
+    for name in graph:
+        graph[name] = {m for m in graph[name] if m in modules and m != name}
+    return graph, problems
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle():
+    graph, _ = analyse(_sources())
+    assert "skflow.flows.couplings" in graph["skflow.flows._official_gradient"]
+    assert find_cycle(graph) is None
+
+
+def test_no_module_uses_another_modules_private_names():
+    assert analyse(_sources())[1] == []
+
+
+def test_user_facing_modules_build_on_public_modules_only():
+    graph, _ = analyse(_sources())
+    for module in ("skflow.cli", "skflow.evaluation"):
+        private = sorted(m for m in graph[module] if any(_is_private(part) for part in m.split(".")))
+        assert private == [], module
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_file_over_400_lines(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+def test_the_checks_catch_what_they_are_for():
+    sources = {
+        "skflow": "",
+        "skflow.a": "from skflow.b import helper, _secret\nimport skflow.b\n",
+        "skflow.b": "from skflow import a\nfrom skflow import _c\nx = _c._hidden\ndef helper(step):\n    return step._flag\n",
+        "skflow._c": "import torch\ny = torch._foreach_add\nclass C:\n    def f(self):\n        self._own = 1\n        return self._own\n",
+    }
+    graph, problems = analyse(sources)
+    assert find_cycle(graph) == ["skflow.a", "skflow.b", "skflow.a"]
+    assert problems == [
+        "skflow.a imports skflow.b._secret",
+        "skflow.b uses skflow._c._hidden",
+        "skflow.b reads step._flag, a private name of another module",
+    ]

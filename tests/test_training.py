@@ -1,0 +1,83 @@
+"""The resumable trainer of skflow.flows.training: its optimiser, its errors, its copies."""
+
+import math
+
+import pytest
+import torch
+
+from skflow.flows import AdamWeightDecay, Glow
+from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
+
+
+def _trainer(coupling="additive", permutation="reverse", d=8, seed=0, **kwargs):
+    gen = torch.Generator().manual_seed(seed)
+    flow = Glow(d, n_levels=2, depth=2, hidden_channels=8, coupling=coupling, permutation=permutation, generator=gen)
+    x = torch.randn(256, d, generator=gen) * torch.linspace(0.5, 3, d) + 1
+    flow.data_init(x)
+    params = dict(learning_rate=1e-2, weight_decay=0.01, clip_grad_norm=1.0) | kwargs
+    return FlowTrainer(flow, **params), x
+
+
+@pytest.mark.parametrize("coupling,permutation", [("additive", "reverse"), ("affine", "lu")])
+def test_trainer_step_is_adam_weight_decay_on_the_clipped_gradient(coupling, permutation):
+    trainer, x = _trainer(coupling, permutation)
+    reference, _ = _trainer(coupling, permutation)
+    optimizer = AdamWeightDecay(reference.flow.parameters(), lr=1e-2, weight_decay=0.01)
+    for step in range(5):
+        batch = x[step * 32 : (step + 1) * 32]
+        loss = trainer.step(batch)
+        optimizer.zero_grad()
+        nll = -reference.flow.log_prob(batch).mean()
+        (nll / (8 * math.log(2.0))).backward()
+        torch.nn.utils.clip_grad_norm_(reference.flow.parameters(), 1.0)
+        optimizer.step()
+        assert loss == pytest.approx(nll.item(), rel=1e-5)
+    for p, q in zip(trainer.flow.parameters(), reference.flow.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert trainer.n_steps == 5
+    assert trainer.exp_avg.abs().max() > 0 and trainer.exp_avg_sq.abs().max() > 0
+
+
+def test_epochs_then_more_epochs_continue_the_same_run():
+    """Training is resumable: two calls of one epoch equal one call of two epochs."""
+    one, x = _trainer()
+    two, _ = _trainer()
+    gen_one, gen_two = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    train_epochs(one, x, max_epochs=1, batch_size=32, generator=gen_one)
+    train_epochs(one, x, max_epochs=1, batch_size=32, generator=gen_one)
+    history = train_epochs(two, x, max_epochs=2, batch_size=32, generator=gen_two)
+    assert len(history.loss_curve) == 2 and one.n_steps == two.n_steps == 16
+    torch.testing.assert_close(one.parameters, two.parameters, rtol=0, atol=0)
+    torch.testing.assert_close(one.exp_avg_sq, two.exp_avg_sq, rtol=0, atol=0)
+
+
+def test_non_finite_loss_names_epoch_and_step_and_is_not_applied():
+    trainer, x = _trainer(learning_rate=1e8)
+    with pytest.raises(NonFiniteLossError, match=r"loss became non-finite at epoch \d+, step \d+ of 8 \(loss=") as info:
+        train_epochs(trainer, x, max_epochs=50, batch_size=32, generator=torch.Generator().manual_seed(0))
+    assert info.value.epoch >= 1 and 1 <= info.value.step <= 8
+    assert trainer.weights_are_finite()  # the step that produced the bad loss was not applied
+
+
+def test_non_finite_weights_at_the_end_are_an_error(monkeypatch):
+    trainer, x = _trainer()
+    real_step = trainer.step
+
+    def step_then_break_a_weight(batch):
+        loss = real_step(batch)
+        trainer.parameters.data[3] = math.inf
+        return loss
+
+    monkeypatch.setattr(trainer, "step", step_then_break_a_weight)
+    with pytest.raises(NonFiniteLossError, match="the weights became non-finite at epoch 1"):
+        train_epochs(trainer, x, max_epochs=1, batch_size=256, generator=torch.Generator().manual_seed(0))
+
+
+def test_inference_copy_is_float64_and_detached_from_training():
+    trainer, x = _trainer()
+    copy = trainer.inference_copy()
+    assert all(p.dtype == torch.float64 and not p.requires_grad and p.grad is None for p in copy.parameters())
+    before = copy.log_prob(x.double())
+    trainer.step(x[:32])
+    torch.testing.assert_close(copy.log_prob(x.double()), before, rtol=0, atol=0)
+    assert (copy.log_prob(x.double()).float() - trainer.flow.log_prob(x)).abs().max() > 1e-4  # the trainer moved on
