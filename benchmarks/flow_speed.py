@@ -198,7 +198,8 @@ def main(argv=None):
     if args.repeats > 1:
         print(f"\nfit ratio per run (run i of skflow / run i of normflows): "
               f"{', '.join(f'{r:.2f}x' for r in fit_ratios)}")
-        print(f"skflow fit throughput per run: {', '.join(f'{r["fit_vectors_per_s"]:,.0f}' for r in runs['skflow'])}")
+        per_run = ", ".join(f"{r['fit_vectors_per_s']:,.0f}" for r in runs["skflow"])
+        print(f"skflow fit throughput per run: {per_run}")
 
 if __name__ == "__main__":
     main()

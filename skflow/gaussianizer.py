@@ -1,27 +1,28 @@
 """FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
 
+import contextlib
 import math
 from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
+from skflow._base import BaseFlow
+from skflow.flows.batches import InMemoryRows, n_batches, training_rows
 from skflow._device import resolve_device
-from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
+from skflow._flow_arrays import validate_embeddings
 from skflow._progress import progress_bar
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
-from skflow.metrics import sts_spearman
 
 # Rows used for the data-dependent ActNorm initialisation.
 _INIT_SAMPLES = 4096
 
 
-class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FlowGaussianizer(BaseFlow):
     """Map embeddings to an isotropic Gaussian with BERT-flow's Glow.
 
     Fits a multi-scale Glow normalizing flow by maximum likelihood, without
@@ -35,6 +36,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
     Training runs in float32 on ``device``; ``transform``,
     ``inverse_transform`` and ``score_samples`` run in float64 on a CPU copy of
     the weights, so their results do not depend on the batch or the device.
+    ``fit`` streams a ``numpy.memmap`` in chunks instead of loading it, and
+    ``partial_fit`` trains on a corpus one chunk of rows at a time.
 
     Parameters
     ----------
@@ -60,7 +63,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
     batch_size : int, default=64
         Rows per training step (64 sentences = the official 32 pairs).
     max_epochs : int, default=1
-        Passes over the training data.
+        Passes over the training data in ``fit``; ``partial_fit`` makes one
+        pass over the rows of each call.
     clip_grad_norm : float or None, default=1.0
         Global gradient norm clip; None disables it.
     early_stopping : bool, default=False
@@ -68,7 +72,8 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         epoch, stop when the held-out log-likelihood has not improved by
         ``tol`` for ``n_iter_no_change`` epochs, and keep the weights of the
         best epoch. Off by default, as in the official code; useful with
-        ``max_epochs`` above 1.
+        ``max_epochs`` above 1. ``fit`` only. For a memory-mapped ``X`` the
+        held-out rows are whole chunks of 8,192 consecutive rows.
     validation_fraction : float, default=0.1
         Share of the rows held out when ``early_stopping`` is on.
     n_iter_no_change : int, default=5
@@ -95,9 +100,17 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         Names of features seen during :term:`fit`, when ``X`` has string
         column names.
     n_iter_ : int
-        Epochs run.
+        Passes over training data: the epochs of ``fit``, plus one per
+        ``partial_fit`` call after it.
     loss_curve_ : list of float
-        Mean negative log-likelihood per training row, in nats, for each epoch.
+        Mean training loss (negative log-likelihood per row, nats) of each of
+        those passes.
+    n_steps_ : int
+        Optimiser steps since the flow was built (by ``fit`` or the first
+        ``partial_fit``).
+    n_samples_seen_ : int
+        Rows trained on since then, counted once per pass (rows of a last
+        incomplete batch that ``fit`` drops do not count).
     validation_scores_ : list of float or None
         With ``early_stopping``: the held-out mean log-likelihood (nats) after
         each epoch; else None.
@@ -193,13 +206,14 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Fit the flow by maximum likelihood.
+        """Fit the flow by maximum likelihood, from scratch.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
             Embeddings. 3-D input (e.g. sentence pairs, ``k=2``) is fitted on
-            all ``n_samples * k`` rows.
+            all ``n_samples * k`` rows. A large ``numpy.memmap`` is streamed
+            in chunks, never loaded whole (see ``docs/scale.md``).
         y : Ignored
             Not used, present for API consistency by convention.
 
@@ -208,187 +222,145 @@ class FlowGaussianizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         self : object
             The fitted estimator.
         """
-        before = self.__dict__.copy()
-        try:
+        with _unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
             device = resolve_device(self.device)
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(before)
-            raise
-        try:
-            self._fit_flow(X2d, device)
-        except BaseException:  # an error or an interruption (Ctrl-C): no half-fitted estimator
-            for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
-                delattr(self, name)
-            self.__dict__.pop("_flow_config", None)
-            raise
+            rows = training_rows(X2d, device)
+            n_held_out = 0
+            if self.early_stopping:
+                n_held_out = math.ceil(self.validation_fraction * len(rows))
+                if len(rows) - n_held_out < 2:
+                    raise ValueError(
+                        f"early_stopping holds out {n_held_out} of {len(rows)} rows "
+                        f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
+                        "on; lower validation_fraction or pass more rows."
+                    )
+            trainer, rows, held_out = self._start(rows, X2d.shape[1], device, n_held_out)
+            batch_size = min(self.batch_size, len(rows))
+            history = self._train(
+                trainer,
+                lambda: rows.batches(batch_size, trainer.generator),
+                max_epochs=self.max_epochs,
+                n_batches=n_batches(len(rows), batch_size, drop_last=True),
+                validation_score=None if held_out is None else lambda: held_out.mean_log_prob(trainer),
+                tol=self.tol,
+                n_iter_no_change=self.n_iter_no_change,
+            )
+            self.n_iter_, self.loss_curve_, self.n_samples_seen_ = len(history.loss_curve), history.loss_curve, history.n_rows
+            self.validation_scores_ = history.validation_scores
+            self.best_validation_score_ = history.best_validation_score
+            self._keep(trainer)
         return self
 
-    def _fit_flow(self, X: np.ndarray, device: torch.device) -> None:
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y=None):
+        """One pass of training steps over ``X``, continuing from the current weights and optimiser state.
+
+        The first call builds the flow and initialises it from these rows;
+        later calls continue, also after ``fit`` and after unpickling. The
+        rows are shuffled within the call and cut into batches of
+        ``batch_size``; every row is trained on (the last batch may be
+        smaller). ``max_epochs`` and ``early_stopping`` apply to ``fit``
+        only; the optimiser parameters are read at every call, the
+        architecture at the first. A call that fails or is interrupted leaves
+        the estimator as it was.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+            A chunk of embeddings (held in memory as float32 for the call).
+        y : Ignored
+            Not used, whatever it is (dask-ml's ``Incremental`` passes placeholders).
+
+        Returns
+        -------
+        self : object
+            The estimator, trained on ``X`` as well.
+        """
+        first = not hasattr(self, "flow_")
+        with _unchanged_on_failure(self):
+            X2d, _ = validate_embeddings(self, X, reset=first)
+            device = resolve_device(self.device)
+            rows = InMemoryRows.from_array(X2d, device)
+            trainer = self._start(rows, X2d.shape[1], device)[0] if first else self._resume(device)
+            batch_size = min(self.batch_size, len(rows))
+            history = self._train(
+                trainer,
+                lambda: rows.batches(batch_size, trainer.generator, drop_last=False),
+                max_epochs=1,
+                n_batches=n_batches(len(rows), batch_size, drop_last=False),
+            )
+            if first:
+                self.n_iter_, self.loss_curve_, self.n_samples_seen_ = 0, [], 0
+                self.validation_scores_ = self.best_validation_score_ = None
+            self.n_iter_ += 1
+            self.loss_curve_ = self.loss_curve_ + history.loss_curve
+            self.n_samples_seen_ += history.n_rows
+            self._keep(trainer)
+        return self
+
+    def _start(self, rows, n_features: int, device: torch.device, n_held_out: int = 0):
+        """A new flow initialised from a sample of ``rows``, its trainer, and the training and held-out rows."""
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        config = dict(n_features=X.shape[1], n_levels=self.n_levels, depth=self.depth,
-                      hidden_channels=self.hidden_channels, coupling=self.coupling, permutation=self.permutation)
-        flow = Glow(**config, generator=generator).to(device)
-        data, validation = torch.tensor(X, dtype=torch.float32, device=device), None
-        if self.early_stopping:
-            n_validation = math.ceil(self.validation_fraction * len(data))
-            if len(data) - n_validation < 2:
-                raise ValueError(
-                    f"early_stopping holds out {n_validation} of {len(data)} rows "
-                    f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
-                    "on; lower validation_fraction or pass more rows."
-                )
-            split = torch.randperm(len(data), generator=generator).to(device)
-            validation, data = data[split[:n_validation]], data[split[n_validation:]]
-        flow.data_init(data[torch.randperm(len(data), generator=generator).to(device)[:_INIT_SAMPLES]])
-        trainer = FlowTrainer(
-            flow, learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm
+        self._flow_config = dict(
+            n_features=n_features, n_levels=self.n_levels, depth=self.depth, hidden_channels=self.hidden_channels,
+            coupling=self.coupling, permutation=self.permutation,
         )
-        batch_size = min(self.batch_size, len(data))
-        total = self.max_epochs * (len(data) // batch_size)
-        with progress_bar("FlowGaussianizer", total, enabled=bool(self.verbose)) as update:
+        flow = Glow(**self._flow_config, generator=generator).to(device)
+        held_out = None
+        if n_held_out:
+            rows, held_out = rows.split(n_held_out, generator)
+        flow.data_init(rows.sample(_INIT_SAMPLES, generator))
+        return FlowTrainer(flow, generator=generator, **self._optimiser_params()), rows, held_out
+
+    def _resume(self, device: torch.device) -> FlowTrainer:
+        """The trainer of the last fit, on ``device``, with the current optimiser parameters."""
+        trainer = self.__dict__.get("_trainer")
+        if trainer is None or trainer.parameters.device != device:
+            flow = Glow(**self._flow_config).to(device)
+            flow.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in self.flow_.state_dict().items()})
+            state = self._trainer_state if trainer is None else trainer.state()
+            trainer = FlowTrainer.restore(flow, state, **self._optimiser_params())
+        for name, value in self._optimiser_params().items():
+            setattr(trainer, name, value)
+        return trainer
+
+    def _optimiser_params(self) -> dict:
+        return dict(learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm)
+
+    def _train(self, trainer: FlowTrainer, make_batches, *, max_epochs: int, n_batches: int, **params):
+        with progress_bar("FlowGaussianizer", max_epochs * n_batches, enabled=bool(self.verbose)) as update:
             try:
-                history = train_epochs(
-                    trainer, data, max_epochs=self.max_epochs, batch_size=batch_size, generator=generator,
-                    validation=validation, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
-                    on_step=lambda epoch, loss: update(epoch=epoch + 1, nll=f"{loss:.3f}"),
+                return train_epochs(
+                    trainer, make_batches, max_epochs=max_epochs, n_batches=n_batches,
+                    on_step=lambda epoch, loss: update(epoch=epoch + 1, nll=f"{loss:.3f}"), **params,
                 )
             except NonFiniteLossError as exc:
                 raise FloatingPointError(
                     f"FlowGaussianizer: {exc}. Try a lower learning_rate (now {self.learning_rate}), "
                     "coupling='additive', or standardising the input."
                 ) from exc
+
+    def _keep(self, trainer: FlowTrainer) -> None:
+        self._trainer = trainer
+        self.__dict__.pop("_trainer_state", None)
         self.flow_ = trainer.inference_copy()
-        self._flow_config = config
-        self.n_iter_ = len(history.loss_curve)
-        self.loss_curve_ = history.loss_curve
-        self.validation_scores_ = history.validation_scores
-        self.best_validation_score_ = history.best_validation_score
+        self.n_steps_ = trainer.n_steps
 
-    # ------------------------------------------------------------ inference
-    def transform(self, X):
-        """Map ``X`` to the Gaussian latent space.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        Z : ndarray of the same shape as ``X``
-            float32 for float32 input, else float64.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        z, _ = latent_and_log_prob(self.flow_, X2d)
-        return z.reshape(shape).astype(X2d.dtype, copy=False)
-
-    def inverse_transform(self, X):
-        """Map latent vectors back to the data space (exact inverse of `transform`).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            Latent vectors.
-
-        Returns
-        -------
-        X_original : ndarray of the same shape as ``X``
-        """
-        check_is_fitted(self)
-        Z = validate_latents(X, self.n_features_in_)
-        X_original = inverse(self.flow_, Z.reshape(-1, Z.shape[-1]))
-        return X_original.reshape(Z.shape).astype(Z.dtype, copy=False)
-
-    def score_samples(self, X):
-        """Log-likelihood of each sample under the model, in nats.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        _, log_prob = latent_and_log_prob(self.flow_, X2d)
-        return log_prob.reshape(shape[:-1])
-
-    def score(self, X, y=None):
-        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            Embedding pairs, or plain embeddings.
-        y : array-like of shape (n_pairs,), default=None
-            Gold similarity scores for 3-D pairs; ignored for 2-D input.
-
-        Returns
-        -------
-        score : float
-            With 3-D pairs and ``y``: the Spearman correlation between gold
-            scores and cosine similarities in latent space (what BERT-flow
-            reports). Otherwise: the mean log-likelihood per sample in nats,
-            as scikit-learn's density estimators do.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        if len(shape) == 3 and y is not None:
-            if shape[1] != 2:
-                raise ValueError(
-                    f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
-                    f"n_features), got shape {shape}."
-                )
-            z, _ = latent_and_log_prob(self.flow_, X2d)
-            return sts_spearman(z.reshape(shape), y)
-        _, log_prob = latent_and_log_prob(self.flow_, X2d)
-        return float(np.mean(log_prob))
-
-    def sample(self, n_samples=1, random_state=None):
-        """Draw samples from the fitted density.
-
-        Parameters
-        ----------
-        n_samples : int, default=1
-        random_state : int, RandomState instance or None, default=None
-
-        Returns
-        -------
-        X : ndarray of shape (n_samples, n_features)
-        """
-        check_is_fitted(self)
-        if not isinstance(n_samples, Integral) or n_samples < 1:
-            raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
-        rng = check_random_state(random_state)
-        return self.inverse_transform(rng.standard_normal((n_samples, self.n_features_in_)))
-
-    # -------------------------------------------------------------- helpers
-    @property
-    def _n_features_out(self):
-        return self.n_features_in_
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())
-        flow = state.pop("flow_", None)
-        if flow is not None:
-            state["flow_"] = {name: t.numpy() for name, t in flow.state_dict().items()}
-        return state
-
-    def __setstate__(self, state):
-        weights = state.pop("flow_", None)
-        super().__setstate__(state)
-        if weights is not None:
-            flow = Glow(**self._flow_config).double()
-            flow.load_state_dict({name: torch.tensor(np.array(a)) for name, a in weights.items()})
-            self.flow_ = flow.eval().requires_grad_(False)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.three_d_array = True
-        return tags
+@contextlib.contextmanager
+def _unchanged_on_failure(estimator: FlowGaussianizer):
+    """Leave ``estimator`` exactly as it was if the block raises or is interrupted (Ctrl-C included)."""
+    before = estimator.__dict__.copy()
+    trainer = before.get("_trainer")
+    saved = (trainer.weights(), trainer.state()) if trainer is not None else None
+    try:
+        yield
+    except BaseException:
+        estimator.__dict__.clear()
+        estimator.__dict__.update(before)
+        if saved is not None:  # partial_fit trains the kept trainer in place
+            trainer.load_weights(saved[0])
+            trainer.load_state(saved[1])
+        raise

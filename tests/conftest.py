@@ -17,3 +17,19 @@ def sts_data_home() -> Path:
     if not (path / "STSBenchmark").is_dir():
         raise RuntimeError(f"STS data not found at {path}; set SKFLOW_DATA to the folder of the STS sets")
     return path
+
+
+@pytest.fixture(scope="session")
+def stsb_test_cls(sts_data_home, tmp_path_factory):
+    """Real embeddings: the STS-B test pairs through the bundled encoder, CLS pooling, float32.
+
+    Returns ``(pairs, scores)``: pairs of shape (1379, 2, 384). CLS vectors of this encoder are
+    anisotropic enough for the flow to matter (raw Spearman ~0.73), and three of their
+    dimensions are constant, as with every real encoder output of this model.
+    """
+    from skflow import BertEmbedder
+    from skflow.datasets import load_sts
+
+    test = load_sts("stsb", split="test", data_home=sts_data_home, download_if_missing=False)
+    embedder = BertEmbedder(pooling="cls", dtype="float32", device="cpu", show_progress_bar=False)
+    return embedder.transform(test.pairs), test.scores

@@ -148,7 +148,9 @@ def test_lu_layer_applies_the_factors_of_its_weight():
     upper = torch.triu(layer.upper, 1) + torch.diag(layer.sign_s * torch.exp(layer.log_s))
     permutation = eye[layer.perm]
     torch.testing.assert_close(layer.weight(), permutation @ lower @ upper)
-    torch.testing.assert_close(layer(x)[0], x @ layer.weight().T, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer(x)[0], x @ layer.weight().T, rtol=1e-12, atol=1e-12)  # 5 rows: the factors
+    many = torch.randn(50, 7, dtype=torch.float64, generator=gen)
+    torch.testing.assert_close(layer(many)[0], many @ layer.weight().T, rtol=1e-12, atol=1e-12)  # 50 rows: W
     torch.testing.assert_close(layer(x)[1], torch.linalg.slogdet(layer.weight())[1])
 
 

@@ -16,7 +16,7 @@ BLOCKS = [
 
 def test_readme_and_user_guides_have_examples():
     files = {path.name for path, _ in BLOCKS}
-    assert {"README.md", "embedder.md", "evaluation.md", "flow.md"} <= files
+    assert {"README.md", "embedder.md", "evaluation.md", "flow.md", "scale.md"} <= files
     assert sum(path.name == "README.md" for path, _ in BLOCKS) >= 2
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from skflow.flows import AdamWeightDecay, Glow
+from skflow.flows.batches import shuffled_batches
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 
 
@@ -15,7 +16,11 @@ def _trainer(coupling="additive", permutation="reverse", d=8, seed=0, **kwargs):
     x = torch.randn(256, d, generator=gen) * torch.linspace(0.5, 3, d) + 1
     flow.data_init(x)
     params = dict(learning_rate=1e-2, weight_decay=0.01, clip_grad_norm=1.0) | kwargs
-    return FlowTrainer(flow, **params), x
+    return FlowTrainer(flow, generator=torch.Generator().manual_seed(1), **params), x
+
+
+def _epochs(trainer, x, **kwargs):
+    return train_epochs(trainer, lambda: shuffled_batches(x, 32, trainer.generator, drop_last=True), **kwargs)
 
 
 @pytest.mark.parametrize("coupling,permutation", [("additive", "reverse"), ("affine", "lu")])
@@ -42,11 +47,10 @@ def test_epochs_then_more_epochs_continue_the_same_run():
     """Training is resumable: two calls of one epoch equal one call of two epochs."""
     one, x = _trainer()
     two, _ = _trainer()
-    gen_one, gen_two = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    train_epochs(one, x, max_epochs=1, batch_size=32, generator=gen_one)
-    train_epochs(one, x, max_epochs=1, batch_size=32, generator=gen_one)
-    history = train_epochs(two, x, max_epochs=2, batch_size=32, generator=gen_two)
-    assert len(history.loss_curve) == 2 and one.n_steps == two.n_steps == 16
+    _epochs(one, x, max_epochs=1)
+    _epochs(one, x, max_epochs=1)
+    history = _epochs(two, x, max_epochs=2)
+    assert len(history.loss_curve) == 2 and one.n_steps == two.n_steps == 16 and history.n_rows == 512
     torch.testing.assert_close(one.parameters, two.parameters, rtol=0, atol=0)
     torch.testing.assert_close(one.exp_avg_sq, two.exp_avg_sq, rtol=0, atol=0)
 
@@ -54,7 +58,7 @@ def test_epochs_then_more_epochs_continue_the_same_run():
 def test_non_finite_loss_names_epoch_and_step_and_is_not_applied():
     trainer, x = _trainer(learning_rate=1e8)
     with pytest.raises(NonFiniteLossError, match=r"loss became non-finite at epoch \d+, step \d+ of 8 \(loss=") as info:
-        train_epochs(trainer, x, max_epochs=50, batch_size=32, generator=torch.Generator().manual_seed(0))
+        _epochs(trainer, x, max_epochs=50, n_batches=8)
     assert info.value.epoch >= 1 and 1 <= info.value.step <= 8
     assert trainer.weights_are_finite()  # the step that produced the bad loss was not applied
 
@@ -70,7 +74,7 @@ def test_non_finite_weights_at_the_end_are_an_error(monkeypatch):
 
     monkeypatch.setattr(trainer, "step", step_then_break_a_weight)
     with pytest.raises(NonFiniteLossError, match="the weights became non-finite at epoch 1"):
-        train_epochs(trainer, x, max_epochs=1, batch_size=256, generator=torch.Generator().manual_seed(0))
+        train_epochs(trainer, lambda: [x], max_epochs=1)  # one step on every row, then the check
 
 
 def test_inference_copy_is_float64_and_detached_from_training():
@@ -81,3 +85,19 @@ def test_inference_copy_is_float64_and_detached_from_training():
     trainer.step(x[:32])
     torch.testing.assert_close(copy.log_prob(x.double()), before, rtol=0, atol=0)
     assert (copy.log_prob(x.double()).float() - trainer.flow.log_prob(x)).abs().max() > 1e-4  # the trainer moved on
+
+
+def test_state_round_trip_resumes_exactly():
+    """A trainer restored from the flow's weights and a state() continues as the original does."""
+    original, x = _trainer()
+    _epochs(original, x, max_epochs=1)
+    state = original.state()
+    flow = Glow(8, n_levels=2, depth=2, hidden_channels=8)
+    flow.load_state_dict(original.inference_copy().float().state_dict())
+    restored = FlowTrainer.restore(flow, state, learning_rate=1e-2, weight_decay=0.01, clip_grad_norm=1.0)
+    assert restored.n_steps == 8
+    _epochs(original, x, max_epochs=1)
+    _epochs(restored, x, max_epochs=1)
+    torch.testing.assert_close(restored.parameters, original.parameters, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="optimiser state has 5 entries"):
+        FlowTrainer.restore(flow, {**state, "exp_avg": state["exp_avg"][:5]}, learning_rate=1e-2, weight_decay=0.0, clip_grad_norm=None)

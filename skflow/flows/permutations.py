@@ -42,8 +42,9 @@ class LUInvertibleLinear(FlowLayer):
     :math:`W = P L (U + \mathrm{diag}(\mathrm{sign}(s) e^{\log|s|}))` with ``P``
     a fixed permutation, ``L`` unit lower triangular and ``U`` strictly upper
     triangular; initialised as a random rotation. ``log|det W| = sum(log|s|)``.
-    The factors are applied to the data one after the other (two triangular
-    products and a column gather), never multiplied into ``W``.
+    A batch with fewer rows than features (training) gets the factors one
+    after the other (two triangular products and a column gather), which
+    costs less than forming ``W``; a larger batch (inference) gets ``W``.
 
     :meth:`data_init` sets ``W = R C^{-1/2}``, where ``C`` is the covariance
     of its input and ``R`` the current rotation, so the layer starts by
@@ -92,12 +93,14 @@ class LUInvertibleLinear(FlowLayer):
         return lower, upper
 
     def weight(self) -> torch.Tensor:
-        """The matrix ``W`` (for inspection; the layer never forms it)."""
+        """The matrix ``W``."""
         lower, upper = self._factors()
         return (lower @ upper)[self.perm]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lower, upper = self._factors()
+        if x.shape[0] > x.shape[1]:
+            return x @ (lower @ upper)[self.perm].T, self.log_s.sum()
         return (x @ upper.T @ lower.T)[:, self.perm], self.log_s.sum()
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ continues). It is an internal of the estimator, not part of the model API in
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -45,7 +45,7 @@ class NonFiniteLossError(FloatingPointError):
         if self.epoch is not None:
             where.append(f"epoch {self.epoch}")
         if self.step is not None:
-            where.append(f"step {self.step} of {self.n_batches}")
+            where.append(f"step {self.step}" + (f" of {self.n_batches}" if self.n_batches else ""))
         at = f" at {', '.join(where)}" if where else ""
         if self.weights:
             return f"the weights became non-finite{at}"
@@ -58,6 +58,24 @@ def clip_grad_norm(grad: torch.Tensor, max_norm: float) -> None:
     grad.mul_(coef.clamp_(max=1.0))
 
 
+@dataclass
+class PassResult:
+    """Steps taken, rows trained on and the mean loss of one pass over some batches."""
+
+    n_steps: int = 0
+    n_rows: int = 0
+    total_loss: float = 0.0
+
+    def add(self, loss: float, n_rows: int) -> None:
+        self.n_steps += 1
+        self.n_rows += n_rows
+        self.total_loss += loss
+
+    @property
+    def mean_loss(self) -> float:
+        return self.total_loss / self.n_steps if self.n_steps else math.nan
+
+
 class FlowTrainer:
     """Trains ``flow`` by minimising the negative log-likelihood, one batch at a time.
 
@@ -65,22 +83,33 @@ class FlowTrainer:
     gradient comes from :class:`OfficialGlowGradient` for the official
     configuration and from autograd otherwise. Optimiser: BERT's
     AdamWeightDecay (:func:`adam_weight_decay_update`) on one flat parameter
-    vector, after a global gradient-norm clip. The trainer holds the
-    optimiser's moments itself (``exp_avg``, ``exp_avg_sq``), so that
-    training can resume where it stopped.
+    vector, after a global gradient-norm clip. The trainer holds everything
+    that training continues from: the weights, the optimiser's moments
+    (``exp_avg``, ``exp_avg_sq``), the step count and the ``generator`` that
+    shuffles the data; :meth:`state` and :meth:`restore` carry the last
+    three across a pickle.
 
     Parameters
     ----------
     flow : Glow
         An initialised flow (see :meth:`Glow.data_init`), on the training device.
+    generator : torch.Generator
+        Source of every shuffle of the training data (a CPU generator).
     learning_rate, weight_decay : float
     clip_grad_norm : float or None
     """
 
     def __init__(
-        self, flow: Glow, *, learning_rate: float, weight_decay: float, clip_grad_norm: float | None
+        self,
+        flow: Glow,
+        *,
+        generator: torch.Generator,
+        learning_rate: float,
+        weight_decay: float,
+        clip_grad_norm: float | None,
     ) -> None:
         self.flow = flow
+        self.generator = generator
         official = is_official(flow)
         self.parameters = flatten_parameters(flow, first=is_log_scale if official else None)
         self._official_gradient = OfficialGlowGradient(flow, self.parameters) if official else None
@@ -116,36 +145,37 @@ class FlowTrainer:
         self.n_steps += 1
         return value
 
-    def epoch(
+    def run(
         self,
-        data: torch.Tensor,
-        batch_size: int,
-        generator: torch.Generator,
+        batches: Iterable[torch.Tensor],
+        n_batches: int | None = None,
         on_step: Callable[[float], None] | None = None,
-    ) -> float:
-        """One pass over ``data`` in a random order, dropping the last incomplete batch (as the
-        official input pipeline does); returns the mean loss in nats per row."""
-        order = torch.randperm(len(data), generator=generator).to(data.device)
-        n_batches = len(data) // batch_size
-        total = 0.0
-        for index in range(n_batches):
+    ) -> PassResult:
+        """A step on each batch, in order (``n_batches``, if known, only names the step in errors)."""
+        result = PassResult()
+        for index, batch in enumerate(batches):
             try:
-                loss = self.step(data[order[index * batch_size : (index + 1) * batch_size]])
+                loss = self.step(batch)
             except NonFiniteLossError as exc:
                 exc.step, exc.n_batches = index + 1, n_batches
                 raise
-            total += loss
+            result.add(loss, len(batch))
             if on_step is not None:
                 on_step(loss)
-        return total / n_batches
+        return result
 
     @torch.no_grad()
     def mean_log_prob(self, data: torch.Tensor) -> float:
         """Mean log-likelihood per row of ``data``, in nats."""
+        return self.sum_log_prob(data) / len(data)
+
+    @torch.no_grad()
+    def sum_log_prob(self, data: torch.Tensor) -> float:
+        """Summed log-likelihood of the rows of ``data``, in nats (float64 accumulation)."""
         total = 0.0
         for start in range(0, len(data), SCORING_CHUNK):
-            total += float(self.flow.log_prob(data[start : start + SCORING_CHUNK]).sum())
-        return total / len(data)
+            total += float(self.flow.log_prob(data[start : start + SCORING_CHUNK]).double().sum())
+        return total
 
     def weights(self) -> torch.Tensor:
         """A copy of every parameter, flat."""
@@ -166,6 +196,35 @@ class FlowTrainer:
             p.grad = None
         return flow.requires_grad_(False)
 
+    def state(self) -> dict:
+        """What training continues from besides the weights, as CPU numpy arrays and ints."""
+        return {
+            "exp_avg": self.exp_avg.cpu().numpy().copy(),
+            "exp_avg_sq": self.exp_avg_sq.cpu().numpy().copy(),
+            "n_steps": self.n_steps,
+            "generator": self.generator.get_state().numpy().copy(),
+        }
+
+    @torch.no_grad()
+    def load_state(self, state: dict) -> None:
+        """Undo everything since :meth:`state` was taken, weights aside (see :meth:`load_weights`)."""
+        device = self.parameters.device
+        self.exp_avg.copy_(torch.as_tensor(state["exp_avg"]).to(device))
+        self.exp_avg_sq.copy_(torch.as_tensor(state["exp_avg_sq"]).to(device))
+        self.n_steps = int(state["n_steps"])
+        self.generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8))
+
+    @classmethod
+    def restore(cls, flow: Glow, state: dict, **params) -> "FlowTrainer":
+        """A trainer that continues from ``flow``'s weights and a :meth:`state`."""
+        trainer = cls(flow, generator=torch.Generator(), **params)
+        if trainer.exp_avg.shape != torch.Size(state["exp_avg"].shape):
+            raise ValueError(
+                f"the optimiser state has {state['exp_avg'].shape[0]} entries, the flow {trainer.exp_avg.shape[0]}"
+            )
+        trainer.load_state(state)
+        return trainer
+
 
 @dataclass
 class TrainingHistory:
@@ -174,42 +233,46 @@ class TrainingHistory:
     loss_curve: list[float] = field(default_factory=list)
     validation_scores: list[float] | None = None
     best_validation_score: float | None = None
+    n_rows: int = 0  # rows trained on, counted once per epoch
 
 
 def train_epochs(
     trainer: FlowTrainer,
-    data: torch.Tensor,
+    make_batches: Callable[[], Iterable[torch.Tensor]],
     *,
     max_epochs: int,
-    batch_size: int,
-    generator: torch.Generator,
-    validation: torch.Tensor | None = None,
+    n_batches: int | None = None,
+    validation_score: Callable[[], float] | None = None,
     tol: float = 0.0,
     n_iter_no_change: int = 1,
     on_step: Callable[[int, float], None] | None = None,
 ) -> TrainingHistory:
-    """Up to ``max_epochs`` epochs; with ``validation``, early stopping that keeps the best epoch.
+    """Up to ``max_epochs`` passes over ``make_batches()``; with ``validation_score``, early
+    stopping that keeps the best epoch.
 
-    After each epoch the mean log-likelihood of ``validation`` is scored; the
-    loop stops once it has not improved by ``tol`` for ``n_iter_no_change``
-    epochs, and the weights of the best epoch are restored. A non-finite loss
-    raises :class:`NonFiniteLossError` naming the epoch and step, and so do
-    non-finite weights at the end.
+    After each epoch ``validation_score()`` (a held-out mean log-likelihood)
+    is called; the loop stops once it has not improved by ``tol`` for
+    ``n_iter_no_change`` epochs, and the weights of the best epoch are
+    restored. A non-finite loss raises :class:`NonFiniteLossError` naming the
+    epoch and step, and so do non-finite weights at the end.
     """
     history = TrainingHistory()
-    if validation is not None:
+    if validation_score is not None:
         history.validation_scores = []
         best_score, best_weights, epochs_without_gain = -math.inf, None, 0
     for epoch in range(max_epochs):
         try:
-            loss = trainer.epoch(data, batch_size, generator, None if on_step is None else lambda v: on_step(epoch, v))
+            result = trainer.run(
+                make_batches(), n_batches, None if on_step is None else lambda loss: on_step(epoch, loss)
+            )
         except NonFiniteLossError as exc:
             exc.epoch = epoch + 1
             raise
-        history.loss_curve.append(loss)
-        if validation is None:
+        history.loss_curve.append(result.mean_loss)
+        history.n_rows += result.n_rows
+        if validation_score is None:
             continue
-        score = trainer.mean_log_prob(validation)
+        score = validation_score()
         history.validation_scores.append(score)
         if score > best_score + tol:
             best_score, best_weights, epochs_without_gain = score, trainer.weights(), 0
@@ -217,7 +280,7 @@ def train_epochs(
             epochs_without_gain += 1
             if epochs_without_gain >= n_iter_no_change:
                 break
-    if validation is not None:
+    if validation_score is not None:
         trainer.load_weights(best_weights)
         history.best_validation_score = best_score
     if not trainer.weights_are_finite():

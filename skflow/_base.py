@@ -1,0 +1,151 @@
+"""The scikit-learn surface of a fitted flow, shared by the flow estimators.
+
+Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
+``flow_`` (a float64 CPU :class:`~skflow.flows.Glow` in eval mode), its
+``_flow_config`` and ``n_features_in_``; this base maps data to the latent
+space and back, scores, samples, and pickles to numpy arrays.
+"""
+
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
+from skflow.flows import Glow
+from skflow.metrics import sts_spearman
+
+
+class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Transform, inverse-transform, score and sample with a fitted ``flow_``."""
+
+    def transform(self, X):
+        """Map ``X`` to the Gaussian latent space.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        Z : ndarray of the same shape as ``X``
+            float32 for float32 input, else float64.
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        z, _ = latent_and_log_prob(self.flow_, X2d)
+        return z.reshape(shape).astype(X2d.dtype, copy=False)
+
+    def inverse_transform(self, X):
+        """Map latent vectors back to the data space (exact inverse of `transform`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+            Latent vectors.
+
+        Returns
+        -------
+        X_original : ndarray of the same shape as ``X``
+        """
+        check_is_fitted(self)
+        Z = validate_latents(X, self.n_features_in_)
+        X_original = inverse(self.flow_, Z.reshape(-1, Z.shape[-1]))
+        return X_original.reshape(Z.shape).astype(Z.dtype, copy=False)
+
+    def score_samples(self, X):
+        """Log-likelihood of each sample under the model, in nats.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        _, log_prob = latent_and_log_prob(self.flow_, X2d)
+        return log_prob.reshape(shape[:-1])
+
+    def score(self, X, y=None):
+        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            Embedding pairs, or plain embeddings.
+        y : array-like of shape (n_pairs,), default=None
+            Gold similarity scores for 3-D pairs; ignored for 2-D input.
+
+        Returns
+        -------
+        score : float
+            With 3-D pairs and ``y``: the Spearman correlation between gold
+            scores and cosine similarities in latent space (what BERT-flow
+            reports). Otherwise: the mean log-likelihood per sample in nats,
+            as scikit-learn's density estimators do.
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        if len(shape) == 3 and y is not None:
+            if shape[1] != 2:
+                raise ValueError(
+                    f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
+                    f"n_features), got shape {shape}."
+                )
+            z, _ = latent_and_log_prob(self.flow_, X2d)
+            return sts_spearman(z.reshape(shape), y)
+        _, log_prob = latent_and_log_prob(self.flow_, X2d)
+        return float(np.mean(log_prob))
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw samples from the fitted density.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        if not isinstance(n_samples, Integral) or n_samples < 1:
+            raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        rng = check_random_state(random_state)
+        return self.inverse_transform(rng.standard_normal((n_samples, self.n_features_in_)))
+
+    # -------------------------------------------------------------- helpers
+    @property
+    def _n_features_out(self):
+        return self.n_features_in_
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        flow = state.pop("flow_", None)
+        if flow is not None:
+            state["flow_"] = {name: t.numpy() for name, t in flow.state_dict().items()}
+        trainer = state.pop("_trainer", None)
+        if trainer is not None:  # numpy arrays only: partial_fit continues after unpickling, on any device
+            state["_trainer_state"] = trainer.state()
+        return state
+
+    def __setstate__(self, state):
+        weights = state.pop("flow_", None)
+        super().__setstate__(state)
+        if weights is not None:
+            flow = Glow(**self._flow_config).double()
+            flow.load_state_dict({name: torch.tensor(np.array(a)) for name, a in weights.items()})
+            self.flow_ = flow.eval().requires_grad_(False)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.three_d_array = True
+        return tags

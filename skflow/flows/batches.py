@@ -1,0 +1,142 @@
+"""Training rows for the flow: shuffled float32 batches on the training device, in memory or streamed.
+
+In memory, an epoch is a random permutation of the rows (as the official
+input pipeline's shuffle over the whole set). A memory-mapped array is never
+read whole: an epoch visits its row chunks in a random order, a few chunks at
+a time, and shuffles the rows of those chunks together (a shuffle buffer of
+``buffer_chunks * chunk_rows`` rows); rows that do not fill a batch carry over
+into the next group of chunks.
+"""
+
+import mmap
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+# Rows read from a memory-mapped array at once, and chunks shuffled together.
+CHUNK_ROWS = 8192
+BUFFER_CHUNKS = 4
+# Memory-mapped arrays at least this large (in float32) are streamed; smaller ones are loaded, so that
+# joblib's automatic memmapping of worker inputs (GridSearchCV(n_jobs=...)) does not change results.
+STREAM_MIN_BYTES = 256 * 2**20
+
+
+def training_rows(X: np.ndarray, device: torch.device) -> "InMemoryRows | MemoryMappedRows":
+    """Streamed chunks for a large memory-mapped ``X``, else one float32 tensor on ``device``."""
+    if is_memory_mapped(X) and X.shape[0] * X.shape[1] * 4 >= STREAM_MIN_BYTES:
+        return MemoryMappedRows(X, device)
+    return InMemoryRows.from_array(X, device)
+
+
+def n_batches(n_rows: int, batch_size: int, *, drop_last: bool) -> int:
+    return n_rows // batch_size if drop_last else -(-n_rows // batch_size)
+
+
+def shuffled_batches(
+    data: torch.Tensor, batch_size: int, generator: torch.Generator, *, drop_last: bool
+) -> Iterator[torch.Tensor]:
+    """The rows of ``data`` in a random order, ``batch_size`` at a time."""
+    order = torch.randperm(len(data), generator=generator).to(data.device)
+    for index in range(n_batches(len(data), batch_size, drop_last=drop_last)):
+        yield data[order[index * batch_size : (index + 1) * batch_size]]
+
+
+def is_memory_mapped(X) -> bool:
+    """Whether ``X`` is backed by a memory-mapped file (``numpy.memmap``, or an array viewing one)."""
+    while isinstance(X, np.ndarray):
+        if isinstance(X, np.memmap) or isinstance(X.base, mmap.mmap):
+            return True
+        X = X.base
+    return False
+
+
+class InMemoryRows:
+    """The rows of an in-memory array, as one float32 tensor on the training device."""
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data = data
+
+    @classmethod
+    def from_array(cls, X: np.ndarray, device: torch.device) -> "InMemoryRows":
+        # A float32 C-ordered copy: any strides (X[::-1] too), never the caller's memory.
+        return cls(torch.from_numpy(np.array(X, dtype=np.float32, order="C", copy=True)).to(device))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def split(self, n_held_out: int, generator: torch.Generator) -> tuple["InMemoryRows", "InMemoryRows"]:
+        """``(training rows, n_held_out random held-out rows)``."""
+        order = torch.randperm(len(self.data), generator=generator).to(self.data.device)
+        return InMemoryRows(self.data[order[n_held_out:]]), InMemoryRows(self.data[order[:n_held_out]])
+
+    def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Up to ``n`` random rows (for the data-dependent initialisation)."""
+        return self.data[torch.randperm(len(self.data), generator=generator).to(self.data.device)[:n]]
+
+    def batches(self, batch_size: int, generator: torch.Generator, *, drop_last: bool = True) -> Iterator[torch.Tensor]:
+        return shuffled_batches(self.data, batch_size, generator, drop_last=drop_last)
+
+    def mean_log_prob(self, trainer) -> float:
+        return trainer.mean_log_prob(self.data)
+
+
+class MemoryMappedRows:
+    """The rows of a (memory-mapped) 2-D array, read and converted to float32 a chunk at a time.
+
+    ``chunks`` selects which chunks of ``chunk_rows`` consecutive rows belong
+    to this set (all by default); held-out rows are whole chunks.
+    """
+
+    def __init__(
+        self, X: np.ndarray, device: torch.device, chunk_rows: int = CHUNK_ROWS, chunks: np.ndarray | None = None
+    ) -> None:
+        self.X = X
+        self.device = device
+        self.chunk_rows = max(1, min(chunk_rows, -(-len(X) // 32)))  # at least 32 chunks, for held-out chunks
+        self.chunks = np.arange(-(-len(X) // self.chunk_rows)) if chunks is None else chunks
+        self._sizes = np.minimum(self.chunk_rows, len(X) - self.chunks * self.chunk_rows)
+
+    def __len__(self) -> int:
+        return int(self._sizes.sum())
+
+    def _chunk(self, index: int) -> torch.Tensor:
+        rows = self.X[index * self.chunk_rows : (index + 1) * self.chunk_rows]
+        return torch.from_numpy(np.array(rows, dtype=np.float32, order="C", copy=True)).to(self.device)
+
+    def split(self, n_held_out: int, generator: torch.Generator) -> tuple["MemoryMappedRows", "MemoryMappedRows"]:
+        """Random whole chunks held out until they hold at least ``n_held_out`` rows (all but one chunk at most)."""
+        order = torch.randperm(len(self.chunks), generator=generator).numpy()
+        n_chunks = int(np.searchsorted(np.cumsum(self._sizes[order]), n_held_out) + 1)
+        n_chunks = min(n_chunks, len(self.chunks) - 1)
+        held_out, kept = np.sort(self.chunks[order[:n_chunks]]), np.sort(self.chunks[order[n_chunks:]])
+        make = lambda chunks: MemoryMappedRows(self.X, self.device, self.chunk_rows, chunks)  # noqa: E731
+        return make(kept), make(held_out)
+
+    def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Up to ``n`` random rows of this set, read in file order."""
+        picks = torch.randperm(len(self), generator=generator).numpy()[:n]
+        starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]])
+        owner = np.searchsorted(starts, picks, side="right") - 1
+        rows = np.sort(self.chunks[owner] * self.chunk_rows + (picks - starts[owner]))
+        return torch.from_numpy(np.ascontiguousarray(self.X[rows], dtype=np.float32)).to(self.device)
+
+    def batches(self, batch_size: int, generator: torch.Generator, *, drop_last: bool = True) -> Iterator[torch.Tensor]:
+        """Chunks in a random order, ``BUFFER_CHUNKS`` at a time, their rows shuffled together; rows that
+        do not fill a batch carry over to the next buffer, and those left at the end are dropped."""
+        order = self.chunks[torch.randperm(len(self.chunks), generator=generator).numpy()]
+        carry = None
+        for start in range(0, len(order), BUFFER_CHUNKS):
+            parts = [self._chunk(int(c)) for c in order[start : start + BUFFER_CHUNKS]]
+            buffer = torch.cat(parts if carry is None else [carry, *parts])
+            buffer = buffer[torch.randperm(len(buffer), generator=generator).to(self.device)]
+            full = len(buffer) // batch_size * batch_size
+            for offset in range(0, full, batch_size):
+                yield buffer[offset : offset + batch_size]
+            carry = buffer[full:]
+        if not drop_last and carry is not None and len(carry):
+            yield carry
+
+    def mean_log_prob(self, trainer) -> float:
+        """Mean log-likelihood of these rows under ``trainer``'s flow, a chunk at a time."""
+        return sum(trainer.sum_log_prob(self._chunk(int(c))) for c in self.chunks) / len(self)
