@@ -23,7 +23,9 @@ setup(
     ],
     entry_points={"console_scripts": ["skflow=skflow.cli:main"]},
     extras_require={
-        "test": ["pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6"],
+        # fsspec[http]: Ray Data's path handling imports fsspec's HTTP file system, which needs aiohttp.
+        "ray": ["ray[data]>=2.40", "fsspec[http]"],
+        "test": ["pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6", "ray[data]>=2.40", "fsspec[http]"],
         "bench": ["sentence-transformers>=3", "normflows>=1.7", "matplotlib>=3.7"],
     },
 )

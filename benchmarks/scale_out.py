@@ -1,4 +1,7 @@
-"""Scale: FlowGaussianizer.fit on memory-mapped float32 arrays, streamed, against the in-memory fit.
+"""Scale: out-of-core fit on memory-mapped arrays, and Ray embedding, each against its in-process baseline.
+
+Part ``fit``: FlowGaussianizer.fit on memory-mapped float32 arrays, streamed,
+against the in-memory fit.
 
 For each size, a float32 file of N x 384 rows (anisotropic Student-t clusters,
 written chunk by chunk, never held in memory) is fitted for one epoch from a
@@ -9,7 +12,14 @@ and the increase over the level just before ``fit`` is reported. The
 in-memory baseline fits the smallest file's rows loaded into a numpy array
 (same rows, same threads) and its throughput is the reference of the ratio.
 
-    python benchmarks/scale_out.py [--sizes-gb 0.5 3] [--dim 384] [--dir /tmp] [--repeats 1]
+Part ``ray``: ``skflow.distributed.embed`` (Ray Data, one actor with all
+cores, Parquet in and out) against ``BertEmbedder.transform`` in one process,
+on the same unique STS sentences (``$SKFLOW_DATA``), the same dtype, batch
+size and threads; and the driver's peak anonymous memory for two corpus
+sizes (the driver only plans and checks; actors hold the model and data).
+
+    python benchmarks/scale_out.py [--part fit ray] [--sizes-gb 0.5 3] [--dim 384] [--dir /tmp] [--repeats 1]
+                                   [--ray-sentences 10000 20000] [--dtype auto] [--gpus-per-worker 0]
 """
 
 import argparse
@@ -41,6 +51,56 @@ def write_memmap(path: str, n_rows: int, dim: int, seed: int = 0) -> None:
     del out
 
 
+def _sts_sentences(n: int) -> list[str]:
+    from skflow.datasets import STS_SETS, load_sts
+
+    seen = {}
+    for name in STS_SETS:
+        try:
+            pairs = load_sts(name, download_if_missing=False).pairs
+        except FileNotFoundError:
+            continue
+        seen.update(dict.fromkeys(pairs.ravel().tolist()))
+    if len(seen) < n:
+        raise SystemExit(f"only {len(seen)} unique STS sentences found under $SKFLOW_DATA; asked for {n}")
+    return list(seen)[:n]
+
+
+def _ray_child(args) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from skflow import BertEmbedder
+
+    texts = _sts_sentences(args.n_sentences)
+    embedder = BertEmbedder(pooling="mean", dtype=args.dtype, batch_size=32, show_progress_bar=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Both sides are timed cold: the model loads inside the clock (in the Ray actor, and here).
+        if args.child == "inprocess":
+            with PeakMemory(anonymous=True, interval=0.01) as memory:
+                start = time.perf_counter()
+                embedder.transform(texts)
+                seconds = time.perf_counter() - start
+        else:
+            import ray
+
+            from skflow import distributed
+
+            pq.write_table(pa.table({"id": np.arange(len(texts)), "text": texts}), os.path.join(tmp, "in.parquet"))
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")  # a cluster that is up
+            with PeakMemory(anonymous=True, interval=0.01) as memory:
+                start = time.perf_counter()
+                distributed.embed([os.path.join(tmp, "in.parquet")], os.path.join(tmp, "out"), embedder=embedder,
+                                  workers=1, gpus_per_worker=args.gpus_per_worker,
+                                  threads_per_worker=torch.get_num_threads(), quiet=True)
+                seconds = time.perf_counter() - start
+            assert pq.read_table(os.path.join(tmp, "out")).num_rows == len(texts)
+            ray.shutdown()
+    print(json.dumps({"sentences": len(texts), "seconds": seconds, "per_s": len(texts) / seconds,
+                      "driver_anon_increase_mb": memory.mb}))
+
+
 def _child(args) -> None:
     from skflow import FlowGaussianizer
 
@@ -63,25 +123,18 @@ def _child(args) -> None:
     }))
 
 
-def _run(args, child: str, path: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", child, "--path", path, "--dim", str(args.dim)]
+def _run(args, child: str, path: str = "", n_sentences: int = 0) -> dict:
+    cmd = [sys.executable, __file__, "--child", child, "--path", path, "--dim", str(args.dim),
+           "--n-sentences", str(n_sentences), "--dtype", args.dtype, "--gpus-per-worker", str(args.gpus_per_worker)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes-gb", type=float, nargs="+", default=[0.5, 3.0])
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--dir", default=None, help="where the memmap files are written (default: a temp folder)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each measurement; medians are reported")
-    parser.add_argument("--child", choices=["memory", "memmap"], help=argparse.SUPPRESS)
-    parser.add_argument("--path", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        return _child(args)
-    import torch
+def _median(runs: list[dict]) -> dict:
+    return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
 
+
+def fit_part(args) -> None:
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for size in sorted(args.sizes_gb):
@@ -90,19 +143,56 @@ def main(argv=None) -> None:
             write_memmap(path, n_rows, args.dim)
             kinds = ["memory", "memmap"] if size == min(args.sizes_gb) else ["memmap"]
             for kind in kinds:
-                runs = [_run(args, kind, path) for _ in range(args.repeats)]
-                median = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
-                rows.append((kind, median))
+                rows.append((kind, _median([_run(args, kind, path) for _ in range(args.repeats)])))
             os.remove(path)
     reference = next(r for kind, r in rows if kind == "memory")["rows_per_s"]
-    print(f"FlowGaussianizer.fit, 1 epoch, float32 x {args.dim}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; median of {args.repeats} run(s)\n")
     print("| input | rows | GB | fit throughput (rows / s) | vs in-memory | anonymous memory increase (MB) | held-out loglik |")
     print("|---|---|---|---|---|---|---|")
     for kind, r in rows:
         print(f"| {'numpy array' if kind == 'memory' else 'numpy.memmap'} | {r['rows']:,.0f} | {r['gb']:.2f} | "
               f"{r['rows_per_s']:,.0f} | {r['rows_per_s'] / reference:.2f}x | {r['anon_increase_mb']:.0f} | "
               f"{r['loglik_last_5000']:.2f} |")
+
+
+def ray_part(args) -> None:
+    print("| sentences | in-process BertEmbedder (sentences / s) | skflow embed on Ray (sentences / s) | ratio | "
+          "Ray driver's anonymous memory increase (MB) |")
+    print("|---|---|---|---|---|")
+    for n in args.ray_sentences:
+        pairs = [(_run(args, "inprocess", n_sentences=n), _run(args, "ray", n_sentences=n)) for _ in range(args.repeats)]
+        local, distributed = _median([p[0] for p in pairs]), _median([p[1] for p in pairs])
+        ratios = ", ".join(f"{b['per_s'] / a['per_s']:.2f}x" for a, b in pairs)
+        print(f"| {n:,} | {local['per_s']:,.0f} | {distributed['per_s']:,.0f} | {distributed['per_s'] / local['per_s']:.2f}x "
+              f"(runs: {ratios}) | {distributed['driver_anon_increase_mb']:.0f} |")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", nargs="+", choices=["fit", "ray"], default=["fit", "ray"])
+    parser.add_argument("--sizes-gb", type=float, nargs="+", default=[0.5, 3.0])
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--dir", default=None, help="where the memmap files are written (default: a temp folder)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each measurement; medians are reported")
+    parser.add_argument("--ray-sentences", type=int, nargs="+", default=[10_000, 20_000])
+    parser.add_argument("--dtype", default="auto", help="BertEmbedder dtype on both sides (default: auto)")
+    parser.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs for the Ray actor (give 1 on a GPU machine)")
+    parser.add_argument("--child", choices=["memory", "memmap", "inprocess", "ray"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--n-sentences", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child in ("memory", "memmap"):
+        return _child(args)
+    if args.child:
+        return _ray_child(args)
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of {args.repeats} run(s)\n")
+    if "fit" in args.part:
+        print(f"FlowGaussianizer.fit, 1 epoch, float32 x {args.dim}\n")
+        fit_part(args)
+    if "ray" in args.part:
+        print(f"\nEmbedding (all-MiniLM-L6-v2, mean pooling, dtype={args.dtype}, batch 32), both timed cold\n")
+        ray_part(args)
 
 
 if __name__ == "__main__":

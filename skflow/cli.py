@@ -1,4 +1,4 @@
-"""Command line: ``python -m skflow evaluate`` runs the paper's STS evaluation."""
+"""Command line: ``skflow evaluate`` (the paper's STS evaluation) and ``skflow embed | fit | transform`` (Ray)."""
 
 import argparse
 import json
@@ -51,11 +51,112 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
     ev.add_argument("--quiet", action="store_true", help="no progress output")
+    _add_scale_commands(commands)
     return parser
+
+
+def _add_scale_commands(commands) -> None:
+    def common(sub, workers: bool = True):
+        if workers:
+            sub.add_argument("--workers", type=int, default=1, help="Ray actors, each with its own model (default: 1)")
+            sub.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per actor (default: 0)")
+            sub.add_argument("--threads-per-worker", type=int, help="torch threads per actor (default: this "
+                             "machine's cores shared among the workers)")
+        sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
+        sub.add_argument("--overwrite", action="store_true", help="replace an existing output")
+        sub.add_argument("--quiet", action="store_true", help="no progress output")
+
+    em = commands.add_parser("embed", help="embed text files into Parquet shards with Ray",
+                             description="Read Parquet, CSV, JSON lines or text files (one text a line), embed their "
+                             "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
+                             "plus 'embedding'.")
+    em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
+    em.add_argument("--output", required=True, metavar="DIR")
+    em.add_argument("--text-column", default="text")
+    em.add_argument("--model", default=DEFAULT_MODEL)
+    em.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING")
+    em.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    em.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: %(default)s)")
+    em.add_argument("--max-length", type=int, default=128)
+    common(em)
+
+    fi = commands.add_parser("fit", help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
+                             description="Stream the embeddings of Parquet shards (random block order, local "
+                             "shuffle buffer) into FlowGaussianizer.partial_fit and save the model with joblib.")
+    fi.add_argument("input_dir", metavar="INPUT_DIR")
+    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file (joblib)")
+    fi.add_argument("--column", default="embedding")
+    fi.add_argument("--epochs", type=int, default=1)
+    fi.add_argument("--batch-size", type=int, default=64)
+    fi.add_argument("--learning-rate", type=float, default=1e-3)
+    fi.add_argument("--weight-decay", type=float, default=0.01)
+    fi.add_argument("--n-levels", type=int, default=3)
+    fi.add_argument("--depth", type=int, default=3)
+    fi.add_argument("--hidden-channels", type=int, default=32)
+    fi.add_argument("--coupling", default="additive", choices=["additive", "affine"])
+    fi.add_argument("--permutation", default="reverse", choices=["reverse", "random", "lu"])
+    fi.add_argument("--device", default="auto")
+    fi.add_argument("--seed", type=int, default=0)
+    common(fi, workers=False)
+
+    tr = commands.add_parser("transform", help="apply a fitted model to Parquet shards with Ray",
+                             description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
+                             "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
+                             "Parquet shards with the result column added.")
+    tr.add_argument("input_dir", metavar="INPUT_DIR")
+    tr.add_argument("--model", required=True, metavar="MODEL", help="a joblib file")
+    tr.add_argument("--output", required=True, metavar="DIR")
+    tr.add_argument("--column", default="embedding")
+    tr.add_argument("--text-column", default="text")
+    tr.add_argument("--output-column", default="z")
+    common(tr)
+
+
+def _run_scale_command(args) -> int:
+    from skflow import distributed
+    from skflow.gaussianizer import FlowGaussianizer
+
+    try:
+        if args.command == "embed":
+            embedder = BertEmbedder(args.model, pooling=args.pooling, dtype=args.dtype, batch_size=args.batch_size,
+                                    max_length=args.max_length, show_progress_bar=False)
+            n = distributed.embed(args.inputs, args.output, embedder=embedder, text_column=args.text_column,
+                                  workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                                  threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
+                                  address=args.address, quiet=args.quiet)
+            done = f"embedded {n:,} rows into {args.output}"
+        elif args.command == "fit":
+            flow = FlowGaussianizer(batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                    weight_decay=args.weight_decay, n_levels=args.n_levels, depth=args.depth,
+                                    hidden_channels=args.hidden_channels, coupling=args.coupling,
+                                    permutation=args.permutation, device=args.device, random_state=args.seed)
+            flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs,
+                                   overwrite=args.overwrite, address=args.address, quiet=args.quiet)
+            done = f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
+        else:
+            n = distributed.transform(args.input_dir, args.model, args.output, column=args.column,
+                                      text_column=args.text_column, output_column=args.output_column,
+                                      workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                                      threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
+                                      address=args.address, quiet=args.quiet)
+            done = f"transformed {n:,} rows into {args.output}"
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("ray", "pyarrow"):
+            raise
+        print(f"error: skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})", file=sys.stderr)
+        return 2
+    except (distributed.InputError, EncoderNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(done, file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "evaluate":
+        return _run_scale_command(args)
     log = None if args.quiet else stderr_log
     embedder = BertEmbedder(
         args.model,

@@ -34,12 +34,12 @@ def analyse(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
     modules = set(sources)
     graph = {name: set() for name in sources}
     problems = []
-    for name, source in sources.items():
-        tree = ast.parse(source)
+    trees = {name: ast.parse(source) for name, source in sources.items()}
+    defined = {name: _defined_names(tree) for name, tree in trees.items()}
+    package_names = set().union(*defined.values())  # a private name no skflow module defines is a library's
+    for name, tree in trees.items():
         imported_modules = {}  # local name -> skflow module
-        own_private = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        own_private |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-        own_private |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        own_private = defined[name]
         third_party = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -69,11 +69,18 @@ def analyse(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
                 problems.append(f"{name} uses {imported_modules[base.id]}.{node.attr}")
             elif isinstance(base, ast.Name) and (base.id in {"self", "cls"} or base.id in third_party):
                 continue
-            elif node.attr not in own_private:
+            elif node.attr not in own_private and node.attr in package_names:
                 problems.append(f"{name} reads {ast.unparse(node)}, a private name of another module")
     for name in graph:
         graph[name] = {m for m in graph[name] if m in modules and m != name}
     return graph, problems
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Functions, classes, attributes and module variables that a module defines."""
+    names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    return names | {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -123,8 +130,8 @@ def test_the_checks_catch_what_they_are_for():
     sources = {
         "skflow": "",
         "skflow.a": "from skflow.b import helper, _secret\nimport skflow.b\n",
-        "skflow.b": "from skflow import a\nfrom skflow import _c\nx = _c._hidden\ndef helper(step):\n    return step._flag\n",
-        "skflow._c": "import torch\ny = torch._foreach_add\nclass C:\n    def f(self):\n        self._own = 1\n        return self._own\n",
+        "skflow.b": "from skflow import a\nfrom skflow import _c\nx = _c._hidden\ndef helper(step, est):\n    est._validate_params()\n    return step._flag\n",
+        "skflow._c": "import torch\ny = torch._foreach_add\n_hidden = 1\nclass C:\n    def f(self):\n        self._own = self._flag = 1\n        return self._own\n",
     }
     graph, problems = analyse(sources)
     assert find_cycle(graph) == ["skflow.a", "skflow.b", "skflow.a"]

@@ -154,12 +154,14 @@ class AdditiveCoupling(FlowLayer):
         return self(x)[0]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x1, x2 = x[:, : self.split], x[:, self.split :]
-        return torch.cat([x1, x2 + self.net(x1)], dim=1), x.new_zeros(())
+        y = x.clone()  # one copy, then the shift in place (a concatenation would be a second pass)
+        y[:, self.split :] += self.net(x[:, : self.split])
+        return y, x.new_zeros(())
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
-        y1, y2 = y[:, : self.split], y[:, self.split :]
-        return torch.cat([y1, y2 - self.net(y1)], dim=1)
+        x = y.clone()
+        x[:, self.split :] -= self.net(y[:, : self.split])
+        return x
 
 
 class AffineCoupling(FlowLayer):
