@@ -122,6 +122,19 @@ def _threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
+def _map_in_actors(files, kind, out, actor_class, actor_kwargs, workers, gpus_per_worker, address, quiet) -> None:
+    """Read ``files``, run ``actor_class`` over them in ``workers`` actors, write Parquet shards to ``out``."""
+    with ray_session(address, quiet=quiet):
+        dataset = _read(files, kind).map_batches(
+            actor_class,
+            fn_constructor_kwargs=actor_kwargs,
+            batch_size=ROWS_PER_CALL,
+            batch_format="pyarrow",
+            **_actor_options(workers, gpus_per_worker, actor_kwargs["threads"]),
+        )
+        dataset.write_parquet(str(out))
+
+
 # -------------------------------------------------------------- the three steps
 def embed(
     inputs: Sequence[str | os.PathLike],
@@ -168,15 +181,8 @@ def embed(
     embedder = BertEmbedder() if embedder is None else embedder
     embedder._validate_params()
     threads = threads_per_worker or _threads(workers)
-    with ray_session(address, quiet=quiet):
-        dataset = _read(files, kind).map_batches(
-            _EmbedBatches,
-            fn_constructor_kwargs=dict(embedder=embedder, text_column=text_column, threads=threads),
-            batch_size=ROWS_PER_CALL,
-            batch_format="pyarrow",
-            **_actor_options(workers, gpus_per_worker, threads),
-        )
-        dataset.write_parquet(str(out))
+    actor = dict(embedder=embedder, text_column=text_column, threads=threads)
+    _map_in_actors(files, kind, out, _EmbedBatches, actor, workers, gpus_per_worker, address, quiet)
     return n_rows
 
 
@@ -259,13 +265,6 @@ def transform(
         n_rows = check_texts(files, kind, input_column)
     out = prepare_output(output, overwrite)
     threads = threads_per_worker or _threads(workers)
-    with ray_session(address, quiet=quiet):
-        dataset = _read(files, kind).map_batches(
-            _TransformBatches,
-            fn_constructor_kwargs=dict(model=fitted, input_column=input_column, output_column=output_column, threads=threads),
-            batch_size=ROWS_PER_CALL,
-            batch_format="pyarrow",
-            **_actor_options(workers, gpus_per_worker, threads),
-        )
-        dataset.write_parquet(str(out))
+    actor = dict(model=fitted, input_column=input_column, output_column=output_column, threads=threads)
+    _map_in_actors(files, kind, out, _TransformBatches, actor, workers, gpus_per_worker, address, quiet)
     return n_rows
