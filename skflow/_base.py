@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
 from skflow.flows import Glow
@@ -93,6 +93,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
         if len(shape) == 3 and y is not None:
+            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
             if shape[1] != 2:
                 raise ValueError(
                     f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "

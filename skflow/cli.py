@@ -11,7 +11,7 @@ import numpy as np
 from skflow import __version__
 from skflow.datasets import STS_SETS
 from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder, EncoderNotFoundError
-from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log
+from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.metrics import PROTOCOLS
 
 
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     output = Path(args.output)
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    Path(f"{stem}.json").write_text(json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     Path(f"{stem}.md").write_text(tables, encoding="utf-8")
     if log:
         log(f"wrote {stem}.json and {stem}.md")

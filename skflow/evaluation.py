@@ -20,7 +20,7 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, sts_report
 
-__all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables"]
+__all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -47,11 +47,13 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     if name == "whiten":
         return PCA(whiten=True)
     match = re.fullmatch(r"whiten-(\d+)", name)
-    if match:
+    if match and int(match.group(1)) >= 1:
         return PCA(n_components=int(match.group(1)), whiten=True)
     if name == "flow":
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
-    raise ValueError(f"Unknown method {name!r}; valid methods are none, whiten, whiten-K (e.g. whiten-256), flow.")
+    raise ValueError(
+        f"Unknown method {name!r}; valid methods are none, whiten, whiten-K with K >= 1 (e.g. whiten-256), flow."
+    )
 
 
 def evaluate(
@@ -148,10 +150,26 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
         out.append("|---|" + "---|" * (len(sets) + 1))
         for method in methods:
             values = [100 * results["sets"][s][method][protocol] for s in sets]
-            cells = [f"{v:.2f}" for v in values] + [f"{np.mean(values):.2f}" if values else ""]
+            cells = [_cell(v) for v in values] + [_cell(np.mean(values)) if values else ""]
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _cell(value: float) -> str:
+    """A table cell; an undefined Spearman (constant similarities) reads n/a, never nan."""
+    return f"{value:.2f}" if np.isfinite(value) else "n/a"
+
+
+def strict_json(value):
+    """``value`` with every NaN or infinite float replaced by None, so that it is strict JSON."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 def stderr_log(message: str) -> None:

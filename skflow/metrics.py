@@ -35,6 +35,13 @@ def _check_pairs(pairs, scores, subsets):
         raise ValueError(f"pairs must have shape (n_pairs, 2, n_features), got {pairs.shape}")
     if scores.shape[0] != pairs.shape[0]:
         raise ValueError(f"got {pairs.shape[0]} pairs but {scores.shape[0]} scores")
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        raise ValueError(f"gold scores must be finite; score {bad[0]} is {scores[bad[0]]} ({bad.size} such)")
+    if np.issubdtype(pairs.dtype, np.number):
+        bad = np.flatnonzero(~np.isfinite(pairs).all(axis=(1, 2)))
+        if bad.size:
+            raise ValueError(f"embeddings must be finite; pair {bad[0]} has NaN or infinite values ({bad.size} such)")
     if subsets is not None:
         subsets = np.asarray(subsets, dtype=object).ravel()
         if subsets.shape[0] != pairs.shape[0]:

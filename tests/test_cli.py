@@ -87,3 +87,26 @@ def test_device_reaches_the_encoder_and_the_flow(monkeypatch, tmp_path):
     monkeypatch.setattr("skflow.cli.evaluate", fake_evaluate)
     main(["evaluate", "--device", "cpu", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"])
     assert seen == {"encoder": "cpu", "flow": "cpu"}
+
+
+def test_a_method_that_cannot_work_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("skflow.evaluation.load_sts", lambda *a, **k: pytest.fail("data loaded before the check"))
+    assert main(["evaluate", "--method", "whiten-0", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Unknown method 'whiten-0'") and "K >= 1" in err and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_are_strict_json_and_undefined_values_read_n_a(tmp_path, monkeypatch, capsys):
+    report = {"subsets": {"test": {"spearman": float("nan"), "n_pairs": 3}}, "wmean": float("nan"),
+              "mean": float("nan"), "all": float("nan"), "fit_seconds": 0.1}
+    monkeypatch.setattr("skflow.cli.evaluate", lambda *a, **k: {"sets": {"stsb": {"none": report}}, "skipped": {}})
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 0
+
+    def refuse(constant):
+        raise AssertionError(f"non-strict JSON constant {constant}")
+
+    results = json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse)
+    assert results["sets"]["stsb"]["none"]["wmean"] is None
+    table = (tmp_path / "r.md").read_text()
+    assert "| none | n/a | n/a |" in table and "nan" not in table

@@ -167,6 +167,15 @@ def test_non_finite_loss_stops_with_a_clear_error_and_changes_nothing(data):
     assert not hasattr(fresh, "flow_") and not hasattr(fresh, "n_features_in_")
 
 
+def test_score_refuses_non_finite_gold_scores():
+    pairs, gold = _synthetic_pairs(60)
+    flow = FlowGaussianizer(random_state=0).fit(pairs)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="Input y contains"):
+            flow.score(pairs, np.where(np.arange(60) == 7, bad, gold))
+    assert -1 <= flow.score(pairs, gold) <= 1
+
+
 def test_device_resolution():
     flow = FlowGaussianizer(device="cpu", random_state=0).fit(np.random.RandomState(0).normal(size=(50, 3)))
     assert next(flow.flow_.parameters()).device.type == "cpu"

@@ -93,3 +93,17 @@ def test_subsets_are_routed_to_the_scorer_in_grid_search():
     expected = sts_spearman(model.transform(X[test]), y[test], subsets=subsets[test], protocol="mean")
     assert search.cv_results_["split0_test_score"][0] == pytest.approx(expected, abs=1e-12)
     assert expected != pytest.approx(sts_spearman(model.transform(X[test]), y[test], protocol="all"), abs=1e-6)
+
+
+def test_non_finite_scores_or_embeddings_are_errors_not_nan():
+    pairs = np.random.RandomState(0).normal(size=(6, 2, 3))
+    scores = np.arange(6.0)
+    with pytest.raises(ValueError, match=r"gold scores must be finite; score 2 is nan \(1 such\)"):
+        sts_spearman(pairs, np.where(scores == 2, np.nan, scores))
+    with pytest.raises(ValueError, match=r"score 0 is inf"):
+        sts_spearman(pairs, np.where(scores == 0, np.inf, scores))
+    bad = pairs.copy()
+    bad[4, 1, 0] = np.nan
+    with pytest.raises(ValueError, match=r"pair 4 has NaN or infinite values"):
+        sts_spearman(bad, scores)
+    assert np.isfinite(sts_spearman(pairs, scores))
