@@ -6,6 +6,7 @@ Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
 space and back, scores, samples, and pickles to numpy arrays.
 """
 
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -101,6 +102,13 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                 )
             z, _ = latent_and_log_prob(self.flow_, X2d)
             return sts_spearman(z.reshape(shape), y)
+        if y is not None:
+            warnings.warn(
+                f"{type(self).__name__}.score: y is ignored for input of shape {shape}; gold scores apply to "
+                "sentence pairs of shape (n_pairs, 2, n_features). Returning the mean log-likelihood.",
+                UserWarning,
+                stacklevel=2,
+            )
         _, log_prob = latent_and_log_prob(self.flow_, X2d)
         return float(np.mean(log_prob))
 

@@ -11,6 +11,8 @@ def resolve_device(device: str) -> torch.device:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from exc
+    if resolved.type not in ("cpu", "cuda"):  # meta, mps, xpu...: nowhere skflow can train or encode
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")
     return resolved

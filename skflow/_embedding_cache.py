@@ -47,7 +47,7 @@ class EmbeddingCache:
 
     def __init__(self, root: str | os.PathLike, key: dict, dim: int):
         blob = json.dumps(key, sort_keys=True).encode()
-        self.folder = Path(root) / hashlib.sha256(blob).hexdigest()[:24]
+        self.folder = Path(root).expanduser() / hashlib.sha256(blob).hexdigest()[:24]
         self.key = key
         self.dim = dim
         self.n_corrupt = 0

@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         "python": platform.python_version(),
         "numpy": np.__version__,
     }
-    output = Path(args.output)
+    output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     stem.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")

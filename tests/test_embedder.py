@@ -300,6 +300,14 @@ def test_cache_encodes_each_text_once(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
+def test_cache_dir_expands_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    _f32(cache_dir="~/emb-cache").transform(["a sentence"])
+    assert not (tmp_path / "~").exists()
+    assert len(list((tmp_path / "home" / "emb-cache").rglob("*.emb"))) == 1
+
+
 def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
     embedder = _f32(cache_dir=tmp_path)
     expected = embedder.transform(SENTENCES[:3])

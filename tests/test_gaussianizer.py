@@ -248,3 +248,15 @@ def test_early_stopping_off_by_default_and_needs_training_rows(data):
     assert plain.validation_scores_ is None and plain.best_validation_score_ is None
     with pytest.raises(ValueError, match="holds out 9 of 10 rows .* fewer than 2 to train"):
         FlowGaussianizer(early_stopping=True, validation_fraction=0.85).fit(data[:10])
+
+
+def test_clear_errors_for_devices_empty_features_and_ignored_y(data):
+    for device in ("meta", "mps:0"):
+        with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+            FlowGaussianizer(device=device).fit(data)
+    with pytest.raises(ValueError, match=r"0 feature\(s\) \(shape=\(10, 0\)\) while a minimum of 1 is required"):
+        FlowGaussianizer().fit(np.zeros((5, 2, 0)))
+    flow = FlowGaussianizer(random_state=0).fit(data)
+    with pytest.warns(UserWarning, match=r"y is ignored for input of shape \(1200, 12\)"):
+        ignored = flow.score(data, np.ones(len(data)))
+    assert ignored == flow.score(data)
