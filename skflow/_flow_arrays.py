@@ -29,12 +29,8 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
     min_samples = 2 if reset else 1
     if not is_frame and _ndim(X) == 3:
         X3 = check_array(X, dtype=_FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
-        if X3.shape[-1] == 0:  # reshape(-1, 0) cannot tell the rows; give scikit-learn's own message
-            X3 = X3.reshape(X3.shape[0] * X3.shape[1], 0)
-            return validate_data(estimator, X3, reset=reset, dtype=_FLOAT_DTYPES), X.shape
-        X2d = validate_data(
-            estimator, X3.reshape(-1, X3.shape[-1]), reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples
-        )
+        rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
+        X2d = validate_data(estimator, rows, reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples)
         return X2d, X3.shape
     X2d = validate_data(estimator, X, reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples)
     return X2d, X2d.shape

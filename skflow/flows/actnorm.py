@@ -12,9 +12,9 @@ LOGSCALE_FACTOR = 3.0
 MIN_INIT_STD = 1e-6
 
 
-def scale_shift(x: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
-    """``(x + bias) * scale`` per feature; ``inplace`` overwrites ``x`` (a fresh tensor the caller owns)."""
-    return (x.add_(bias) if inplace else x + bias).mul_(scale)
+def scale_shift(x: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``(x + bias) * scale`` per feature."""
+    return (x + bias).mul_(scale)
 
 
 def scale_shift_backward(
