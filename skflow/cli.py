@@ -12,6 +12,7 @@ from skflow import __version__
 from skflow.datasets import STS_SETS
 from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder, EncoderNotFoundError
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
+from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.metrics import PROTOCOLS
 
 
@@ -28,10 +29,7 @@ def _parser() -> argparse.ArgumentParser:
             "similarities with the gold scores (STS-B and SICK-R: test split)."
         ),
     )
-    ev.add_argument("--model", default=DEFAULT_MODEL, help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
-    ev.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING",
-                    help="cls, mean, first_last_avg (the paper's 'last2avg'), last_two_avg (default: %(default)s; "
-                    "last2avg is a deprecated alias of last_two_avg)")
+    _add_encoder_arguments(ev)
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none, whiten, whiten-K (PCA to K components), flow (default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
@@ -43,9 +41,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="writes FILE.json and FILE.md (default: %(default)s)")
     ev.add_argument("--data-home", help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
-    ev.add_argument("--max-length", type=int, default=128, help="tokens per sentence (default: %(default)s)")
-    ev.add_argument("--batch-size", type=int, default=32)
-    ev.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     ev.add_argument("--device", default="auto", help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
     ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
@@ -53,6 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--quiet", action="store_true", help="no progress output")
     _add_scale_commands(commands)
     return parser
+
+
+def _add_encoder_arguments(sub) -> None:
+    """The BertEmbedder options that ``evaluate`` and ``embed`` share."""
+    sub.add_argument("--model", default=DEFAULT_MODEL,
+                     help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
+    sub.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING",
+                     help="cls, mean, first_last_avg (the paper's 'last2avg'), last_two_avg (default: %(default)s; "
+                     "last2avg is a deprecated alias of last_two_avg)")
+    sub.add_argument("--max-length", type=int, default=128, help="tokens per sentence (default: %(default)s)")
+    sub.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: %(default)s)")
+    sub.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
 
 
 def _add_scale_commands(commands) -> None:
@@ -73,11 +80,7 @@ def _add_scale_commands(commands) -> None:
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
     em.add_argument("--output", required=True, metavar="DIR")
     em.add_argument("--text-column", default="text")
-    em.add_argument("--model", default=DEFAULT_MODEL)
-    em.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING")
-    em.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
-    em.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: %(default)s)")
-    em.add_argument("--max-length", type=int, default=128)
+    _add_encoder_arguments(em)
     common(em)
 
     fi = commands.add_parser("fit", help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
@@ -93,8 +96,8 @@ def _add_scale_commands(commands) -> None:
     fi.add_argument("--n-levels", type=int, default=3)
     fi.add_argument("--depth", type=int, default=3)
     fi.add_argument("--hidden-channels", type=int, default=32)
-    fi.add_argument("--coupling", default="additive", choices=["additive", "affine"])
-    fi.add_argument("--permutation", default="reverse", choices=["reverse", "random", "lu"])
+    fi.add_argument("--coupling", default="additive", choices=sorted(COUPLINGS))
+    fi.add_argument("--permutation", default="reverse", choices=PERMUTATIONS)
     fi.add_argument("--device", default="auto")
     fi.add_argument("--seed", type=int, default=0)
     common(fi, workers=False)
