@@ -12,8 +12,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow import _encoding
 from skflow._device import resolve_device
 from skflow._embedding_cache import EmbeddingCache
-from skflow._progress import progress_bar
 from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLING_ALIASES, POOLINGS, EncoderNotFoundError
+from skflow._progress import progress_bar
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderNotFoundError"]
 

@@ -11,11 +11,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow._base import BaseFlow
-from skflow.flows.batches import InMemoryRows, n_batches, training_rows
 from skflow._device import resolve_device
 from skflow._flow_arrays import validate_embeddings
 from skflow._progress import progress_bar
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
+from skflow.flows.batches import InMemoryRows, n_batches, training_rows
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 
 # Rows used for the data-dependent ActNorm initialisation.
