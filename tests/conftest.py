@@ -10,12 +10,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+# The sets the tests read; SICK-R is tested on a fixture of its own.
+TEST_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb")
+
+
 @pytest.fixture(scope="session")
 def sts_data_home() -> Path:
-    """The original STS files: ``SKFLOW_DATA``, else ``../shared/data/sts`` beside the checkout."""
-    path = Path(os.environ.get("SKFLOW_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "sts")).resolve()
-    if not (path / "STSBenchmark").is_dir():
-        raise RuntimeError(f"STS data not found at {path}; set SKFLOW_DATA to the folder of the STS sets")
+    """The original STS files: ``$SKFLOW_DATA``, else ``~/skflow_data``; missing sets are downloaded there."""
+    from skflow.datasets import get_data_home, load_sts
+
+    path = get_data_home().resolve()
+    for name in TEST_SETS:
+        try:
+            load_sts(name, data_home=path)  # downloads and verifies what is missing
+        except FileNotFoundError as exc:
+            raise RuntimeError(f"the tests need the STS data: {exc}") from exc
     return path
 
 
