@@ -50,9 +50,9 @@ def _child(args):
     if args.library == "st":
         from sentence_transformers import SentenceTransformer
 
-        from skflow._encoding import resolve_model_source
+        from skflow._model_source import resolve_model_source
 
-        path, _ = resolve_model_source("sentence-transformers/all-MiniLM-L6-v2", None)
+        path = resolve_model_source("sentence-transformers/all-MiniLM-L6-v2", None).path_or_id
         kwargs = {"torch_dtype": torch.bfloat16} if args.dtype == "bfloat16" else {}
         model = SentenceTransformer(path, device="cpu", model_kwargs=kwargs)
         model.max_seq_length = args.max_length

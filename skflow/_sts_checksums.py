@@ -1,4 +1,4 @@
-"""sha256 of every STS data file, as distributed by the organisers (checked after download)."""
+"""sha256 of every STS data file, as distributed by the organisers (checked after download and on every load)."""
 
 SHA256 = {
     "STS12-en-test/STS.gs.MSRpar.txt": "5526be59228bc34ccb3cb6f1f56c0d7278d3419b8886713ae016fd92b151f19c",
@@ -52,4 +52,16 @@ SHA256 = {
     "STSBenchmark/sts-dev.csv": "5d7e944d8b02734b07bfdb5df67db3420c64bed153fcaa1ba47ad03480cf4234",
     "STSBenchmark/sts-test.csv": "affe45928a66ee5a708531233c95b7dacbbdc57f974f002a3d32ea0180cf816a",
     "STSBenchmark/sts-train.csv": "0f71910b59aa1ad973c5897f0791f3b0965a92b8f82b1a95f3eea9f4162fda82",
+    # SemEval 2014 Task 1 (SICK), as distributed; also byte-identical in several public mirrors
+    "SICK/SICK_train.txt": "266cf8047149bd1d68138dd30439f3122bff30069740ac6705bb6197d9f1b48e",
+    "SICK/SICK_trial.txt": "5a88cfb62f8c6bd2a3cce0f2421ba2cb8c2be5ab4a800f6f01e2c64aafb7db56",
+    "SICK/SICK_test_annotated.txt": "2b8aa806658d6fc23c6824c83776c2d4fee7556000817b5ec0f982861413b7d0",
+}
+
+# The same three files rebuilt from the SICK release on Zenodo (record 2787612) by
+# skflow._sts_download.sick_files_from_release: a different set of pairs, see there.
+ZENODO_SICK_SHA256 = {
+    "SICK/SICK_train.txt": "14a3a647d6eac5889b3323b8a5b9c40de50c1a9cc7d7ee5d2acc2d7b34002e57",
+    "SICK/SICK_trial.txt": "c4bb93d69e875501f58cb4be0a3bcf19c6f686a89457073eb320898a7ec1b5f5",
+    "SICK/SICK_test_annotated.txt": "2a63eb5a3d86836757fe204c074694dbce844b34d875034a324bc777188035a2",
 }

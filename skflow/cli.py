@@ -10,10 +10,11 @@ import numpy as np
 
 from skflow import __version__
 from skflow.datasets import STS_SETS
-from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder, EncoderNotFoundError
+from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.metrics import PROTOCOLS
+from skflow.outputs import check_output_file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="writes FILE.json and FILE.md (default: %(default)s)")
     ev.add_argument("--data-home", help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
+    ev.add_argument("--allow-modified-data", action="store_true",
+                    help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
     ev.add_argument("--device", default="auto", help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
     ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
@@ -148,12 +151,17 @@ def _run_scale_command(args) -> int:
             raise
         print(f"error: skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})", file=sys.stderr)
         return 2
-    except (distributed.InputError, EncoderNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError among them
+        return _user_error(exc)
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
+
+
+def _user_error(exc: BaseException) -> int:
+    """One line on stderr, exit status 2: how every user error ends."""
+    print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
@@ -161,21 +169,23 @@ def main(argv=None) -> int:
     if args.command != "evaluate":
         return _run_scale_command(args)
     log = None if args.quiet else stderr_log
-    embedder = BertEmbedder(
-        args.model,
-        pooling=args.pooling,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device=args.device,
-        cache_dir=args.cache_dir,
-        show_progress_bar=not args.quiet,
-    )
+    output = Path(args.output).expanduser()
+    stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
+        outputs = [check_output_file(f"{stem}{suffix}") for suffix in (".json", ".md")]
+        embedder = BertEmbedder(
+            args.model,
+            pooling=args.pooling,
+            max_length=args.max_length,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            device=args.device,
+            cache_dir=args.cache_dir,
+            show_progress_bar=not args.quiet,
+        )
         results = _run(args, embedder, log)
-    except (FileNotFoundError, EncoderNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as exc:  # missing data, encoder, cache_dir or output folder; bad options
+        return _user_error(exc)
     if not results["sets"]:
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
@@ -196,13 +206,14 @@ def main(argv=None) -> int:
         "python": platform.python_version(),
         "numpy": np.__version__,
     }
-    output = Path(args.output).expanduser()
-    stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    Path(f"{stem}.md").write_text(tables, encoding="utf-8")
+    texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
+    try:
+        for path, text in zip(outputs, texts):
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:  # the table is printed above: the results are not lost
+        return _user_error(f"the results are printed above, but writing them failed: {exc}")
     if log:
-        log(f"wrote {stem}.json and {stem}.md")
+        log(f"wrote {outputs[0]} and {outputs[1]}")
     return 0
 
 
@@ -213,6 +224,7 @@ def _run(args, embedder, log) -> dict:
         sets=args.sets or STS_SETS,
         data_home=args.data_home,
         download_if_missing=not args.no_download,
+        allow_modified=args.allow_modified_data,
         skip_missing=args.sets is None,
         random_state=args.seed,
         flow_params={"max_epochs": args.epochs, "device": args.device},

@@ -1,16 +1,12 @@
 """The STS evaluation sets of BERT-flow: STS12-16, STS-B and SICK-R.
 
-Parsers read the organisers' original files; missing files are downloaded from
-the canonical URLs (the ones SentEval uses), checked and extracted atomically.
+Parsers read the organisers' original files, after checking their sha256;
+missing files are downloaded (https first, then mirrors), checked and moved
+into place atomically.
 """
 
-import hashlib
-import io
 import os
-import tarfile
-import tempfile
-import urllib.request
-import zipfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,18 +15,13 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from skflow._sts_checksums import SHA256
+from skflow._sts_download import Archive, download, mirrored, zenodo_sick
+from skflow._sts_files import STSDataError, check_file, parse_semeval, parse_sick, parse_stsb
 
-__all__ = ["STS_SETS", "get_data_home", "load_sts"]
+__all__ = ["STS_SETS", "STSDataError", "get_data_home", "load_sts"]
 
 _STS_SITE = "http://ixa2.si.ehu.es/stswiki/images"
 _SICK_SITE = "http://alt.qcri.org/semeval2014/task1/data/uploads"
-
-
-@dataclass(frozen=True)
-class _Archive:
-    url: str
-    inner: str  # folder inside the archive holding the files
-    rename: tuple[tuple[str, str], ...] = ()  # (prefix in archive, prefix on disk)
 
 
 @dataclass(frozen=True)
@@ -48,8 +39,9 @@ class _SetInfo:
     folder: str
     parts: tuple[_Part, ...]
     parse: Callable[..., tuple[list, list]]  # the parts' files -> (pairs, scores)
-    archives: tuple[_Archive, ...]
+    archives: tuple[Archive, ...]
     licence: str
+    fallback: Callable[[Path], None] | None = None  # another release of the whole set, see _sts_download
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -60,70 +52,17 @@ class _SetInfo:
         return [f"{self.folder}/{f}" for part in self.parts if part.split in splits for f in part.files]
 
 
-def _semeval_set(title: str, folder: str, subsets: tuple[str, ...], archive: _Archive, licence: str) -> _SetInfo:
+def _semeval_set(title: str, folder: str, subsets: tuple[str, ...], archive: Archive, licence: str) -> _SetInfo:
     """An STS12-16 test set: one input file and one gold file per subset."""
     parts = tuple(_Part(s, "test", (f"STS.input.{s}.txt", f"STS.gs.{s}.txt")) for s in subsets)
-    return _SetInfo(title, folder, parts, _parse_semeval, (archive,), licence)
+    return _SetInfo(title, folder, parts, parse_semeval, (archive,), licence)
 
 
-def _split_set(title: str, folder: str, files: dict, parse, archives: tuple[_Archive, ...], licence: str) -> _SetInfo:
+def _split_set(title: str, folder: str, files: dict, parse, archives: tuple[Archive, ...], licence: str,
+               fallback=None) -> _SetInfo:
     """A set with one file per split (STS-B, SICK-R)."""
     parts = tuple(_Part(split, split, (name,)) for split, name in files.items())
-    return _SetInfo(title, folder, parts, parse, archives, licence)
-
-
-# ------------------------------------------------------------------ parsers
-def _lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 file, split on ``\\n`` only, ``\\r`` stripped, no final empty line."""
-    text = path.read_bytes().decode("utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
-def _parse_semeval(input_path: Path, gold_path: Path) -> tuple[list, list]:
-    """``s1 \\t s2 [\\t notes ...]`` lines scored by the same line of the gold file; empty gold = unscored."""
-    inputs, golds = _lines(input_path), _lines(gold_path)
-    if len(inputs) != len(golds):
-        raise ValueError(f"{input_path.name} has {len(inputs)} lines but {gold_path.name} has {len(golds)}.")
-    pairs, scores = [], []
-    for number, (line, gold) in enumerate(zip(inputs, golds), start=1):
-        if not gold.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise ValueError(f"{input_path}:{number}: expected two tab-separated sentences.")
-        pairs.append((fields[0].strip(), fields[1].strip()))
-        scores.append(float(gold))
-    return pairs, scores
-
-
-def _parse_stsb(path: Path) -> tuple[list, list]:
-    """``genre \\t file \\t year \\t id \\t score \\t s1 \\t s2 [\\t source1 \\t source2]``, no header."""
-    pairs, scores = [], []
-    for number, line in enumerate(_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) < 7:
-            raise ValueError(f"{path}:{number}: expected at least 7 tab-separated fields, got {len(fields)}.")
-        pairs.append((fields[5].strip(), fields[6].strip()))
-        scores.append(float(fields[4]))
-    return pairs, scores
-
-
-def _parse_sick(path: Path) -> tuple[list, list]:
-    """Header, then ``pair_ID \\t sentence_A \\t sentence_B \\t relatedness_score \\t entailment``."""
-    lines = _lines(path)
-    if not lines or not lines[0].startswith("pair_ID"):
-        raise ValueError(f"{path}: expected a header line starting with 'pair_ID'.")
-    pairs, scores = [], []
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) < 4:
-            raise ValueError(f"{path}:{number}: expected at least 4 tab-separated fields, got {len(fields)}.")
-        pairs.append((fields[1].strip(), fields[2].strip()))
-        scores.append(float(fields[3]))
-    return pairs, scores
+    return _SetInfo(title, folder, parts, parse, archives, licence, fallback)
 
 
 _SETS = {
@@ -131,36 +70,36 @@ _SETS = {
         "SemEval-2012 Task 6 (STS12), English test sets",
         "STS12-en-test",
         ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-        _Archive(f"{_STS_SITE}/4/40/STS2012-en-test.zip", "test-gold"),
+        Archive(mirrored(f"{_STS_SITE}/4/40/STS2012-en-test.zip"), "test-gold"),
         "MSRpar/MSRvid under Microsoft Research licence terms; see 00-readme.txt.",
     ),
     "sts13": _semeval_set(
         "*SEM 2013 shared task (STS13), English test sets (the licensed SMT subset is not distributed)",
         "STS13-en-test",
         ("FNWN", "headlines", "OnWN"),
-        _Archive(f"{_STS_SITE}/2/2f/STS2013-en-test.zip", "test-gs"),
+        Archive(mirrored(f"{_STS_SITE}/2/2f/STS2013-en-test.zip"), "test-gs"),
         "See 00-readme.txt.",
     ),
     "sts14": _semeval_set(
         "SemEval-2014 Task 10 (STS14), English test sets",
         "STS14-en-test",
         ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-        _Archive(f"{_STS_SITE}/8/8c/STS2014-en-test.zip", "sts-en-test-gs-2014"),
+        Archive(mirrored(f"{_STS_SITE}/8/8c/STS2014-en-test.zip"), "sts-en-test-gs-2014"),
         "images CC BY-SA; see 00-readme.txt.",
     ),
     "sts15": _semeval_set(
         "SemEval-2015 Task 2 (STS15), English test sets",
         "STS15-en-test",
         ("answers-forums", "answers-students", "belief", "headlines", "images"),
-        _Archive(f"{_STS_SITE}/d/da/STS2015-en-test.zip", "test_evaluation_task2a"),
+        Archive(mirrored(f"{_STS_SITE}/d/da/STS2015-en-test.zip"), "test_evaluation_task2a"),
         "answers-forums is Stack Exchange content, CC BY-SA 3.0 with attribution.",
     ),
     "sts16": _semeval_set(
         "SemEval-2016 Task 1 (STS16), English test sets",
         "STS16-en-test",
         ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-        _Archive(
-            f"{_STS_SITE}/9/98/STS2016-en-test.zip",
+        Archive(
+            mirrored(f"{_STS_SITE}/9/98/STS2016-en-test.zip"),
             "sts2016-english-with-gs-v1.0",
             (("STS2016.input.", "STS.input."), ("STS2016.gs.", "STS.gs.")),
         ),
@@ -170,17 +109,18 @@ _SETS = {
         "STS Benchmark (Cer et al., 2017)",
         "STSBenchmark",
         {split: f"sts-{split}.csv" for split in ("train", "dev", "test")},
-        _parse_stsb,
-        (_Archive(f"{_STS_SITE}/4/48/Stsbenchmark.tar.gz", "stsbenchmark"),),
+        parse_stsb,
+        (Archive(mirrored(f"{_STS_SITE}/4/48/Stsbenchmark.tar.gz"), "stsbenchmark"),),
         "Scores CC BY-SA 4.0; each text source keeps its own licence (LICENSE.txt).",
     ),
     "sickr": _split_set(
         "SICK relatedness (SemEval-2014 Task 1; Marelli et al., 2014)",
         "SICK",
         {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"},
-        _parse_sick,
-        tuple(_Archive(f"{_SICK_SITE}/sick_{split}.zip", "") for split in ("train", "trial", "test_annotated")),
+        parse_sick,
+        tuple(Archive(mirrored(f"{_SICK_SITE}/sick_{split}.zip"), "") for split in ("train", "trial", "test_annotated")),
         "CC BY-NC-SA 3.0 Unported, University of Trento.",
+        fallback=zenodo_sick,
     ),
 }
 
@@ -211,8 +151,14 @@ def load_sts(
     data_home: str | os.PathLike | None = None,
     download_if_missing: bool = True,
     return_X_y: bool = False,
+    allow_modified: bool = False,
 ) -> Bunch | tuple[np.ndarray, np.ndarray]:
     """Load an STS set: sentence pairs with gold similarity scores.
+
+    Every file read is first checked against the sha256 of the file as
+    distributed (once per process while it is unchanged), so a truncated,
+    cut or converted file is an error, never a set with fewer pairs. Parse
+    errors name the file and the line.
 
     Parameters
     ----------
@@ -229,10 +175,17 @@ def load_sts(
         layout is SentEval's: ``STS12-en-test/``, ..., ``STSBenchmark/``,
         ``SICK/``.
     download_if_missing : bool, default=True
-        Download missing files from the organisers' sites. If False, or if
-        the download fails, missing files raise :class:`FileNotFoundError`.
+        Download missing files: from the organisers' sites over https, else
+        from the Internet Archive's copies of the same archives (SICK: then
+        from its release on Zenodo, see Notes). Every download is checked
+        against the sha256 above. If False, or if every source fails, missing
+        files raise :class:`FileNotFoundError`.
     return_X_y : bool, default=False
         Return ``(pairs, scores)`` instead of a Bunch.
+    allow_modified : bool, default=False
+        Read files whose sha256 differs from the distributed file's: your own
+        modified copy, on purpose. They are still parsed strictly, and the
+        description says that they were not verified.
 
     Returns
     -------
@@ -244,6 +197,22 @@ def load_sts(
         ``DESCR``: a description. Pairs without a gold score are skipped.
     (pairs, scores) : tuple of ndarrays
         With ``return_X_y=True``.
+
+    Raises
+    ------
+    STSDataError
+        A file is damaged or modified (and ``allow_modified`` is False), or
+        is not in its set's format: empty, invalid UTF-8, CR-only line ends,
+        a wrong number of fields, a score that is not a number or lies
+        outside the set's range (0-5; SICK 1-5). A subclass of ValueError.
+
+    Notes
+    -----
+    The SICK release on Zenodo (record 2787612) has 9,840 pairs, not the
+    9,927 of the SemEval 2014 files that SentEval and BERT-flow use (test:
+    4,906 pairs, not 4,927). Files rebuilt from it are recognised by their
+    own checksums and load with a ``UserWarning``: their scores are not
+    comparable with published SICK-R results.
 
     Examples
     --------
@@ -267,12 +236,22 @@ def load_sts(
     if missing:
         if not download_if_missing:
             raise FileNotFoundError(_missing_message(name, info, home, missing, "download_if_missing=False"))
+        expected = {Path(f).name: SHA256.get(f) for f in info.files(info.splits)}
         try:
-            _download(info, home)
-        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as exc:
+            download(info.folder, info.archives, expected, home, info.fallback)
+        except OSError as exc:
             raise FileNotFoundError(
                 _missing_message(name, info, home, missing, f"the download failed: {exc}")
             ) from exc
+    verdicts = {check_file(home / f, f, allow_modified=allow_modified) for f in files}
+    if "zenodo" in verdicts:
+        warnings.warn(
+            f"{home / info.folder} holds SICK rebuilt from its Zenodo release (9,840 pairs; test 4,906), not the "
+            "SemEval 2014 files (9,927 pairs; test 4,927) that SentEval and BERT-flow use: SICK-R scores on it are "
+            "not comparable with published ones.",
+            UserWarning,
+            stacklevel=2,
+        )
 
     pairs, scores, subsets = [], [], []
     for part in info.parts:
@@ -287,9 +266,15 @@ def load_sts(
     if return_X_y:
         return pair_array, np.asarray(scores, dtype=np.float64)
     counts = {s: subsets.count(s) for s in dict.fromkeys(subsets)}
+    provenance = {
+        "original": "sha256-verified files as distributed",
+        "zenodo": "rebuilt from the SICK release on Zenodo, sha256-verified",
+        "modified": "NOT verified: modified files, read with allow_modified=True",
+    }
     descr = (
         f"{info.title}\n\n{len(pairs)} sentence pairs with gold scores "
-        f"({', '.join(f'{k} {v}' for k, v in counts.items())}), read from {home / info.folder}.\n"
+        f"({', '.join(f'{k} {v}' for k, v in counts.items())}), read from {home / info.folder} "
+        f"({'; '.join(provenance[v] for v in sorted(verdicts))}).\n"
         f"Licence: {info.licence}"
     )
     return Bunch(
@@ -302,7 +287,7 @@ def load_sts(
 
 # ----------------------------------------------------------------- download
 def _missing_message(name: str, info: _SetInfo, home: Path, missing: list[str], why: str) -> str:
-    urls = " ".join(a.url for a in info.archives)
+    urls = " ".join(a.urls[0] for a in info.archives)
     inner = info.archives[0].inner
     extract = f"the files of its folder {inner}/" if inner else "its files"
     return (
@@ -311,64 +296,3 @@ def _missing_message(name: str, info: _SetInfo, home: Path, missing: list[str], 
         f"To provide the files, download {urls} where there is network access and extract "
         f"{extract} into {home / info.folder}/, or point SKFLOW_DATA at a folder that holds {info.folder}/."
     )
-
-
-def _download(info: _SetInfo, home: Path) -> None:
-    """Fetch, check and move the set's files into place; on failure nothing is left behind."""
-    home.mkdir(parents=True, exist_ok=True)
-    target = home / info.folder
-    with tempfile.TemporaryDirectory(dir=home, prefix=f".{info.folder}-download-") as tmp:
-        staging = Path(tmp) / info.folder
-        staging.mkdir()
-        for archive in info.archives:
-            _extract(_fetch(archive.url), archive, staging)
-        _verify(info, staging)
-        if not target.exists():
-            os.replace(staging, target)  # atomic: the folder appears complete or not at all
-            return
-        for path in sorted(staging.iterdir()):  # a partial folder: fill it file by file, each atomically
-            if path.is_file():
-                os.replace(path, target / path.name)
-
-
-def _fetch(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=60) as response:
-        return response.read()
-
-
-def _extract(data: bytes, archive: _Archive, staging: Path) -> None:
-    prefix = f"{archive.inner}/" if archive.inner else ""
-    if archive.url.endswith(".zip"):
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            members = [(m.filename, lambda m=m: zf.read(m)) for m in zf.infolist() if not m.is_dir()]
-            _write_members(members, prefix, archive, staging)
-    else:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
-            members = [(m.name, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
-            _write_members(members, prefix, archive, staging)
-
-
-def _write_members(members, prefix: str, archive: _Archive, staging: Path) -> None:
-    for member_name, read in members:
-        if not member_name.startswith(prefix):
-            continue
-        relative = member_name[len(prefix) :]
-        if not relative or "/" in relative or relative.startswith("."):
-            continue  # only the files directly in the data folder; never write outside staging
-        for old, new in archive.rename:
-            if relative.startswith(old):
-                relative = new + relative[len(old) :]
-        (staging / relative).write_bytes(read())
-
-
-def _verify(info: _SetInfo, staging: Path) -> None:
-    for relative in info.files(info.splits):
-        path = staging.parent / relative
-        if not path.is_file():
-            raise ValueError(f"the downloaded archive does not contain {Path(relative).name}")
-        expected = SHA256.get(relative)
-        if expected is not None:
-            actual = hashlib.sha256(path.read_bytes()).hexdigest()
-            if actual != expected:
-                raise ValueError(f"{relative} has sha256 {actual}, expected {expected}")
-

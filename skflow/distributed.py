@@ -11,7 +11,6 @@ given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import joblib
 
@@ -21,12 +20,12 @@ from skflow._corpus_files import (
     check_texts,
     input_files,
     load_model,
-    prepare_output,
     vectors_array,
     vectors_column,
 )
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
+from skflow.outputs import check_output_file, prepare_output_folder
 
 __all__ = ["InputError", "embed", "fit", "load_model", "transform"]
 
@@ -177,7 +176,7 @@ def embed(
     files, kind = input_files(inputs)
     text_column = "text" if kind == "text" else text_column
     n_rows = check_texts(files, kind, text_column)
-    out = prepare_output(output, overwrite)
+    out = prepare_output_folder(output, overwrite=overwrite)
     embedder = BertEmbedder() if embedder is None else embedder
     embedder._validate_params()
     threads = threads_per_worker or _threads(workers)
@@ -208,11 +207,7 @@ def fit(
     if kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     check_embeddings(files, column)
-    out = Path(output).expanduser()
-    if out.exists() and not overwrite:
-        raise InputError(f"{out}: exists; pass --overwrite to replace it")
-    if not out.parent.exists():
-        raise InputError(f"{out.parent}: the folder of the output does not exist")
+    out = check_output_file(output, overwrite=overwrite)
     flow = FlowGaussianizer() if flow is None else flow
     flow._validate_params()
     with ray_session(address, quiet=quiet):
@@ -263,7 +258,7 @@ def transform(
     else:
         input_column = "text" if kind == "text" else text_column
         n_rows = check_texts(files, kind, input_column)
-    out = prepare_output(output, overwrite)
+    out = prepare_output_folder(output, overwrite=overwrite)
     threads = threads_per_worker or _threads(workers)
     actor = dict(model=fitted, input_column=input_column, output_column=output_column, threads=threads)
     _map_in_actors(files, kind, out, _TransformBatches, actor, workers, gpus_per_worker, address, quiet)

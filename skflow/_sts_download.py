@@ -1,0 +1,200 @@
+"""Downloading an STS set: each archive from its sources in turn, verified, moved into place atomically.
+
+Every archive lists its sources, https first: the organisers' site, then a
+copy of the same archive in the Internet Archive. A source whose archive is
+unreachable, unreadable or does not hold files with the expected sha256 is
+skipped for the next. SICK also has a release on Zenodo in another format,
+used only when every source of the SemEval files fails (see `zenodo_sick`).
+The files are staged in a hidden folder beside the set's and renamed into
+place; a download killed at any point leaves only that staging folder, which
+the next download removes once its process is gone.
+"""
+
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import urllib.request
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from skflow._sts_files import SICK_HEADER
+
+MAX_ARCHIVE_BYTES = 256 << 20
+_STAGING = "-download-"
+
+
+@dataclass(frozen=True)
+class Archive:
+    urls: tuple[str, ...]  # sources of the same bytes, tried in order
+    inner: str  # folder inside the archive holding the files
+    rename: tuple[tuple[str, str], ...] = ()  # (prefix in archive, prefix on disk)
+
+
+def mirrored(url: str) -> tuple[str, ...]:
+    """An organisers' URL (http), its https form, and the Internet Archive's copy of the original bytes."""
+    plain = url.replace("https://", "http://", 1)
+    secure = plain.replace("http://", "https://", 1).replace("ixa2.si.ehu.es/", "ixa2.si.ehu.eus/", 1)
+    return secure, plain, f"https://web.archive.org/web/2020id_/{plain}"
+
+
+def download(
+    folder: str,
+    archives: tuple[Archive, ...],
+    expected: dict[str, str | None],
+    home: Path,
+    fallback: Callable[[Path], None] | None = None,
+) -> None:
+    """Fetch, check and move a set's files (``expected``: name -> sha256) into ``home/folder``.
+
+    Nothing is left in ``home/folder`` unless every file is there and verified.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_staging(home, folder)
+    staging_root = home / f".{folder}{_STAGING}{os.getpid()}-{os.urandom(4).hex()}"
+    staging = staging_root / folder
+    staging.mkdir(parents=True)
+    try:
+        try:
+            for archive in archives:
+                _fetch_archive(archive, expected, staging)
+        except DownloadError:
+            if fallback is None:
+                raise
+            shutil.rmtree(staging)
+            staging.mkdir()
+            fallback(staging)
+        missing = [name for name in expected if not (staging / name).is_file()]
+        if missing:
+            raise DownloadError(f"the downloaded archives do not contain {', '.join(missing)}")
+        target = home / folder
+        if not target.exists():
+            os.replace(staging, target)  # atomic: the folder appears complete or not at all
+            return
+        for path in sorted(staging.iterdir()):  # a partial folder: fill it file by file, each atomically
+            if path.is_file():
+                os.replace(path, target / path.name)
+    finally:
+        shutil.rmtree(staging_root, ignore_errors=True)
+
+
+class DownloadError(OSError):
+    """Every source of an archive failed; the message says why for each."""
+
+
+def _fetch_archive(archive: Archive, expected: dict[str, str | None], staging: Path) -> None:
+    reasons = []
+    for url in archive.urls:
+        attempt = staging.parent / f"attempt-{len(reasons)}"
+        try:
+            attempt.mkdir()
+            _extract(fetch(url), archive, attempt)
+            for path in attempt.iterdir():
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                if expected.get(path.name) not in (None, digest):
+                    raise ValueError(f"{path.name} has sha256 {digest}, expected {expected[path.name]}")
+            for path in attempt.iterdir():
+                os.replace(path, staging / path.name)
+            return
+        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as exc:
+            reasons.append(f"{url}: {type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(attempt, ignore_errors=True)
+    raise DownloadError("; ".join(reasons))
+
+
+def fetch(url: str) -> bytes:
+    """The body at ``url``, at most MAX_ARCHIVE_BYTES."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        data = response.read(MAX_ARCHIVE_BYTES + 1)
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise ValueError(f"larger than {MAX_ARCHIVE_BYTES >> 20} MiB: not an STS archive")
+    return data
+
+
+def _extract(data: bytes, archive: Archive, out: Path) -> None:
+    """The archive's files directly in its ``inner`` folder (data, readme, licence), renamed."""
+    prefix = f"{archive.inner}/" if archive.inner else ""
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        members = [(m.filename, lambda m=m: zf.read(m)) for m in zf.infolist() if not m.is_dir()]
+    else:
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+        members = [(m.name, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
+    for member_name, read in members:
+        if not member_name.startswith(prefix):
+            continue
+        relative = member_name[len(prefix) :]
+        if not relative or "/" in relative or relative.startswith("."):
+            continue  # only the files directly in the data folder; never write outside ``out``
+        for old, new in archive.rename:
+            if relative.startswith(old):
+                relative = new + relative[len(old) :]
+        (out / relative).write_bytes(read())
+
+
+def _remove_abandoned_staging(home: Path, folder: str) -> None:
+    """Staging folders of downloads whose process is gone (killed): removed."""
+    for path in home.glob(f".{folder}{_STAGING}*"):
+        pid = path.name[len(folder) + len(_STAGING) + 1 :].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------- Zenodo
+ZENODO_SICK_URLS = (
+    "https://zenodo.org/records/2787612/files/SICK.zip?download=1",
+    "https://web.archive.org/web/2024id_/https://zenodo.org/records/2787612/files/SICK.zip?download=1",
+)
+# sha256 of SICK.txt in SICK.zip, as found in a public copy of the release
+ZENODO_SICK_TXT_SHA256 = "1539c2d059809b5bd40694e26d8121cc85b6b496f91c7b40f2fc83bbd7dcd957"
+_ZENODO_SPLITS = {"TRAIN": "SICK_train.txt", "TRIAL": "SICK_trial.txt", "TEST": "SICK_test_annotated.txt"}
+
+
+def zenodo_sick(staging: Path) -> None:
+    """The three SemEval files rebuilt from the SICK release on Zenodo (its ``SemEval_set`` column).
+
+    That release holds 9,840 pairs, not the 9,927 of the SemEval 2014 files
+    (test: 4,906 pairs, not 4,927), so `load_sts` flags data from it.
+    """
+    reasons = []
+    for url in ZENODO_SICK_URLS:
+        try:
+            with zipfile.ZipFile(io.BytesIO(fetch(url))) as zf:
+                name = next(n for n in zf.namelist() if n.rsplit("/", 1)[-1] == "SICK.txt")
+                data = zf.read(name)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != ZENODO_SICK_TXT_SHA256:
+                raise ValueError(f"SICK.txt has sha256 {digest}, expected {ZENODO_SICK_TXT_SHA256}")
+            break
+        except (OSError, ValueError, StopIteration, zipfile.BadZipFile) as exc:
+            reasons.append(f"{url}: {type(exc).__name__}: {exc}")
+    else:
+        raise DownloadError("; ".join(reasons))
+    for file_name, text in sick_files_from_release(data.decode("utf-8")).items():
+        (staging / file_name).write_text(text, encoding="utf-8", newline="")
+
+
+def sick_files_from_release(text: str) -> dict[str, str]:
+    """SICK.txt (all pairs, ``SemEval_set`` column) -> the three SemEval files' texts, ``\\n`` line ends."""
+    rows = [line.rstrip("\r").split("\t") for line in text.split("\n") if line.strip()]
+    header, rows = rows[0], rows[1:]
+    column = {name: i for i, name in enumerate(header)}
+    out = {name: [SICK_HEADER] for name in _ZENODO_SPLITS.values()}
+    for row in rows:
+        values = [row[column[c]] for c in ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")]
+        out[_ZENODO_SPLITS[row[column["SemEval_set"]]]].append("\t".join([*values, row[column["entailment_label"]]]))
+    return {name: "\n".join(lines) + "\n" for name, lines in out.items()}

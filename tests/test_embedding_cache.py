@@ -1,0 +1,263 @@
+"""The embedding cache: keys that follow the weights, entries that are not trusted, permissions, a killed writer."""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from skflow import BertEmbedder
+from skflow._embedding_cache import EmbeddingCache
+from skflow._model_source import DEFAULT_MODEL, folder_fingerprint, resolve_model_source
+
+TEXTS = ["A man is playing a guitar.", "Two dogs run in the snow.", "Stocks fell sharply today.", ""]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _f32(model=DEFAULT_MODEL, **kwargs):
+    return BertEmbedder(model, dtype="float32", device="cpu", **kwargs)
+
+
+def _save_model(folder: Path, scale_noise: float = 0.0, seed: int = 0) -> None:
+    """The default encoder saved to ``folder``; with noise added to every weight if asked."""
+    source = resolve_model_source(DEFAULT_MODEL, None).path_or_id
+    model = AutoModel.from_pretrained(source)
+    if scale_noise:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(scale_noise * p.std() * torch.randn(p.shape, generator=generator))
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+
+
+def test_weights_resaved_into_the_same_folder_give_new_vectors(tmp_path):
+    folder = tmp_path / "model"
+    _save_model(folder)
+    cached, plain = _f32(folder, cache_dir=tmp_path / "cache"), _f32(folder)
+    before = cached.transform(TEXTS)
+    np.testing.assert_allclose(plain.transform(TEXTS), before, atol=1e-6)
+    time.sleep(0.01)
+    _save_model(folder, scale_noise=0.5)
+    shutil.copytree(folder, tmp_path / "copy")  # the same new weights elsewhere: nothing cached for them
+    expected = _f32(tmp_path / "copy").transform(TEXTS)
+    assert np.abs(expected - before).max() > 0.05
+    np.testing.assert_allclose(cached.transform(TEXTS), expected, atol=1e-6)  # the cache key changed
+    np.testing.assert_allclose(plain.transform(TEXTS), expected, atol=1e-6)  # so did the model registry's
+    assert len(list((tmp_path / "cache").glob("*/key.json"))) == 2
+
+
+def test_the_fingerprint_follows_small_files_byte_for_byte_and_large_ones_by_header_samples_and_mtime(tmp_path):
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    (tmp_path / "vocab.txt").write_text("hello\nworld\n")
+    weights = tmp_path / "model.safetensors"
+    with open(weights, "wb") as f:
+        f.write(b"\x10" + b"\0" * 7 + b"{'header': 1234}")
+        f.truncate(40 << 20)  # above the whole-file limit
+    (tmp_path / "README.md").write_text("notes")
+    first = folder_fingerprint(tmp_path)
+    assert folder_fingerprint(tmp_path) == first
+
+    def changed(path: Path, offset: int, byte: bytes) -> str:
+        info = path.stat()
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(byte)
+        os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))  # same size, same mtime
+        return folder_fingerprint(tmp_path)
+
+    assert changed(tmp_path / "vocab.txt", 0, b"j") not in {first}  # small: hashed whole
+    second = folder_fingerprint(tmp_path)
+    assert changed(weights, 9, b"X") not in {first, second}  # the safetensors header
+    third = folder_fingerprint(tmp_path)
+    os.utime(weights)  # re-saved: a new modification time
+    assert folder_fingerprint(tmp_path) not in {first, second, third}
+    fourth = folder_fingerprint(tmp_path)
+    (tmp_path / "README.md").write_text("other notes")  # documentation does not change the vectors
+    assert folder_fingerprint(tmp_path) == fourth
+
+
+def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path):
+    """Offline hub cache with two commits; moving refs/main changes the vectors, cached or not."""
+    source = Path(resolve_model_source(DEFAULT_MODEL, None).path_or_id)
+    repo = tmp_path / "hub" / "models--someorg--moving"
+    old, new = "1" * 40, "2" * 40
+    (repo / "snapshots" / old).mkdir(parents=True)
+    for file in source.iterdir():
+        if file.is_file():
+            (repo / "snapshots" / old / file.name).symlink_to(file)
+    _save_model(repo / "snapshots" / new, scale_noise=0.5)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(old)
+    code = f"""
+import json, sys
+from pathlib import Path
+import numpy as np
+from skflow import BertEmbedder
+texts = {TEXTS!r}
+cached = BertEmbedder("someorg/moving", dtype="float32", cache_dir={str(tmp_path / "cache")!r})
+before = cached.transform(texts)
+Path({str(repo / "refs" / "main")!r}).write_text({new!r})
+after = cached.transform(texts)
+pinned = BertEmbedder("someorg/moving", revision={new!r}, dtype="float32").transform(texts)
+print(json.dumps([float(np.abs(after - before).max()), float(np.abs(after - pinned).max())]))
+"""
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    moved, pinned = (float(x) for x in run.stdout.strip().split("\n")[-1].strip("[]").split(","))
+    assert moved > 0.05 and pinned < 1e-6
+    keys = sorted(p.read_text() for p in (tmp_path / "cache").glob("*/key.json"))
+    assert len(keys) == 2 and any(f"someorg/moving@{old}" in k for k in keys) and any(new in k for k in keys)
+
+
+# ------------------------------------------------------------ untrusted entries
+def _entries(cache: EmbeddingCache, texts) -> list[Path]:
+    import hashlib
+
+    return [cache._path(hashlib.sha256(t.encode()).digest()) for t in texts]
+
+
+def test_entries_that_are_folders_fifos_links_or_another_users_are_recomputed_with_a_warning(tmp_path):
+    embedder = _f32(cache_dir=tmp_path)
+    expected = embedder.transform(TEXTS)
+    cache = EmbeddingCache(tmp_path, embedder._settings()["cache_key"], expected.shape[1])
+    folder_entry, fifo_entry, link_entry, foreign_entry = _entries(cache, TEXTS)
+    folder_entry.unlink()
+    folder_entry.mkdir()
+    fifo_entry.unlink()
+    os.mkfifo(fifo_entry)  # reading it must not block
+    planted = tmp_path / "planted.emb"
+    shutil.copy(foreign_entry, planted)
+    link_entry.unlink()
+    link_entry.symlink_to(planted)
+    os.chown(foreign_entry, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root or see the next test")
+    with pytest.warns(RuntimeWarning) as record:
+        got = embedder.transform(TEXTS)
+    message = str(record[0].message)
+    for reason in ("2 not regular files", "1 symbolic links", "1 owned by another user", "1 not written"):
+        assert reason in message, message
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert foreign_entry.stat().st_uid == os.getuid() and not link_entry.is_symlink()  # replaced by ours
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only the folder entry is left to distrust
+        with pytest.raises(RuntimeWarning, match=r"\(1 not regular files, 1 not written: Is a directory\)"):
+            embedder.transform(TEXTS)
+
+
+def test_an_unreadable_entry_is_recomputed_with_a_warning():
+    """Read without the power to override file permissions (root has it): an entry of mode 000 cannot be opened."""
+    folder = Path(tempfile.mkdtemp(prefix="skflow-cache-"))
+    try:
+        cache = EmbeddingCache(folder, {"k": 1}, dim=4)
+        code = (
+            "import numpy as np, sys\n"
+            "from skflow._embedding_cache import EmbeddingCache\n"
+            f"cache = EmbeddingCache({str(folder)!r}, {{'k': 1}}, dim=4)\n"
+            "if sys.argv[1] == 'write':\n"
+            "    cache.put_many(['a', 'b'], np.arange(8, dtype=np.float32).reshape(2, 4))\n"
+            "else:\n"
+            "    vectors, found = cache.get_many(['a', 'b'])\n"
+            "    print(found.tolist(), cache.problems())\n"
+        )
+        subprocess.run([sys.executable, "-c", code, "write"], check=True, cwd=ROOT, timeout=60)
+        os.chmod(_entries(cache, ["a"])[0], 0)
+        drop = ["-dac_override,-dac_read_search"] * 2
+        unprivileged = ["setpriv", "--bounding-set", drop[0], "--inh-caps", drop[1]] if os.getuid() == 0 else []
+        run = subprocess.run([*unprivileged, sys.executable, "-c", code, "read"], capture_output=True, text=True,
+                             cwd=ROOT, timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "[False, True] 1 unreadable"
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022])
+def test_entries_and_folders_are_created_with_the_users_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        EmbeddingCache(tmp_path / "c", {"k": 1}, dim=4).put_many(["a"], np.ones((1, 4), np.float32))
+    finally:
+        os.umask(old)
+    entry = next((tmp_path / "c").rglob("*.emb"))
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((entry.parent.parent / "key.json").stat().st_mode) == 0o666 & ~umask
+
+
+def test_nothing_is_read_or_written_through_a_symlinked_subfolder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cache = EmbeddingCache(tmp_path / "c", {"k": 1}, dim=4)
+    entry = _entries(cache, ["a"])[0]
+    entry.parent.parent.mkdir(parents=True)
+    entry.parent.symlink_to(outside)  # the two-letter subfolder
+    cache.put_many(["a", "b"], np.ones((2, 4), np.float32))
+    assert list(outside.iterdir()) == []
+    assert cache.skipped["not written: in a symbolically linked folder"] == 1
+    EmbeddingCache(tmp_path / "d", {"k": 1}, dim=4).put_many(["a"], np.ones((1, 4), np.float32))
+    shutil.copytree(tmp_path / "d", outside, dirs_exist_ok=True)  # a valid entry out there is not read
+    assert not cache.get_many(["a"])[1][0]
+    config_level = EmbeddingCache(tmp_path / "e", {"k": 1}, dim=4)
+    (tmp_path / "e").mkdir()
+    config_level.folder.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    config_level.put_many(["a"], np.ones((1, 4), np.float32))
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_cache_dir_that_cannot_be_used_is_an_error_before_any_encoding(tmp_path, monkeypatch):
+    from skflow import _encoding
+
+    monkeypatch.setattr(_encoding, "encode_ids", lambda *a, **k: pytest.fail("encoded before checking the cache"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="cache_dir .*file' is a file, not a folder"):
+        _f32(cache_dir=tmp_path / "file").transform(TEXTS)
+    with pytest.raises(NotADirectoryError, match="cannot be used: Not a directory"):
+        _f32(cache_dir=tmp_path / "file" / "sub").transform(TEXTS)
+    with pytest.raises(OSError, match="cache_dir '/proc/skflow-cache' cannot be used"):
+        _f32(cache_dir="/proc/skflow-cache").transform(TEXTS)
+
+
+# ------------------------------------------------------------------ kill test
+WRITER = """
+import sys
+import numpy as np
+from skflow._embedding_cache import EmbeddingCache
+cache = EmbeddingCache(sys.argv[1], {"k": "kill"}, dim=384)
+vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
+texts = [f"text {i}" for i in range(len(vectors))]
+for start in range(0, len(texts), 100):
+    cache.put_many(texts[start:start + 100], vectors[start:start + 100])
+    print(start + 100, flush=True)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_only_whole_entries(tmp_path):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    for line in writer.stdout:
+        if int(line) >= 2000:
+            break
+    os.kill(writer.pid, signal.SIGKILL)  # by its own pid, in the middle of its writes
+    writer.wait(timeout=30)
+    writer.stdout.close()
+    assert writer.returncode == -signal.SIGKILL
+    cache = EmbeddingCache(tmp_path, {"k": "kill"}, dim=384)
+    vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
+    texts = [f"text {i}" for i in range(len(vectors))]
+    got, found = cache.get_many(texts)
+    n_files = len([p for p in tmp_path.rglob("*.emb") if not p.name.startswith(".tmp-")])
+    assert 2000 <= found.sum() == n_files < len(texts)  # every entry there is whole and right
+    assert not cache.skipped
+    np.testing.assert_array_equal(got[found], vectors[found])
+    cache.put_many([t for t, f in zip(texts, found) if not f][:500], vectors[~found][:500])
+    assert cache.get_many(texts)[1].sum() == n_files + 500
