@@ -2,7 +2,8 @@
 
 Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
 ``flow_`` (a float64 CPU :class:`~skflow.flows.Glow` in eval mode), its
-``_flow_config`` and ``n_features_in_``; this base maps data to the latent
+``_flow_config``, ``n_features_in_`` and the standardisation before the flow
+(``mean_``, ``scale_``, ``constant_features_``; see `skflow._feature_scaling`); this base maps data to the latent
 space and back, scores, samples, and pickles to numpy arrays.
 """
 
@@ -15,6 +16,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from skflow._feature_scaling import FeatureScaling
 from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
 from skflow.flows import Glow
 from skflow.metrics import sts_spearman
@@ -37,7 +39,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
-        z, _ = latent_and_log_prob(self.flow_, X2d)
+        z, _ = latent_and_log_prob(self.flow_, self._scaling(), X2d)
         return z.reshape(shape).astype(X2d.dtype, copy=False)
 
     def inverse_transform(self, X):
@@ -54,7 +56,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """
         check_is_fitted(self)
         Z = validate_latents(X, self.n_features_in_)
-        X_original = inverse(self.flow_, Z.reshape(-1, Z.shape[-1]))
+        X_original = inverse(self.flow_, self._scaling(), Z.reshape(-1, Z.shape[-1]))
         return X_original.reshape(Z.shape).astype(Z.dtype, copy=False)
 
     def score_samples(self, X):
@@ -70,7 +72,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
-        _, log_prob = latent_and_log_prob(self.flow_, X2d)
+        _, log_prob = latent_and_log_prob(self.flow_, self._scaling(), X2d)
         return log_prob.reshape(shape[:-1])
 
     def score(self, X, y=None):
@@ -100,7 +102,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                     f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
                     f"n_features), got shape {shape}."
                 )
-            z, _ = latent_and_log_prob(self.flow_, X2d)
+            z, _ = latent_and_log_prob(self.flow_, self._scaling(), X2d)
             return sts_spearman(z.reshape(shape), y)
         if y is not None:
             warnings.warn(
@@ -109,7 +111,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                 UserWarning,
                 stacklevel=2,
             )
-        _, log_prob = latent_and_log_prob(self.flow_, X2d)
+        _, log_prob = latent_and_log_prob(self.flow_, self._scaling(), X2d)
         return float(np.mean(log_prob))
 
     def sample(self, n_samples=1, random_state=None):
@@ -128,9 +130,14 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if not isinstance(n_samples, Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
         rng = check_random_state(random_state)
-        return self.inverse_transform(rng.standard_normal((n_samples, self.n_features_in_)))
+        Z = rng.standard_normal((n_samples, self.n_features_in_))
+        Z[:, self.constant_features_] = 0.0  # constant features: their value
+        return self.inverse_transform(Z)
 
     # -------------------------------------------------------------- helpers
+    def _scaling(self) -> FeatureScaling:
+        return FeatureScaling(mean=self.mean_, scale=self.scale_, constant=self.constant_features_)
+
     @property
     def _n_features_out(self):
         return self.n_features_in_

@@ -2,8 +2,9 @@
 
 `FlowGaussianizer` keeps the scikit-learn surface; this module owns the
 array shapes (``(n, d)`` rows, or ``(n, k, d)`` such as sentence pairs) and
-the chunked float64 CPU inference that makes results independent of batch
-and device.
+the chunked float64 CPU inference (standardisation, then the flow) that
+makes results independent of batch and device, and never copies a whole
+memory-mapped input.
 """
 
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_array, validate_data
 
+from skflow._feature_scaling import FeatureScaling
 from skflow.flows import Glow
 
 # Rows per chunk at inference, to bound memory on large inputs.
@@ -49,31 +51,34 @@ def validate_latents(X, n_features: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def latent_and_log_prob(flow: Glow, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64."""
-    zs, log_probs = [], []
-    for part in _chunks(X2d):
-        z, log_prob = flow.latent_and_log_prob(_to_tensor(part))
-        zs.append(z.numpy())
-        log_probs.append(log_prob.numpy())
-    return np.concatenate(zs), np.concatenate(log_probs)
+def latent_and_log_prob(flow: Glow, scaling: FeatureScaling, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64, a chunk at a time.
+
+    The standardisation and the flow make the map; constant features are
+    centred and passed through, and have no share in the log-likelihood.
+    """
+    Z = np.empty(X2d.shape, dtype=np.float64)
+    log_prob = np.empty(X2d.shape[0], dtype=np.float64)
+    for start, part in _chunks(X2d):
+        z, lp = flow.latent_and_log_prob(torch.from_numpy(scaling.standardise(part)))
+        Z[start : start + len(part)] = scaling.to_latent(part, z.numpy())
+        log_prob[start : start + len(part)] = lp.numpy() + scaling.log_det
+    return Z, log_prob
 
 
 @torch.no_grad()
-def inverse(flow: Glow, Z2d: np.ndarray) -> np.ndarray:
+def inverse(flow: Glow, scaling: FeatureScaling, Z2d: np.ndarray) -> np.ndarray:
     """Data-space rows of 2-D latent rows, in float64."""
-    return np.concatenate([flow.inverse(_to_tensor(part)).numpy() for part in _chunks(Z2d)])
+    X = np.empty(Z2d.shape, dtype=np.float64)
+    for start, part in _chunks(Z2d):
+        modelled = np.ascontiguousarray(part[:, ~scaling.constant], dtype=np.float64)
+        X[start : start + len(part)] = scaling.from_latent(part, flow.inverse(torch.from_numpy(modelled)).numpy())
+    return X
 
 
-def _to_tensor(X: np.ndarray) -> torch.Tensor:
-    """float64 tensor sharing memory with ``X`` when possible (read-only memmaps are copied)."""
-    X = np.asarray(X, dtype=np.float64)
-    return torch.from_numpy(X if X.flags.writeable else X.copy())
-
-
-def _chunks(X: np.ndarray) -> Iterator[np.ndarray]:
+def _chunks(X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     for start in range(0, X.shape[0], INFERENCE_CHUNK):
-        yield X[start : start + INFERENCE_CHUNK]
+        yield start, X[start : start + INFERENCE_CHUNK]
 
 
 def _ndim(X) -> int:

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow._base import BaseFlow
 from skflow._device import resolve_device
+from skflow._feature_scaling import FeatureScaling
 from skflow._flow_arrays import validate_embeddings
 from skflow._progress import progress_bar
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
@@ -32,6 +33,15 @@ class FlowGaussianizer(BaseFlow):
     a fixed channel reversal, ActNorm, BERT's AdamWeightDecay (lr 1e-3, weight
     decay 0.01, no bias correction), gradient norm clipped at 1, batches of 64
     and one epoch.
+
+    The features are first standardised in float64 (the map's
+    log-determinant includes it), so the result does not depend on the
+    data's scale. Features that are constant (standard deviation at most
+    1e-6 times the root mean square of all of them; real encoders have a few)
+    have no density: they are left out of the flow and of the
+    log-likelihood, and passed through centred. A fit whose loss becomes
+    non-finite, or rises more than 10 nats per feature above where it
+    started, stops with a ``FloatingPointError`` and changes nothing.
 
     Training runs in float32 on ``device``; ``transform``,
     ``inverse_transform`` and ``score_samples`` run in float64 on a CPU copy of
@@ -96,6 +106,15 @@ class FlowGaussianizer(BaseFlow):
         The fitted flow, float64 on the CPU, in eval mode.
     n_features_in_ : int
         Number of features seen during :term:`fit`.
+    mean_ : ndarray of shape (n_features_in_,)
+        Per-feature mean of the training rows (of the first ``partial_fit``
+        call), float64.
+    scale_ : ndarray of shape (n_features_in_,)
+        Per-feature standard deviation used to standardise before the flow;
+        1 for constant features.
+    constant_features_ : ndarray of bool of shape (n_features_in_,)
+        Features left out of the flow and of the log-likelihood because they
+        are constant; ``transform`` returns them centred.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during :term:`fit`, when ``X`` has string
         column names.
@@ -225,7 +244,8 @@ class FlowGaussianizer(BaseFlow):
         with _unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
             device = resolve_device(self.device)
-            rows = training_rows(X2d, device)
+            scaling = FeatureScaling.fit(X2d)
+            rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
             n_held_out = 0
             if self.early_stopping:
                 n_held_out = math.ceil(self.validation_fraction * len(rows))
@@ -235,7 +255,7 @@ class FlowGaussianizer(BaseFlow):
                         f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
                         "on; lower validation_fraction or pass more rows."
                     )
-            trainer, rows, held_out = self._start(rows, X2d.shape[1], device, n_held_out)
+            trainer, rows, held_out = self._start(rows, scaling, device, n_held_out)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,
@@ -246,6 +266,8 @@ class FlowGaussianizer(BaseFlow):
                 tol=self.tol,
                 n_iter_no_change=self.n_iter_no_change,
             )
+            self._keep_scaling(scaling)
+            history = scaling.in_data_units(history)
             self.n_iter_, self.loss_curve_, self.n_samples_seen_ = len(history.loss_curve), history.loss_curve, history.n_rows
             self.validation_scores_ = history.validation_scores
             self.best_validation_score_ = history.best_validation_score
@@ -281,8 +303,9 @@ class FlowGaussianizer(BaseFlow):
         with _unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=first)
             device = resolve_device(self.device)
-            rows = InMemoryRows.from_array(X2d, device)
-            trainer = self._start(rows, X2d.shape[1], device)[0] if first else self._resume(device)
+            scaling = FeatureScaling.fit(X2d) if first else self._scaling()
+            rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))
+            trainer = self._start(rows, scaling, device)[0] if first else self._resume(device)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,
@@ -291,20 +314,22 @@ class FlowGaussianizer(BaseFlow):
                 n_batches=n_batches(len(rows), batch_size, drop_last=False),
             )
             if first:
+                self._keep_scaling(scaling)
                 self.n_iter_, self.loss_curve_, self.n_samples_seen_ = 0, [], 0
                 self.validation_scores_ = self.best_validation_score_ = None
+            history = scaling.in_data_units(history)
             self.n_iter_ += 1
             self.loss_curve_ = self.loss_curve_ + history.loss_curve
             self.n_samples_seen_ += history.n_rows
             self._keep(trainer)
         return self
 
-    def _start(self, rows, n_features: int, device: torch.device, n_held_out: int = 0):
+    def _start(self, rows, scaling: FeatureScaling, device: torch.device, n_held_out: int = 0):
         """A new flow initialised from a sample of ``rows``, its trainer, and the training and held-out rows."""
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
         self._flow_config = dict(
-            n_features=n_features, n_levels=self.n_levels, depth=self.depth, hidden_channels=self.hidden_channels,
+            n_features=scaling.n_modelled, n_levels=self.n_levels, depth=self.depth, hidden_channels=self.hidden_channels,
             coupling=self.coupling, permutation=self.permutation,
         )
         flow = Glow(**self._flow_config, generator=generator).to(device)
@@ -338,9 +363,12 @@ class FlowGaussianizer(BaseFlow):
                 )
             except NonFiniteLossError as exc:
                 raise FloatingPointError(
-                    f"FlowGaussianizer: {exc}. Try a lower learning_rate (now {self.learning_rate}), "
-                    "coupling='additive', or standardising the input."
+                    f"FlowGaussianizer: {exc}; the fit diverges. Try a lower learning_rate (now "
+                    f"{self.learning_rate}) or coupling='additive'. Nothing was changed."
                 ) from exc
+
+    def _keep_scaling(self, scaling: FeatureScaling) -> None:
+        self.mean_, self.scale_, self.constant_features_ = scaling.mean, scaling.scale, scaling.constant
 
     def _keep(self, trainer: FlowTrainer) -> None:
         self._trainer = trainer

@@ -28,6 +28,21 @@ def sts_data_home() -> Path:
     return path
 
 
+def _stsb_test_embeddings(data_home, pooling):
+    from skflow import BertEmbedder
+    from skflow.datasets import load_sts
+
+    test = load_sts("stsb", split="test", data_home=data_home, download_if_missing=False)
+    embedder = BertEmbedder(pooling=pooling, dtype="float32", device="cpu", show_progress_bar=False)
+    return embedder.transform(test.pairs), test.scores
+
+
+@pytest.fixture(scope="session")
+def stsb_test_mean(sts_data_home):
+    """Like ``stsb_test_cls``, with mean pooling (raw Spearman ~0.82; also three constant dimensions)."""
+    return _stsb_test_embeddings(sts_data_home, "mean")
+
+
 @pytest.fixture(scope="session")
 def stsb_test_cls(sts_data_home, tmp_path_factory):
     """Real embeddings: the STS-B test pairs through the bundled encoder, CLS pooling, float32.
@@ -36,9 +51,4 @@ def stsb_test_cls(sts_data_home, tmp_path_factory):
     anisotropic enough for the flow to matter (raw Spearman ~0.73), and three of their
     dimensions are constant, as with every real encoder output of this model.
     """
-    from skflow import BertEmbedder
-    from skflow.datasets import load_sts
-
-    test = load_sts("stsb", split="test", data_home=sts_data_home, download_if_missing=False)
-    embedder = BertEmbedder(pooling="cls", dtype="float32", device="cpu", show_progress_bar=False)
-    return embedder.transform(test.pairs), test.scores
+    return _stsb_test_embeddings(sts_data_home, "cls")

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from skflow.flows import AdamWeightDecay, Glow
+from skflow.flows import AdamWeightDecay, Glow, LUInvertibleLinear
 from skflow.flows.batches import shuffled_batches
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 
@@ -27,7 +27,12 @@ def _epochs(trainer, x, **kwargs):
 def test_trainer_step_is_adam_weight_decay_on_the_clipped_gradient(coupling, permutation):
     trainer, x = _trainer(coupling, permutation)
     reference, _ = _trainer(coupling, permutation)
-    optimizer = AdamWeightDecay(reference.flow.parameters(), lr=1e-2, weight_decay=0.01)
+    # LU factors learn at lr / n_features (see LUInvertibleLinear.step_scales): their own parameter groups
+    groups = [{"params": [p for n, p in reference.flow.named_parameters() if not n.endswith(("lower", "upper"))]}]
+    for module in reference.flow.modules():
+        if isinstance(module, LUInvertibleLinear):
+            groups.append({"params": [module.lower, module.upper], "lr": 1e-2 / module.lower.shape[0]})
+    optimizer = AdamWeightDecay(groups, lr=1e-2, weight_decay=0.01)
     for step in range(5):
         batch = x[step * 32 : (step + 1) * 32]
         loss = trainer.step(batch)

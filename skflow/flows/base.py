@@ -21,3 +21,7 @@ class FlowLayer(nn.Module):
     @torch.no_grad()
     def data_init(self, x: torch.Tensor) -> torch.Tensor:
         return self(x)[0]
+
+    def step_scales(self) -> dict[str, float]:
+        """Learning-rate multipliers of this layer's own parameters, by name (1 for those not named)."""
+        return {}

@@ -9,7 +9,7 @@ into the next group of chunks.
 """
 
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -22,11 +22,25 @@ BUFFER_CHUNKS = 4
 STREAM_MIN_BYTES = 256 * 2**20
 
 
-def training_rows(X: np.ndarray, device: torch.device) -> "InMemoryRows | MemoryMappedRows":
-    """Streamed chunks for a large memory-mapped ``X``, else one float32 tensor on ``device``."""
+# What the rows go through on their way to float32 training rows: a (n, d) array -> (n, d') float32 array.
+Preprocess = Callable[[np.ndarray], np.ndarray]
+
+
+def _as_float32(X: np.ndarray) -> np.ndarray:
+    return np.array(X, dtype=np.float32, order="C", copy=True)
+
+
+def training_rows(
+    X: np.ndarray, device: torch.device, preprocess: Preprocess = _as_float32
+) -> "InMemoryRows | MemoryMappedRows":
+    """Streamed chunks for a large memory-mapped ``X``, else one float32 tensor on ``device``.
+
+    ``preprocess`` maps rows of ``X`` to float32 training rows (a copy, in
+    C order); it is applied a chunk at a time.
+    """
     if is_memory_mapped(X) and X.shape[0] * X.shape[1] * 4 >= STREAM_MIN_BYTES:
-        return MemoryMappedRows(X, device)
-    return InMemoryRows.from_array(X, device)
+        return MemoryMappedRows(X, device, preprocess=preprocess)
+    return InMemoryRows.from_array(X, device, preprocess)
 
 
 def n_batches(n_rows: int, batch_size: int, *, drop_last: bool) -> int:
@@ -58,9 +72,9 @@ class InMemoryRows:
         self.data = data
 
     @classmethod
-    def from_array(cls, X: np.ndarray, device: torch.device) -> "InMemoryRows":
+    def from_array(cls, X: np.ndarray, device: torch.device, preprocess: Preprocess = _as_float32) -> "InMemoryRows":
         # A float32 C-ordered copy: any strides (X[::-1] too), never the caller's memory.
-        return cls(torch.from_numpy(np.array(X, dtype=np.float32, order="C", copy=True)).to(device))
+        return cls(torch.from_numpy(preprocess(X)).to(device))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -89,10 +103,16 @@ class MemoryMappedRows:
     """
 
     def __init__(
-        self, X: np.ndarray, device: torch.device, chunk_rows: int = CHUNK_ROWS, chunks: np.ndarray | None = None
+        self,
+        X: np.ndarray,
+        device: torch.device,
+        chunk_rows: int = CHUNK_ROWS,
+        chunks: np.ndarray | None = None,
+        preprocess: Preprocess = _as_float32,
     ) -> None:
         self.X = X
         self.device = device
+        self.preprocess = preprocess
         self.chunk_rows = max(1, min(chunk_rows, -(-len(X) // 32)))  # at least 32 chunks, for held-out chunks
         self.chunks = np.arange(-(-len(X) // self.chunk_rows)) if chunks is None else chunks
         self._sizes = np.minimum(self.chunk_rows, len(X) - self.chunks * self.chunk_rows)
@@ -102,7 +122,7 @@ class MemoryMappedRows:
 
     def _chunk(self, index: int) -> torch.Tensor:
         rows = self.X[index * self.chunk_rows : (index + 1) * self.chunk_rows]
-        return torch.from_numpy(np.array(rows, dtype=np.float32, order="C", copy=True)).to(self.device)
+        return torch.from_numpy(self.preprocess(rows)).to(self.device)
 
     def split(self, n_held_out: int, generator: torch.Generator) -> tuple["MemoryMappedRows", "MemoryMappedRows"]:
         """Random whole chunks held out until they hold at least ``n_held_out`` rows (all but one chunk at most)."""
@@ -110,7 +130,7 @@ class MemoryMappedRows:
         n_chunks = int(np.searchsorted(np.cumsum(self._sizes[order]), n_held_out) + 1)
         n_chunks = min(n_chunks, len(self.chunks) - 1)
         held_out, kept = np.sort(self.chunks[order[:n_chunks]]), np.sort(self.chunks[order[n_chunks:]])
-        make = lambda chunks: MemoryMappedRows(self.X, self.device, self.chunk_rows, chunks)  # noqa: E731
+        make = lambda chunks: MemoryMappedRows(self.X, self.device, self.chunk_rows, chunks, self.preprocess)  # noqa: E731
         return make(kept), make(held_out)
 
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -119,7 +139,7 @@ class MemoryMappedRows:
         starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]])
         owner = np.searchsorted(starts, picks, side="right") - 1
         rows = np.sort(self.chunks[owner] * self.chunk_rows + (picks - starts[owner]))
-        return torch.from_numpy(np.ascontiguousarray(self.X[rows], dtype=np.float32)).to(self.device)
+        return torch.from_numpy(self.preprocess(self.X[rows])).to(self.device)
 
     def batches(self, batch_size: int, generator: torch.Generator, *, drop_last: bool = True) -> Iterator[torch.Tensor]:
         """Chunks in a random order, ``BUFFER_CHUNKS`` at a time, their rows shuffled together; rows that

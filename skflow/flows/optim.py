@@ -16,12 +16,14 @@ def adam_weight_decay_update(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-6,
     weight_decay: float = 0.01,
+    lr_scales: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
     r"""One AdamWeightDecay update, in place: the moments, then the parameters.
 
     ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
-    ``p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)``: no bias
-    correction (pass a corrected ``lr`` for it).
+    ``p -= lr * s * (m / (sqrt(v) + eps) + weight_decay * p)``: no bias
+    correction (pass a corrected ``lr`` for it). ``s`` is 1, or per entry
+    from ``lr_scales`` (one tensor shaped like each parameter, or None).
     """
     beta1, beta2 = betas
     torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
@@ -32,6 +34,9 @@ def adam_weight_decay_update(
     update = torch._foreach_div(exp_avgs, denom)
     if weight_decay:
         torch._foreach_add_(update, params, alpha=weight_decay)
+    for u, scale in zip(update, lr_scales or ()):
+        if scale is not None:
+            u.mul_(scale)
     torch._foreach_add_(params, update, alpha=-lr)
 
 

@@ -18,6 +18,10 @@ from skflow.flows.optim import adam_weight_decay_update, flatten_parameters
 
 # Rows per forward pass when scoring without gradients, to bound memory.
 SCORING_CHUNK = 8192
+# A batch loss this many nats per feature (plus a margin for tiny flows) above the first step's means
+# that the fit diverges, finite or not.
+EXPLOSION_NATS_PER_FEATURE = 10.0
+EXPLOSION_MARGIN_NATS = 100.0
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -50,6 +54,26 @@ class NonFiniteLossError(FloatingPointError):
         if self.weights:
             return f"the weights became non-finite{at}"
         return f"the training loss became non-finite{at} (loss={self.loss})"
+
+
+class LossExplosionError(NonFiniteLossError):
+    """The training loss, still finite, rose far above where training started: the fit diverges.
+
+    Raised, like a non-finite loss, before the step that produced it is
+    applied: a batch loss above the first step's by more than
+    ``EXPLOSION_NATS_PER_FEATURE`` nats per feature plus
+    ``EXPLOSION_MARGIN_NATS`` (for 384 features: the model gives the data
+    about e^-10 times less density per feature than at the start). Healthy
+    fits on real embeddings stay within 1 nat per feature of their start.
+    """
+
+    def __init__(self, loss: float, reference: float, **where):
+        super().__init__(loss, **where)
+        self.reference = reference
+
+    def __str__(self) -> str:
+        text = super().__str__().replace("became non-finite", "exploded", 1)
+        return text.replace(f"(loss={self.loss})", f"from {self.reference:.4g} to {self.loss:.4g} nats per row")
 
 
 def clip_grad_norm(grad: torch.Tensor, max_norm: float) -> None:
@@ -119,7 +143,9 @@ class FlowTrainer:
         self.weight_decay = weight_decay
         self.clip_grad_norm = clip_grad_norm
         self._bits_per_nat = 1.0 / (flow.n_features * math.log(2.0))
+        self._lr_scales = _step_scales(flow, self.parameters)
         self.n_steps = 0
+        self.reference_loss: float | None = None
 
     def step(self, batch: torch.Tensor) -> float:
         """One optimiser step on ``batch``; returns its mean NLL per row in nats."""
@@ -134,6 +160,10 @@ class FlowTrainer:
         value = nll.item()
         if not math.isfinite(value):
             raise NonFiniteLossError(value)
+        if self.reference_loss is None:
+            self.reference_loss = value
+        elif value > self.reference_loss + EXPLOSION_NATS_PER_FEATURE * self.flow.n_features + EXPLOSION_MARGIN_NATS:
+            raise LossExplosionError(value, self.reference_loss)
         adam_weight_decay_update(
             [self.parameters],
             [self.parameters.grad],
@@ -141,6 +171,7 @@ class FlowTrainer:
             [self.exp_avg_sq],
             lr=self.learning_rate,
             weight_decay=self.weight_decay,
+            lr_scales=[self._lr_scales],
         )
         self.n_steps += 1
         return value
@@ -203,6 +234,7 @@ class FlowTrainer:
             "exp_avg_sq": self.exp_avg_sq.cpu().numpy().copy(),
             "n_steps": self.n_steps,
             "generator": self.generator.get_state().numpy().copy(),
+            "reference_loss": self.reference_loss,
         }
 
     @torch.no_grad()
@@ -212,6 +244,7 @@ class FlowTrainer:
         self.exp_avg.copy_(torch.as_tensor(state["exp_avg"]).to(device))
         self.exp_avg_sq.copy_(torch.as_tensor(state["exp_avg_sq"]).to(device))
         self.n_steps = int(state["n_steps"])
+        self.reference_loss = state.get("reference_loss")
         self.generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8))
 
     @classmethod
@@ -224,6 +257,19 @@ class FlowTrainer:
             )
         trainer.load_state(state)
         return trainer
+
+
+def _step_scales(flow: Glow, flat: torch.Tensor) -> torch.Tensor | None:
+    """Per-entry learning-rate multipliers of the flat parameter vector from the layers' ``step_scales``."""
+    scales = None
+    for module in flow.modules():
+        for name, scale in getattr(module, "step_scales", dict)().items():
+            parameter = getattr(module, name)
+            if scales is None:
+                scales = torch.ones_like(flat)
+            offset = (parameter.data_ptr() - flat.data_ptr()) // flat.element_size()
+            scales[offset : offset + parameter.numel()] = scale
+    return scales
 
 
 @dataclass
