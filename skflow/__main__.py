@@ -1,6 +1,12 @@
 """``python -m skflow``: see :mod:`skflow.cli`."""
 
+import sys
+
 from skflow.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

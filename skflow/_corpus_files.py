@@ -10,6 +10,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 
+from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 
@@ -114,12 +115,20 @@ def check_embeddings(files: list[str], column: str) -> tuple[int, int]:
 
 
 def load_model(path: str | os.PathLike):
-    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder."""
+    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
+
+    A ``.skops`` file is read with :func:`skflow.load` (safe for files from
+    others); any other file with joblib (runs whatever the file says: only
+    for files you made).
+    """
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
     try:
-        model = joblib.load(Path(path).expanduser())
+        if Path(path).suffix == ".skops":
+            model = persistence.load(path)
+        else:
+            model = joblib.load(Path(path).expanduser())
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
         raise InputError(f"{path}: cannot read the model ({type(exc).__name__}: {exc})") from None
     is_text_pipeline = isinstance(model, Pipeline) and isinstance(model.steps[0][1], BertEmbedder)

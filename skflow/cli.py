@@ -17,10 +17,17 @@ from skflow.metrics import PROTOCOLS
 from skflow.outputs import check_output_file
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2, like every other user error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
+    parser = _OneLineErrors(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
     ev = commands.add_parser(
         "evaluate",
         help="STS Spearman of raw, whitened and flow-transformed embeddings",
@@ -88,9 +95,10 @@ def _add_scale_commands(commands) -> None:
 
     fi = commands.add_parser("fit", help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
                              description="Stream the embeddings of Parquet shards (random block order, local "
-                             "shuffle buffer) into FlowGaussianizer.partial_fit and save the model with joblib.")
+                             "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops with skops (safe "
+                             "to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR")
-    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file (joblib)")
+    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding")
     fi.add_argument("--epochs", type=int, default=1)
     fi.add_argument("--batch-size", type=int, default=64)
@@ -110,7 +118,7 @@ def _add_scale_commands(commands) -> None:
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
     tr.add_argument("input_dir", metavar="INPUT_DIR")
-    tr.add_argument("--model", required=True, metavar="MODEL", help="a joblib file")
+    tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
     tr.add_argument("--output", required=True, metavar="DIR")
     tr.add_argument("--column", default="embedding")
     tr.add_argument("--text-column", default="text")

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import joblib
 
+from skflow import persistence
 from skflow._corpus_files import (
     InputError,
     check_embeddings,
@@ -196,7 +197,10 @@ def fit(
     address: str | None = None,
     quiet: bool = False,
 ) -> FlowGaussianizer:
-    """Fit a flow on the embeddings of the Parquet shards in ``input_dir`` and save it (joblib) to ``output``.
+    """Fit a flow on the embeddings of the Parquet shards in ``input_dir`` and save it to ``output``.
+
+    ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe
+    to share, read with :func:`skflow.load`); any other name with joblib.
 
     Ray streams the vectors in blocks of a random order through a local
     shuffle buffer of 32,768 rows into :meth:`FlowGaussianizer.partial_fit`,
@@ -221,7 +225,10 @@ def fit(
                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
             ):
                 flow.partial_fit(vectors_array(batch.column(column)))
-    joblib.dump(flow, out)
+    if out.suffix == ".skops":
+        persistence.dump(flow, out)
+    else:
+        joblib.dump(flow, out)
     return flow
 
 
@@ -242,7 +249,7 @@ def transform(
 ) -> int:
     """Apply a fitted model to every row of ``input_dir`` and write Parquet shards with ``output_column`` added.
 
-    ``model`` is a joblib file of a fitted FlowGaussianizer (reads
+    ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
     ``column``) or of a fitted pipeline that starts with a BertEmbedder
     (reads ``text_column`` of any input format).
     """

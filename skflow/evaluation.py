@@ -107,9 +107,10 @@ def evaluate(
         raise ValueError(f"Unknown STS sets {unknown}; valid names are {', '.join(STS_SETS)}.")
     log = log or (lambda message: None)
     results = {"sets": {}, "skipped": {}}
-    for name in sets:
+    data = {}
+    for name in sets:  # every set is loaded and verified before anything is embedded
         try:
-            full = load_sts(
+            data[name] = load_sts(
                 name, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
             )
         except FileNotFoundError as exc:
@@ -117,7 +118,7 @@ def evaluate(
                 raise
             results["skipped"][name] = str(exc)
             log(f"[{SET_LABELS[name]}] skipped: data not found")
-            continue
+    for name, full in data.items():
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
         sentences = full.pairs.ravel()
         n_unique = len(set(sentences.tolist()))

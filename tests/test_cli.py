@@ -157,3 +157,25 @@ def test_results_are_printed_before_a_failing_write_and_not_lost(tmp_path, capsy
     out, err = capsys.readouterr()
     assert "| none | 50.00 |" in out
     assert err.startswith("error: the results are printed above, but writing them failed") and err.count("\n") == 1
+
+
+def test_usage_errors_are_one_line_too(capsys):
+    for args in (["evaluate", "--bogus"], [], ["evaluate", "--method"], ["evaluate", "--sets", "sts17"]):
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "--help" in err, err
+
+
+def test_every_set_is_verified_before_anything_is_embedded(sts_data_home, tmp_path, capsys, monkeypatch):
+    from skflow import _encoding
+
+    for folder in ("STS12-en-test", "STS16-en-test"):
+        shutil.copytree(sts_data_home / folder, tmp_path / folder)
+    gold = tmp_path / "STS16-en-test" / "STS.gs.headlines.txt"
+    gold.write_bytes(gold.read_bytes()[:-50])  # the last set is damaged
+    monkeypatch.setattr(_encoding, "encode_ids", lambda *a, **k: pytest.fail("embedded before all data was verified"))
+    code = main(["evaluate", "--sets", "sts12", "sts16", "--data-home", str(tmp_path), "--output", str(tmp_path / "r"),
+                 "--quiet"])
+    assert code == 2 and "STS.gs.headlines.txt: sha256" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
+import skflow
 from skflow import BertEmbedder, FlowGaussianizer
 from skflow.cli import main
 from skflow.datasets import load_sts
@@ -64,11 +65,11 @@ def test_embed_fit_transform_match_the_estimators_in_process(ray_instance, corpu
     expected = _embedder().transform([texts[i] for i in ids])
     np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-5)
 
-    assert main(["fit", str(tmp_path / "emb"), "--output", str(tmp_path / "flow.joblib"), "--epochs", "2", "--quiet"]) == 0
-    flow = joblib.load(tmp_path / "flow.joblib")
+    assert main(["fit", str(tmp_path / "emb"), "--output", str(tmp_path / "flow.skops"), "--epochs", "2", "--quiet"]) == 0
+    flow = skflow.load(tmp_path / "flow.skops")  # skflow fit writes .skops
     assert isinstance(flow, FlowGaussianizer) and flow.n_samples_seen_ == 2 * N_SENTENCES and flow.n_iter_ == 2
 
-    assert main(["transform", str(tmp_path / "emb"), "--model", str(tmp_path / "flow.joblib"),
+    assert main(["transform", str(tmp_path / "emb"), "--model", str(tmp_path / "flow.skops"),
                  "--output", str(tmp_path / "z"), "--quiet"]) == 0
     z_ids, z, z_table = _read(tmp_path / "z", "z")
     assert z_table.column_names == ["id", "text", "embedding", "z"]

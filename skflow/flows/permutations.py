@@ -110,7 +110,7 @@ class LUInvertibleLinear(FlowLayer):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lower, upper = self._factors()
-        if x.shape[0] > x.shape[1]:
+        if torch.compiler.is_exporting() or x.shape[0] > x.shape[1]:  # exported graphs take any batch: W
             return x @ (lower @ upper)[self.perm].T, self.log_s.sum()
         return (x @ upper.T @ lower.T)[:, self.perm], self.log_s.sum()
 

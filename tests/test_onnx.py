@@ -1,0 +1,41 @@
+"""FlowGaussianizer.to_onnx: onnxruntime gives transform's vectors, for any batch size, every configuration."""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from skflow import FlowGaussianizer
+
+CONFIGS = [{}, {"coupling": "affine"}, {"permutation": "random"}, {"coupling": "affine", "permutation": "lu"}]
+
+
+@pytest.fixture(scope="module")
+def rows(stsb_test_cls, stsb_test_mean):
+    """10,000 real vectors (STS-B test, CLS and mean pooling: 5,516 rows; the rest CLS rows again, perturbed)."""
+    base = np.concatenate([stsb_test_cls[0].reshape(-1, 384), stsb_test_mean[0].reshape(-1, 384)])
+    extra = base[: 10_000 - len(base)] + np.random.default_rng(0).normal(0, 0.01, (10_000 - len(base), 384))
+    return np.concatenate([base, extra]).astype(np.float32)
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=str)
+def test_onnxruntime_equals_transform_on_10000_real_vectors(tmp_path, rows, params):
+    flow = FlowGaussianizer(random_state=0, **params).fit(rows[:5516])
+    assert flow.constant_features_.sum() >= 2  # the graph also passes constant features through
+    path = flow.to_onnx(tmp_path / "flow.onnx")
+    onnx.checker.check_model(str(path))
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"] and [o.name for o in session.get_outputs()] == ["z"]
+    z = session.run(None, {"x": rows})[0]
+    expected = flow.transform(rows.astype(np.float64))
+    assert z.dtype == np.float32 and z.shape == (10_000, 384)
+    assert np.abs(z - expected).max() <= 1e-5 * np.abs(expected).max()  # relative to the vectors' scale
+    for batch in (1, 7):  # any batch size
+        np.testing.assert_allclose(session.run(None, {"x": rows[:batch]})[0], z[:batch], rtol=1e-5, atol=1e-5)
+
+
+def test_an_unfitted_flow_cannot_be_exported(tmp_path):
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        FlowGaussianizer().to_onnx(tmp_path / "x.onnx")

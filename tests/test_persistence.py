@@ -1,0 +1,147 @@
+"""skops persistence: every estimator and pipeline round-trips bit for bit; skflow.load trusts skflow only."""
+
+import io
+import json
+import os
+import zipfile
+
+import joblib
+import numpy as np
+import pytest
+import skops.io
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.decomposition import PCA
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+import skflow
+from skflow import BertEmbedder, FlowGaussianizer
+from skflow.persistence import InvalidModelError, UntrustedTypeError
+from skflow.synthetic import make_anisotropic_mixture
+
+CONFIGS = [{}, {"coupling": "affine", "permutation": "lu"}, {"permutation": "random", "early_stopping": True}]
+
+
+@pytest.fixture(scope="module")
+def sentences(sts_data_home):
+    from skflow.datasets import load_sts
+
+    return load_sts("stsb", split="dev", data_home=sts_data_home).pairs[:150]
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=str)
+def test_every_flow_configuration_round_trips_bit_for_bit_and_keeps_training(tmp_path, params, stsb_test_cls):
+    rows = stsb_test_cls[0].reshape(-1, 384)[:1500]
+    flow = FlowGaussianizer(random_state=0, max_epochs=2, **params).fit(rows)
+    loaded = skflow.load(skflow.dump(flow, tmp_path / "flow.skops"))
+    assert type(loaded) is FlowGaussianizer and loaded.get_params() == flow.get_params()
+    for method in ("transform", "score_samples"):
+        np.testing.assert_array_equal(getattr(loaded, method)(rows), getattr(flow, method)(rows))
+    np.testing.assert_array_equal(loaded.inverse_transform(rows[:20]), flow.inverse_transform(rows[:20]))
+    np.testing.assert_array_equal(loaded.constant_features_, flow.constant_features_)
+    # the optimiser state travels too: partial_fit continues exactly as on the original
+    np.testing.assert_array_equal(loaded.partial_fit(rows).transform(rows), flow.partial_fit(rows).transform(rows))
+
+
+def test_pipelines_of_skflow_and_scikit_learn_steps_round_trip(tmp_path, sentences):
+    texts = sentences.ravel()
+    text_pipeline = make_pipeline(BertEmbedder(pooling="mean", dtype="float32"), FlowGaussianizer(random_state=0))
+    text_pipeline.fit(texts)
+    vectors = BertEmbedder(pooling="cls", dtype="float32").transform(texts)
+    vector_pipeline = make_pipeline(StandardScaler(), PCA(n_components=64), FlowGaussianizer(random_state=0))
+    vector_pipeline.fit(vectors)
+    for model, X in ((text_pipeline, sentences), (vector_pipeline, vectors)):
+        path = skflow.dump(model, tmp_path / "model.skops")
+        assert set(skops.io.get_untrusted_types(file=path)) <= set(skflow.persistence.SKFLOW_TYPES)
+        loaded = skflow.load(path)
+        assert [type(s) for _, s in loaded.steps] == [type(s) for _, s in model.steps]
+        np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+        # skops itself, with the types named, gives the same
+        plain = skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+        np.testing.assert_array_equal(plain.transform(X), model.transform(X))
+    embedder = skflow.load(skflow.dump(BertEmbedder(pooling="cls", max_length=64), tmp_path / "e.skops"))
+    assert embedder.get_params() == BertEmbedder(pooling="cls", max_length=64).get_params()
+
+
+class Innocent(TransformerMixin, BaseEstimator):
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        return X
+
+
+@pytest.mark.parametrize("kind", ["function", "class"])
+def test_a_file_with_any_other_type_is_refused_naming_it(tmp_path, kind):
+    step = FunctionTransformer(os.system) if kind == "function" else Innocent()  # never run: only saved
+    flow = FlowGaussianizer(random_state=0).fit(make_anisotropic_mixture(200, 4, random_state=0))
+    model = make_pipeline(step, flow)
+    path = skflow.dump(model, tmp_path / "model.skops")
+    name = "posix.system" if kind == "function" else f"{__name__}.Innocent"
+    with pytest.raises(UntrustedTypeError, match=rf"types skflow does not trust: {name}"):
+        skflow.load(path)
+
+
+def _tamper(path, edit_schema=None, replace_array=None):
+    """Rewrite a .skops file: edit its schema (JSON) and/or replace the first weight array of the flow."""
+    with zipfile.ZipFile(path) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    schema = json.loads(members["schema.json"])
+    flow_state = schema["content"]["content"]
+    if edit_schema:
+        edit_schema(flow_state)
+    if replace_array is not None:
+        first = next(iter(flow_state["flow_"]["content"].values()))
+        buffer = io.BytesIO()
+        np.save(buffer, replace_array)
+        members[first["file"]] = buffer.getvalue()
+    members["schema.json"] = json.dumps(schema).encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def _set_config(key, value):
+    def edit(state):
+        node = state["_flow_config"]["content"][key]
+        node["content"] = json.dumps(value)
+        node["__id__"] = 1  # skops shares nodes by id (equal small ints are one object): make this one its own
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, array, message",
+    [
+        (_set_config("n_features", 10**9), None, "the flow's n_features exceed the 1\d+ saved weights"),
+        (_set_config("hidden_channels", 10**12), None, "the flow's hidden_channels exceed"),
+        (_set_config("n_features", 9), None, "weight .* is float64\[\d+\], the configuration needs"),
+        (_set_config("depth", -3), None, "depth must be a positive int"),
+        (_set_config("permutation", "os.system"), None, "unknown coupling or permutation"),
+        (None, np.zeros(10**6), "weight .* is float64\\[1000000\\], the configuration needs"),
+        (None, np.full(8, np.nan), "weight .* is not finite|the configuration needs"),
+    ],
+)
+def test_a_crafted_state_is_refused_before_anything_is_built(tmp_path, edit, array, message):
+    flow = FlowGaussianizer(random_state=0).fit(make_anisotropic_mixture(200, 8, random_state=0))
+    path = skflow.dump(flow, tmp_path / "flow.skops")
+    _tamper(path, edit, array)
+    with pytest.raises(InvalidModelError, match=message):
+        skflow.load(path)
+
+
+def test_invalid_parameters_and_damaged_files_are_clear_errors(tmp_path):
+    embedder = BertEmbedder()
+    embedder.pooling = "no-such-pooling"
+    path = skflow.dump(embedder, tmp_path / "e.skops")
+    with pytest.raises(InvalidModelError, match="the saved BertEmbedder is invalid: The 'pooling' parameter"):
+        skflow.load(path)
+    (tmp_path / "junk.skops").write_bytes(b"not a zip file")
+    with pytest.raises(InvalidModelError, match="cannot be read as a skops file"):
+        skflow.load(tmp_path / "junk.skops")
+
+
+def test_joblib_stays_supported(tmp_path):
+    X = make_anisotropic_mixture(300, 6, random_state=0)
+    flow = FlowGaussianizer(random_state=0).fit(X)
+    joblib.dump(flow, tmp_path / "flow.joblib")
+    np.testing.assert_array_equal(joblib.load(tmp_path / "flow.joblib").transform(X), flow.transform(X))

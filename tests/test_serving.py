@@ -1,0 +1,89 @@
+"""A fitted pipeline as a sentence-transformers folder: same vectors, same STS-B Spearman, clear errors."""
+
+import json
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+from sklearn.decomposition import PCA
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import make_pipeline
+
+from skflow import BertEmbedder, FlowGaussianizer, export_sentence_transformer
+from skflow.metrics import sts_spearman
+from skflow.persistence import UntrustedTypeError
+from skflow.serving import load_sentence_transformer
+
+
+@pytest.fixture(scope="module")
+def stsb_test(sts_data_home):
+    from skflow.datasets import load_sts
+
+    return load_sts("stsb", split="test", data_home=sts_data_home)
+
+
+def _cosines(a, b):
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"pooling": "cls"}, {"pooling": "mean", "normalize": True}, {"pooling": "last_two_avg"},
+     {"pooling": "mean", "layers": [2, 4]}],
+    ids=str,
+)
+def test_every_pooling_gives_the_pipelines_vectors(tmp_path, stsb_test, params):
+    texts = stsb_test.pairs[:150].ravel()
+    pipe = make_pipeline(BertEmbedder(dtype="float32", max_length=64, **params), FlowGaussianizer(random_state=0))
+    pipe.fit(texts)
+    model = load_sentence_transformer(export_sentence_transformer(pipe, tmp_path / "model"), device="cpu")
+    encoded = model.encode(list(texts), batch_size=32)
+    assert encoded.dtype == np.float32 and encoded.shape == (300, 384)
+    assert _cosines(encoded, pipe.transform(texts)).min() >= 0.9999
+    assert model.get_embedding_dimension() == 384 and model.max_seq_length == 64
+
+
+def test_the_default_pooling_gives_the_same_stsb_spearman_to_4_decimals(tmp_path, stsb_test):
+    pipe = make_pipeline(BertEmbedder(dtype="float32"), FlowGaussianizer(random_state=0)).fit(stsb_test.pairs)
+    folder = export_sentence_transformer(pipe, tmp_path / "model")
+    # plain sentence-transformers, as a serving stack would load it
+    model = SentenceTransformer(str(folder), device="cpu", trust_remote_code=True)
+    encoded = model.encode(list(stsb_test.pairs.ravel()), batch_size=64).reshape(-1, 2, 384)
+    expected = pipe.transform(stsb_test.pairs)
+    assert _cosines(encoded, expected).min() >= 0.9999
+    ours, theirs = sts_spearman(expected, stsb_test.scores), sts_spearman(encoded, stsb_test.scores)
+    assert round(theirs, 4) == round(ours, 4) and 0.77 < ours < 0.81
+
+
+def test_what_cannot_be_exported_is_a_clear_error(tmp_path, stsb_test):
+    texts = stsb_test.pairs[:50].ravel()
+    with pytest.raises(NotFittedError):
+        export_sentence_transformer(make_pipeline(BertEmbedder(), FlowGaussianizer()), tmp_path / "a")
+    vectors = BertEmbedder(dtype="float32").transform(texts)
+    other = make_pipeline(PCA(8), FlowGaussianizer(random_state=0)).fit(vectors)
+    with pytest.raises(TypeError, match="first step is a BertEmbedder and second a FlowGaussianizer; got PCA"):
+        export_sentence_transformer(other, tmp_path / "b")
+    with pytest.raises(TypeError, match="a pipeline of two steps"):
+        export_sentence_transformer(FlowGaussianizer(), tmp_path / "c")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    fitted = make_pipeline(BertEmbedder(dtype="float32"), FlowGaussianizer(random_state=0)).fit(texts)
+    with pytest.raises(FileExistsError, match="not an empty folder"):
+        export_sentence_transformer(fitted, tmp_path / "full")
+
+
+def test_the_safe_loader_refuses_folders_that_name_other_code(tmp_path, stsb_test):
+    texts = stsb_test.pairs[:50].ravel()
+    pipe = make_pipeline(BertEmbedder(dtype="float32"), FlowGaussianizer(random_state=0)).fit(texts)
+    folder = export_sentence_transformer(pipe, tmp_path / "model")
+    modules = json.loads((folder / "modules.json").read_text())
+    assert [m["type"] for m in modules][1] == "skflow.serving.FlowPooling"
+    modules[1]["type"] = "evil_module.Payload"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(UntrustedTypeError, match="evil_module.Payload"):
+        load_sentence_transformer(folder)
+    modules[1]["type"] = "skflow.serving.FlowPooling"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "modeling_payload.py").write_text("raise SystemExit('ran code from the folder')\n")
+    with pytest.raises(UntrustedTypeError, match="modeling_payload.py"):
+        load_sentence_transformer(folder)
