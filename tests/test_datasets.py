@@ -3,15 +3,14 @@
 import io
 import shutil
 import tarfile
-import urllib.error
-import zipfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sts_downloads import serve, zip_bytes
 
-from skflow import _sts_download, datasets
+from skflow import datasets
 from skflow.datasets import STS_SETS, get_data_home, load_sts
 
 COUNTS = {
@@ -116,29 +115,8 @@ def test_missing_files_offline_error(tmp_path):
 
 
 # ----------------------------------------------------------------- download
-def _zip(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buffer.getvalue()
-
-
 def _archive_of(sts_data_home, folder, inner, rename=lambda n: n) -> dict[str, bytes]:
     return {f"{inner}/{rename(p.name)}": p.read_bytes() for p in sorted((sts_data_home / folder).iterdir())}
-
-
-def _serve(monkeypatch, archives: dict[str, bytes]):
-    fetched = []
-
-    def fetch(url):
-        fetched.append(url)
-        if url not in archives:
-            raise urllib.error.URLError("unreachable in this test")
-        return archives[url]
-
-    monkeypatch.setattr(_sts_download, "fetch", fetch)
-    return fetched
 
 
 def test_download_extracts_and_verifies(sts_data_home, tmp_path, monkeypatch):
@@ -150,9 +128,9 @@ def test_download_extracts_and_verifies(sts_data_home, tmp_path, monkeypatch):
     tar_buffer = io.BytesIO()
     with tarfile.open(fileobj=tar_buffer, mode="w:gz") as tf:
         tf.add(sts_data_home / "STSBenchmark", arcname="stsbenchmark")
-    fetched = _serve(monkeypatch, {
-        url12: _zip(members),
-        url16: _zip(_archive_of(sts_data_home, "STS16-en-test", "sts2016-english-with-gs-v1.0",
+    fetched = serve(monkeypatch, {
+        url12: zip_bytes(members),
+        url16: zip_bytes(_archive_of(sts_data_home, "STS16-en-test", "sts2016-english-with-gs-v1.0",
                                 lambda n: n.replace("STS.", "STS2016.", 1))),
         stsb_url: tar_buffer.getvalue(),
     })
@@ -169,7 +147,7 @@ def test_checksum_mismatch_leaves_nothing_behind(sts_data_home, tmp_path, monkey
     url = datasets._SETS["sts13"].archives[0].urls[0]
     members = _archive_of(sts_data_home, "STS13-en-test", "test-gs")
     members["test-gs/STS.gs.FNWN.txt"] = members["test-gs/STS.gs.FNWN.txt"].replace(b"\n", b"\n\n", 1)
-    _serve(monkeypatch, {url: _zip(members)})
+    serve(monkeypatch, {url: zip_bytes(members)})
     with pytest.raises(FileNotFoundError, match="STS.gs.FNWN.txt has sha256"):
         load_sts("sts13", data_home=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -179,7 +157,7 @@ def test_interrupted_download_leaves_nothing_behind(tmp_path, monkeypatch):
     """SICK comes in three archives; the second one fails."""
     header = b"pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
     first = datasets._SETS["sickr"].archives[0].urls[0]
-    _serve(monkeypatch, {first: _zip({"SICK_train.txt": header + b"1\ta\tb\t3.0\tNEUTRAL\n"})})
+    serve(monkeypatch, {first: zip_bytes({"SICK_train.txt": header + b"1\ta\tb\t3.0\tNEUTRAL\n"})})
     with pytest.raises(FileNotFoundError, match="the download failed: .*unreachable in this test"):
         load_sts("sickr", data_home=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -189,14 +167,14 @@ def test_partial_folder_is_completed(sts_data_home, tmp_path, monkeypatch):
     shutil.copytree(sts_data_home / "STS14-en-test", tmp_path / "STS14-en-test")
     (tmp_path / "STS14-en-test" / "STS.gs.images.txt").unlink()
     url = datasets._SETS["sts14"].archives[0].urls[0]
-    _serve(monkeypatch, {url: _zip(_archive_of(sts_data_home, "STS14-en-test", "sts-en-test-gs-2014"))})
+    serve(monkeypatch, {url: zip_bytes(_archive_of(sts_data_home, "STS14-en-test", "sts-en-test-gs-2014"))})
     assert len(load_sts("sts14", data_home=tmp_path).scores) == 3750
     assert [p.name for p in tmp_path.iterdir()] == ["STS14-en-test"]
 
 
 def test_archive_members_cannot_escape(tmp_path, monkeypatch):
     url = datasets._SETS["sts13"].archives[0].urls[0]
-    _serve(monkeypatch, {url: _zip({"test-gs/../../evil.txt": b"x", "test-gs/sub/evil.txt": b"x"})})
+    serve(monkeypatch, {url: zip_bytes({"test-gs/../../evil.txt": b"x", "test-gs/sub/evil.txt": b"x"})})
     with pytest.raises(FileNotFoundError, match="do not contain"):
         load_sts("sts13", data_home=tmp_path)
     assert not (tmp_path.parent / "evil.txt").exists() and list(tmp_path.iterdir()) == []

@@ -38,6 +38,8 @@ def test_the_study_runs_on_a_tiny_grid_and_writes_its_section(flow_search, sts_d
 
     section = flow_search.markdown(out, "python benchmarks/flow_search.py --tiny", "figures/tuning.png")
     assert section.startswith("## Tuning") and "| flow (best likelihood) |" in section
+    advice = flow_search.recommendation(out)
+    assert advice.startswith("### What the study says") and "rank correlations cls" in advice
     document = tmp_path / "results.md"
     document.write_text("# Results\n\n## Protocol\n\nx\n\n## Anisotropy\n\ny\n")
     flow_search.replace_section(document, section)

@@ -2,7 +2,6 @@
 
 import hashlib
 import http.server
-import io
 import os
 import shutil
 import signal
@@ -10,11 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import zipfile
 from pathlib import Path
 
 import pytest
+from sts_downloads import serve, zip_bytes
 
 from skflow import _sts_checksums, _sts_download, datasets
 from skflow._sts_files import STSDataError
@@ -114,27 +112,6 @@ def test_evaluate_on_damaged_data_exits_2_with_one_line_and_no_table(sts13, caps
 
 
 # ------------------------------------------------------------------ sources
-def _zip(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buffer.getvalue()
-
-
-def _serve(monkeypatch, archives: dict[str, bytes]) -> list[str]:
-    fetched = []
-
-    def fetch(url):
-        fetched.append(url)
-        if url not in archives:
-            raise urllib.error.URLError("unreachable in this test")
-        return archives[url]
-
-    monkeypatch.setattr(_sts_download, "fetch", fetch)
-    return fetched
-
-
 def test_sources_are_https_first_then_http_then_the_internet_archive_each_verified(sts_data_home, tmp_path,
                                                                                    monkeypatch):
     urls = datasets._SETS["sts13"].archives[0].urls
@@ -146,7 +123,7 @@ def test_sources_are_https_first_then_http_then_the_internet_archive_each_verifi
     assert all(a.urls[0].startswith("https://") for info in datasets._SETS.values() for a in info.archives)
     good = {f"test-gs/{p.name}": p.read_bytes() for p in (sts_data_home / "STS13-en-test").iterdir()}
     bad = dict(good, **{"test-gs/STS.gs.OnWN.txt": good["test-gs/STS.gs.OnWN.txt"][:-10]})
-    fetched = _serve(monkeypatch, {urls[1]: _zip(bad), urls[2]: _zip(good)})  # https down, http damaged
+    fetched = serve(monkeypatch, {urls[1]: zip_bytes(bad), urls[2]: zip_bytes(good)})  # https down, http damaged
     assert len(load_sts("sts13", data_home=tmp_path).scores) == 1500
     assert fetched == list(urls)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["STS13-en-test"]
@@ -174,7 +151,7 @@ def test_sick_falls_back_to_its_zenodo_release_verified_and_flagged(tmp_path, mo
     for name, text in rebuilt.items():
         monkeypatch.setitem(_sts_checksums.ZENODO_SICK_SHA256, f"SICK/{name}", hashlib.sha256(text.encode()).hexdigest())
     monkeypatch.setattr("skflow._sts_files.ZENODO_SICK_SHA256", _sts_checksums.ZENODO_SICK_SHA256)
-    fetched = _serve(monkeypatch, {_sts_download.ZENODO_SICK_URLS[0]: _zip({"SICK/SICK.txt": release})})
+    fetched = serve(monkeypatch, {_sts_download.ZENODO_SICK_URLS[0]: zip_bytes({"SICK/SICK.txt": release})})
     with pytest.warns(UserWarning, match=r"Zenodo release \(9,840 pairs; test 4,906\).*not comparable"):
         data = load_sts("sickr", data_home=tmp_path)
     assert data.subsets.tolist() == ["train", "trial", "test", "test"] and data.scores.tolist() == [4.5, 4.9, 1.2, 3]
@@ -183,7 +160,7 @@ def test_sick_falls_back_to_its_zenodo_release_verified_and_flagged(tmp_path, mo
 
 
 def test_a_zenodo_file_with_another_checksum_is_refused(tmp_path, monkeypatch):
-    _serve(monkeypatch, {url: _zip({"SICK.txt": SICK_RELEASE.encode()}) for url in _sts_download.ZENODO_SICK_URLS})
+    serve(monkeypatch, {url: zip_bytes({"SICK.txt": SICK_RELEASE.encode()}) for url in _sts_download.ZENODO_SICK_URLS})
     with pytest.raises(FileNotFoundError, match="SICK.txt has sha256 [0-9a-f]{64}, expected 1539c2d0"):
         load_sts("sickr", data_home=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -226,7 +203,7 @@ print(len(datasets.load_sts("sts13", data_home=sys.argv[1]).scores))
 
 def test_a_download_killed_midway_leaves_no_data_and_the_next_one_completes(sts_data_home, tmp_path):
     members = {f"test-gs/{p.name}": p.read_bytes() for p in (sts_data_home / "STS13-en-test").iterdir()}
-    archive = _zip({**members, "test-gs/padding.bin": os.urandom(1 << 20)})  # long enough to stall in
+    archive = zip_bytes({**members, "test-gs/padding.bin": os.urandom(1 << 20)})  # long enough to stall in
     for stall in (True, False):
         server = _SlowServer(archive, stall)
         threading.Thread(target=server.serve_forever, daemon=True).start()
