@@ -31,6 +31,7 @@ setup(
         "test": [
             "pytest>=7", "pandas>=2", "polars>=1", "hypothesis>=6", "ray[data]>=2.40", "fsspec[http]",
             "sentence-transformers>=6.2", "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.18",
+            "matplotlib>=3.7",  # the tuning study's figure, run on a tiny grid by the tests
         ],
         "bench": ["sentence-transformers>=3", "normflows>=1.7", "matplotlib>=3.7"],
     },
