@@ -56,12 +56,24 @@ def latent_and_log_prob(flow: Glow, scaling: FeatureScaling, X2d: np.ndarray) ->
 
     The standardisation and the flow make the map; constant features are
     centred and passed through, and have no share in the log-likelihood.
+    The standardisation runs in torch (multi-threaded), in place on each
+    chunk's float64 copy.
     """
     Z = np.empty(X2d.shape, dtype=np.float64)
     log_prob = np.empty(X2d.shape[0], dtype=np.float64)
+    active = torch.from_numpy(np.flatnonzero(~scaling.constant))
+    mean = torch.from_numpy(scaling.mean)
+    inv_scale = torch.from_numpy(1.0 / scaling.scale[~scaling.constant])
+    every = len(active) == len(mean)
     for start, part in _chunks(X2d):
-        z, lp = flow.latent_and_log_prob(torch.from_numpy(scaling.standardise(part)))
-        Z[start : start + len(part)] = scaling.to_latent(part, z.numpy())
+        centred = torch.tensor(part, dtype=torch.float64).sub_(mean)
+        modelled = centred.mul(inv_scale) if every else centred[:, active].mul_(inv_scale)
+        z, lp = flow.latent_and_log_prob(modelled)
+        if every:
+            centred = z
+        else:
+            centred[:, active] = z
+        Z[start : start + len(part)] = centred.numpy()
         log_prob[start : start + len(part)] = lp.numpy() + scaling.log_det
     return Z, log_prob
 
