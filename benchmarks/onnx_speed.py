@@ -18,7 +18,8 @@ import onnxruntime
 import torch
 
 from skflow import BertEmbedder, FlowGaussianizer
-from skflow._onnx_export import LatentMap
+from skflow._feature_scaling import FeatureScaling
+from skflow._flow_arrays import LatentMap
 from skflow.datasets import load_sts
 from skflow.flows import Glow
 
@@ -55,7 +56,8 @@ def main() -> None:
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     glow = Glow(**flow._flow_config)
     glow.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in flow.flow_.state_dict().items()})
-    torch_map = LatentMap(glow.eval(), flow.mean_, flow.scale_, flow.constant_features_).eval()
+    scaling = FeatureScaling(mean=flow.mean_, scale=flow.scale_, constant=flow.constant_features_)
+    torch_map = LatentMap(glow.eval(), scaling, torch.float32).eval()
     chunks = [X[i : i + args.chunk] for i in range(0, len(X), args.chunk)]
 
     def run_onnx():

@@ -74,19 +74,6 @@ class FeatureScaling:
             out[start : start + _CHUNK_ROWS] = (chunk - self.mean[active]) / self.scale[active]
         return out
 
-    def to_latent(self, X: np.ndarray, flow_latent) -> np.ndarray:
-        """The full latent of rows ``X``: ``flow_latent`` of the standardised modelled features, the
-        constant ones centred, in their places (float64)."""
-        Z = np.asarray(X, dtype=np.float64) - self.mean
-        Z[:, ~self.constant] = flow_latent
-        return Z
-
-    def from_latent(self, Z: np.ndarray, flow_data) -> np.ndarray:
-        """Data rows from latent rows ``Z``, given ``flow_data``, the flow's inverse of the modelled features."""
-        X = np.asarray(Z, dtype=np.float64) + self.mean
-        X[:, ~self.constant] = flow_data * self.scale[~self.constant] + self.mean[~self.constant]
-        return X
-
     def in_data_units(self, history):
         """A `TrainingHistory` of standardised rows, its losses and log-likelihoods made the data's."""
         scores, best = history.validation_scores, history.best_validation_score

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from sklearn.utils.validation import check_array, validate_data
+from torch import nn
 
 from skflow._feature_scaling import FeatureScaling
 from skflow.flows import Glow
@@ -50,41 +51,72 @@ def validate_latents(X, n_features: int) -> np.ndarray:
     return Z
 
 
+class LatentMap(nn.Module):
+    """The whole map of a fitted flow as one torch module: centring, the standardisation of the modelled
+    features, the flow, and the constant features passed through centred (see `skflow._feature_scaling`).
+
+    ``transform``, ``score_samples`` and ``inverse_transform`` run it in
+    float64; ``to_onnx`` exports its ``forward`` in float32.
+    """
+
+    def __init__(self, flow: Glow, scaling: FeatureScaling, dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.flow = flow
+        active = np.flatnonzero(~scaling.constant)
+        self.register_buffer("mean", torch.tensor(scaling.mean, dtype=dtype))
+        self.register_buffer("scale", torch.tensor(scaling.scale[active], dtype=dtype))
+        self.register_buffer("inv_scale", torch.tensor(1.0 / scaling.scale[active], dtype=dtype))
+        self.register_buffer("active", torch.tensor(active, dtype=torch.long))
+        self.all_modelled = len(active) == len(scaling.mean)
+        self.log_det = scaling.log_det
+
+    def _modelled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        centred = x - self.mean
+        return centred, (centred if self.all_modelled else centred[:, self.active]) * self.inv_scale
+
+    def _in_place_of_modelled(self, full: torch.Tensor, modelled: torch.Tensor) -> torch.Tensor:
+        return modelled if self.all_modelled else full.index_copy(1, self.active, modelled)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centred, modelled = self._modelled(x)
+        return self._in_place_of_modelled(centred, self.flow(modelled)[0])
+
+    def latent_and_log_prob(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` and the log-likelihood of each row (nats; constant features have no share)."""
+        centred, modelled = self._modelled(x)
+        z, log_prob = self.flow.latent_and_log_prob(modelled)
+        return self._in_place_of_modelled(centred, z), log_prob + self.log_det
+
+    def inverse(self, z: torch.Tensor) -> torch.Tensor:
+        modelled = z if self.all_modelled else z[:, self.active].contiguous()
+        data = self.flow.inverse(modelled) * self.scale
+        return self._in_place_of_modelled(z, data) + self.mean
+
+
 @torch.no_grad()
 def latent_and_log_prob(flow: Glow, scaling: FeatureScaling, X2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64, a chunk at a time.
 
-    The standardisation and the flow make the map; constant features are
-    centred and passed through, and have no share in the log-likelihood.
-    The standardisation runs in torch (multi-threaded), in place on each
-    chunk's float64 copy.
+    The whole map (:class:`LatentMap`) runs in torch, multi-threaded, on each
+    chunk's float64 copy; a memory-mapped input is never copied whole.
     """
+    latent_map = LatentMap(flow, scaling)
     Z = np.empty(X2d.shape, dtype=np.float64)
     log_prob = np.empty(X2d.shape[0], dtype=np.float64)
-    active = torch.from_numpy(np.flatnonzero(~scaling.constant))
-    mean = torch.from_numpy(scaling.mean)
-    inv_scale = torch.from_numpy(1.0 / scaling.scale[~scaling.constant])
-    every = len(active) == len(mean)
     for start, part in _chunks(X2d):
-        centred = torch.tensor(part, dtype=torch.float64).sub_(mean)
-        modelled = centred.mul(inv_scale) if every else centred[:, active].mul_(inv_scale)
-        z, lp = flow.latent_and_log_prob(modelled)
-        if every:
-            centred = z
-        else:
-            centred[:, active] = z
-        Z[start : start + len(part)] = centred.numpy()
-        log_prob[start : start + len(part)] = lp.numpy() + scaling.log_det
+        z, lp = latent_map.latent_and_log_prob(torch.tensor(part, dtype=torch.float64))
+        Z[start : start + len(part)] = z.numpy()
+        log_prob[start : start + len(part)] = lp.numpy()
     return Z, log_prob
 
 
 @torch.no_grad()
 def inverse(flow: Glow, scaling: FeatureScaling, Z2d: np.ndarray) -> np.ndarray:
     """Data-space rows of 2-D latent rows, in float64."""
+    latent_map = LatentMap(flow, scaling)
     X = np.empty(Z2d.shape, dtype=np.float64)
     for start, part in _chunks(Z2d):
-        modelled = np.ascontiguousarray(part[:, ~scaling.constant], dtype=np.float64)
-        X[start : start + len(part)] = scaling.from_latent(part, flow.inverse(torch.from_numpy(modelled)).numpy())
+        X[start : start + len(part)] = latent_map.inverse(torch.tensor(part, dtype=torch.float64)).numpy()
     return X
 
 

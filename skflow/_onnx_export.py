@@ -11,11 +11,10 @@ import os
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch import nn
 
 from skflow._feature_scaling import FeatureScaling
+from skflow._flow_arrays import LatentMap
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
 
@@ -32,26 +31,6 @@ class FixedLinear(FlowLayer):
         return x @ self.weight_t, self.log_det
 
 
-class LatentMap(nn.Module):
-    """``transform`` as one float32 torch module (no numpy), for export."""
-
-    def __init__(self, flow: Glow, mean: np.ndarray, scale: np.ndarray, constant: np.ndarray) -> None:
-        super().__init__()
-        self.flow = flow
-        active = np.flatnonzero(~constant)
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        self.register_buffer("inv_scale", torch.tensor(1.0 / scale[active], dtype=torch.float32))
-        self.register_buffer("active", torch.tensor(active, dtype=torch.long))
-        self.all_modelled = bool(not constant.any())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        centred = x - self.mean
-        if self.all_modelled:
-            return self.flow(centred * self.inv_scale)[0]
-        z = self.flow(centred[:, self.active] * self.inv_scale)[0]
-        return centred.index_copy(1, self.active, z)
-
-
 def export_onnx(
     fitted: Glow, config: dict, scaling: FeatureScaling, path: str | os.PathLike, opset: int = 18
 ) -> Path:
@@ -63,7 +42,7 @@ def export_onnx(
     for fitted_step, step in zip((s for level in fitted.levels for s in level), (s for level in flow.levels for s in level)):
         if isinstance(fitted_step.permutation, LUInvertibleLinear):
             step.permutation = FixedLinear(fitted_step.permutation)
-    module = LatentMap(flow.eval(), scaling.mean, scaling.scale, scaling.constant).eval()
+    module = LatentMap(flow.eval(), scaling, torch.float32).eval()
     example = torch.zeros(2, len(scaling.mean), dtype=torch.float32)
     batch = torch.export.Dim("batch", min=1)
     with torch.no_grad(), _quiet_exporter():
