@@ -8,6 +8,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Sequence
+from numbers import Integral
 
 import numpy as np
 import torch
@@ -146,6 +147,18 @@ def normalize_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
             )
         out.append(index)
     return tuple(out)
+
+
+def resolve_pooling(pooling: str, layers, n_layers: int) -> tuple[str, tuple[int, ...]]:
+    """The token reduction of ``pooling`` and the non-negative ``hidden_states`` indices it averages:
+    those of the pooling, or ``layers`` (an int or a non-empty sequence of ints) when given."""
+    reduction, default_layers = POOLINGS[pooling]
+    if layers is None:
+        return reduction, normalize_layers(default_layers, n_layers)
+    values = [layers] if isinstance(layers, Integral) else np.asarray(layers, dtype=object).ravel().tolist()
+    if not values or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"layers must be an int or a non-empty sequence of ints, got {layers!r}")
+    return reduction, normalize_layers(tuple(int(v) for v in values), n_layers)
 
 
 def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:

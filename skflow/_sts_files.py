@@ -12,7 +12,6 @@ lies outside the set's range.
 
 import hashlib
 import math
-import os
 from pathlib import Path
 
 from skflow._sts_checksums import SHA256, ZENODO_SICK_SHA256
@@ -46,7 +45,7 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
         return "modified"
     raise STSDataError(
         f"{path}: sha256 {verdict} is not that of the file as distributed ({SHA256.get(relative)}): the file is "
-        f"damaged or modified ({os.path.getsize(path):,} bytes; truncated, cut, converted line ends, edited?). "
+        f"damaged or modified ({info.st_size:,} bytes; truncated, cut, converted line ends, edited?). "
         "Delete it to download it again, or pass allow_modified=True (--allow-modified-data on the command "
         "line) to use a modified copy on purpose."
     )

@@ -232,9 +232,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
         n_layers = _encoding.n_hidden_layers(config)
-        reduction, default_layers = POOLINGS[self.pooling]
-        layers = default_layers if self.layers is None else _as_layer_tuple(self.layers)
-        layers = _encoding.normalize_layers(layers, n_layers)
+        reduction, layers = _encoding.resolve_pooling(self.pooling, self.layers, n_layers)
         device = resolve_device(self.device)
         dtype = _encoding.resolve_dtype(self.dtype, device)
         dtype_name = str(dtype).removeprefix("torch.")
@@ -314,14 +312,6 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         tags.requires_fit = False
         tags.transformer_tags.preserves_dtype = []
         return tags
-
-
-def _as_layer_tuple(layers) -> tuple[int, ...]:
-    """``layers`` as a tuple of ints: one int, or a non-empty sequence of them."""
-    values = [layers] if isinstance(layers, Integral) else np.asarray(layers, dtype=object).ravel().tolist()
-    if not values or not all(isinstance(v, Integral) and not isinstance(v, bool) for v in values):
-        raise ValueError(f"layers must be an int or a non-empty sequence of ints, got {layers!r}")
-    return tuple(int(v) for v in values)
 
 
 def _validate_texts(X) -> tuple[np.ndarray, tuple[int, ...]]:

@@ -30,7 +30,6 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from skflow import _encoding, persistence
-from skflow._encoding import POOLINGS
 from skflow._model_source import resolve_model_source
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
@@ -141,9 +140,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise FileExistsError(f"{out}: exists and is not an empty folder")
     source = resolve_model_source(embedder.model_name_or_path, embedder.revision)
     n_hidden = _encoding.n_hidden_layers(_encoding.load_config(*source))
-    reduction, default_layers = POOLINGS[embedder.pooling]
-    chosen = default_layers if embedder.layers is None else tuple(int(v) for v in np.ravel(embedder.layers))
-    layers = _encoding.normalize_layers(chosen, n_hidden)
+    reduction, layers = _encoding.resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
     with _encoding.quiet_transformers():
         transformer = Transformer(
