@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from skflow.outputs import prove_writable
+
 _MAGIC = b"SKFLEMB1"
 _HEADER = struct.Struct("<8sI32s")  # magic, dimension, sha256 of the text
 _DIGEST_SIZE = 16
@@ -83,9 +85,7 @@ class EmbeddingCache:
             raise NotADirectoryError(f"cache_dir {str(self.root)!r} is a file, not a folder")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".tmp-probe-{secrets.token_hex(8)}"
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            os.unlink(probe)
+            prove_writable(self.root)
         except OSError as exc:
             raise type(exc)(f"cache_dir {str(self.root)!r} cannot be used: {exc.strerror or exc}") from None
 

@@ -11,7 +11,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-__all__ = ["OutputPathError", "check_output_file", "prepare_output_folder"]
+__all__ = ["OutputPathError", "check_output_file", "prepare_output_folder", "prove_writable"]
 
 
 class OutputPathError(ValueError):
@@ -50,15 +50,20 @@ def prepare_output_folder(path: str | os.PathLike, *, overwrite: bool) -> Path:
     return out
 
 
+def prove_writable(folder: Path) -> None:
+    """Create and delete a hidden file in ``folder``: the OSError of the attempt if it does not take files."""
+    probe = folder / f".skflow-probe-{secrets.token_hex(8)}"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    os.unlink(probe)
+
+
 def _check_writable_folder(folder: Path, what: str) -> None:
     if not folder.exists():
         raise OutputPathError(f"{folder}: {what} does not exist")
     if not folder.is_dir():
         raise OutputPathError(f"{folder}: {what} is a file, not a folder")
-    probe = folder / f".skflow-probe-{secrets.token_hex(8)}"
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        os.unlink(probe)
+        prove_writable(folder)
     except OSError as exc:
         reason = exc.strerror or errno.errorcode.get(exc.errno, type(exc).__name__)
         raise OutputPathError(f"{folder}: {what} cannot be written ({reason})") from None
