@@ -20,11 +20,13 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from skflow._sts_files import SICK_HEADER
 
 MAX_ARCHIVE_BYTES = 256 << 20
 _STAGING = "-download-"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,25 +87,35 @@ class DownloadError(OSError):
     """Every source of an archive failed; the message says why for each."""
 
 
-def _fetch_archive(archive: Archive, expected: dict[str, str | None], staging: Path) -> None:
+def _from_first_source(urls: tuple[str, ...], attempt: Callable[[str], T]) -> T:
+    """``attempt(url)`` for each source in turn until one works; DownloadError with every reason if none does."""
     reasons = []
-    for url in archive.urls:
-        attempt = staging.parent / f"attempt-{len(reasons)}"
+    for url in urls:
         try:
-            attempt.mkdir()
-            _extract(fetch(url), archive, attempt)
-            for path in attempt.iterdir():
+            return attempt(url)
+        except (OSError, ValueError, StopIteration, zipfile.BadZipFile, tarfile.TarError) as exc:
+            reasons.append(f"{url}: {type(exc).__name__}: {exc}")
+    raise DownloadError("; ".join(reasons))
+
+
+def _fetch_archive(archive: Archive, expected: dict[str, str | None], staging: Path) -> None:
+    """The archive's files, from its first source whose files all have the expected sha256, into ``staging``."""
+
+    def attempt(url: str) -> None:
+        folder = staging.parent / "attempt"
+        try:
+            folder.mkdir()
+            _extract(fetch(url), archive, folder)
+            for path in folder.iterdir():
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()
                 if expected.get(path.name) not in (None, digest):
                     raise ValueError(f"{path.name} has sha256 {digest}, expected {expected[path.name]}")
-            for path in attempt.iterdir():
+            for path in folder.iterdir():
                 os.replace(path, staging / path.name)
-            return
-        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as exc:
-            reasons.append(f"{url}: {type(exc).__name__}: {exc}")
         finally:
-            shutil.rmtree(attempt, ignore_errors=True)
-    raise DownloadError("; ".join(reasons))
+            shutil.rmtree(folder, ignore_errors=True)
+
+    _from_first_source(archive.urls, attempt)
 
 
 def fetch(url: str) -> bytes:
@@ -170,20 +182,15 @@ def zenodo_sick(staging: Path) -> None:
     That release holds 9,840 pairs, not the 9,927 of the SemEval 2014 files
     (test: 4,906 pairs, not 4,927), so `load_sts` flags data from it.
     """
-    reasons = []
-    for url in ZENODO_SICK_URLS:
-        try:
-            with zipfile.ZipFile(io.BytesIO(fetch(url))) as zf:
-                name = next(n for n in zf.namelist() if n.rsplit("/", 1)[-1] == "SICK.txt")
-                data = zf.read(name)
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != ZENODO_SICK_TXT_SHA256:
-                raise ValueError(f"SICK.txt has sha256 {digest}, expected {ZENODO_SICK_TXT_SHA256}")
-            break
-        except (OSError, ValueError, StopIteration, zipfile.BadZipFile) as exc:
-            reasons.append(f"{url}: {type(exc).__name__}: {exc}")
-    else:
-        raise DownloadError("; ".join(reasons))
+    def attempt(url: str) -> bytes:
+        with zipfile.ZipFile(io.BytesIO(fetch(url))) as zf:
+            data = zf.read(next(n for n in zf.namelist() if n.rsplit("/", 1)[-1] == "SICK.txt"))
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != ZENODO_SICK_TXT_SHA256:
+            raise ValueError(f"SICK.txt has sha256 {digest}, expected {ZENODO_SICK_TXT_SHA256}")
+        return data
+
+    data = _from_first_source(ZENODO_SICK_URLS, attempt)
     for file_name, text in sick_files_from_release(data.decode("utf-8")).items():
         (staging / file_name).write_text(text, encoding="utf-8", newline="")
 
