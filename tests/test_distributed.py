@@ -140,6 +140,41 @@ def test_a_killed_worker_is_restarted_and_every_row_written_once(ray_instance, c
     np.testing.assert_allclose(vectors, _embedder().transform([texts[i] for i in ids]), atol=1e-5)
 
 
+def _openmp():
+    """The OpenMP runtime torch runs on (its thread count is kept per thread)."""
+    import ctypes
+    import importlib
+
+    importlib.import_module("torch")  # loads the runtime
+    with open("/proc/self/maps") as maps:
+        path = next(line.split()[-1] for line in maps if "libgomp" in line)
+    return ctypes.CDLL(path)
+
+
+def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(corpus):
+    import threading
+
+    from skflow.distributed import _TransformBatches
+
+    omp = _openmp()
+    folder, _ = corpus
+    table = pq.read_table(folder / "part-0.parquet")
+    X = np.random.RandomState(0).normal(size=(200, 4)).astype(np.float32)
+    table = table.append_column("embedding", pa.array(X[: table.num_rows].tolist(), pa.list_(pa.float32(), 4)))
+    actor = _TransformBatches(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), "embedding", "z", threads=2)
+    seen = []
+
+    def ray_call():
+        omp.omp_set_num_threads(1)  # a thread Ray starts in a worker that reserves one CPU
+        out = actor(table)
+        seen.append((omp.omp_get_max_threads(), out.num_rows))
+
+    thread = threading.Thread(target=ray_call)
+    thread.start()
+    thread.join()
+    assert seen == [(2, table.num_rows)]
+
+
 def test_grid_search_on_the_ray_joblib_backend(ray_instance, sts_data_home, tmp_path):
     from ray.util.joblib import register_ray
     from sklearn.model_selection import GridSearchCV
