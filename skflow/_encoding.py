@@ -218,6 +218,11 @@ def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tupl
     if layers is None:
         return model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
     states = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    return mean_of_layers(states, layers)
+
+
+def mean_of_layers(states: Sequence[torch.Tensor], layers: Sequence[int]) -> torch.Tensor:
+    """The float32 mean of ``states[layer]`` over ``layers`` (summed in their order)."""
     total = states[layers[0]].float()
     for layer in layers[1:]:
         total = total + states[layer].float()

@@ -69,8 +69,7 @@ class FlowPooling(Module):
         if self.layers is None:
             hidden = features["token_embeddings"].float()
         else:
-            states = features["all_layer_embeddings"]
-            hidden = sum(states[layer].float() for layer in self.layers) / len(self.layers)
+            hidden = _encoding.mean_of_layers(features["all_layer_embeddings"], self.layers)
         vectors = _encoding.pool(hidden, mask, self.reduction)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
