@@ -114,6 +114,14 @@ def check_embeddings(files: list[str], column: str) -> tuple[int, int]:
     return total, lengths.pop()
 
 
+def save_model(model, path: Path) -> None:
+    """Write ``model`` as :func:`load_model` reads it: ``.skops`` with :func:`skflow.dump`, else joblib."""
+    if path.suffix == ".skops":
+        persistence.dump(model, path)
+    else:
+        joblib.dump(model, path)
+
+
 def load_model(path: str | os.PathLike):
     """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
 

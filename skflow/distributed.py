@@ -13,15 +13,13 @@ import inspect
 import os
 from collections.abc import Iterator, Sequence
 
-import joblib
-
-from skflow import persistence
 from skflow._corpus_files import (
     InputError,
     check_embeddings,
     check_texts,
     input_files,
     load_model,
+    save_model,
     vectors_array,
     vectors_column,
 )
@@ -243,10 +241,7 @@ def fit(
                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
             ):
                 flow.partial_fit(vectors_array(batch.column(column)))
-    if out.suffix == ".skops":
-        persistence.dump(flow, out)
-    else:
-        joblib.dump(flow, out)
+    save_model(flow, out)
     return flow
 
 
