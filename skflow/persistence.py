@@ -21,8 +21,9 @@ from skflow.gaussianizer import FlowGaussianizer
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
-# The types of skflow that a .skops file may hold, as skops names them.
-SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in (BertEmbedder, FlowGaussianizer))
+# skflow's classes that a .skops file may hold, and their names as skops gives them.
+_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer)
+SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
 class UntrustedTypeError(InvalidModelError):
@@ -105,7 +106,7 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     except Exception as exc:  # noqa: BLE001 - a damaged file: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     for estimator in _estimators(model):
-        if isinstance(estimator, (BertEmbedder, FlowGaussianizer)):
+        if isinstance(estimator, _SKFLOW_CLASSES):
             try:
                 estimator._validate_params()
             except ValueError as exc:
