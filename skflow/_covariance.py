@@ -1,0 +1,156 @@
+"""Running mean and scatter matrix in float64, merged chunk by chunk, the spectrum of the covariance, and
+the ONNX graph of an affine map ``z = (x - mean) @ W``.
+
+`Whitener` fits from these moments: ``fit`` streams its input (a
+``numpy.memmap`` too) through `RunningMoments.update` a chunk of
+``CHUNK_ROWS`` rows at a time, and ``partial_fit`` merges each call's rows
+into the moments kept on the estimator. Chunks are merged with the pairwise
+update of Chan, Golub and LeVeque (1979): each chunk's own mean and scatter
+are computed around the chunk's mean, then combined with the running ones,
+so there is no ``sum(x x^T) - n mean mean^T`` cancellation and the result
+does not depend (beyond rounding) on how the rows were cut.
+"""
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Rows read (and converted to float64) at once: 8192 x 384 float64 is 25 MB.
+CHUNK_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class RunningMoments:
+    """Row count, mean and scatter matrix ``sum((x - mean)(x - mean)^T)`` of the rows seen, float64."""
+
+    n_samples: int
+    mean: np.ndarray
+    scatter: np.ndarray
+
+    @classmethod
+    def empty(cls, n_features: int) -> "RunningMoments":
+        return cls(0, np.zeros(n_features), np.zeros((n_features, n_features)))
+
+    def update(self, X: np.ndarray) -> "RunningMoments":
+        """These moments merged with those of the rows of ``X`` (any 2-D array), read a chunk at a time."""
+        moments = self
+        for _, part in chunks(X):
+            moments = moments._merge(part)
+        return moments
+
+    def _merge(self, part: np.ndarray) -> "RunningMoments":
+        n_b = part.shape[0]
+        mean_b = part.mean(axis=0)
+        centred = part - mean_b
+        scatter_b = centred.T @ centred
+        n = self.n_samples + n_b
+        delta = mean_b - self.mean
+        mean = self.mean + delta * (n_b / n)
+        scatter = self.scatter + scatter_b + np.outer(delta, delta) * (self.n_samples * n_b / n)
+        return RunningMoments(n, mean, (scatter + scatter.T) / 2)  # symmetric to the last bit
+
+    def covariance(self) -> np.ndarray:
+        """``scatter / (n - 1)``, as PCA's."""
+        return self.scatter / max(self.n_samples - 1, 1)
+
+    def spectrum(self, relative_floor: float = 0.0) -> tuple[np.ndarray, np.ndarray, float]:
+        """Eigenvalues of the covariance in decreasing order, the unit eigenvectors as rows, and the
+        variance floor ``relative_floor * eigenvalues[0]``.
+
+        Each row is signed so that its largest entry in absolute value is
+        positive. The eigenvectors of eigenvalues below the floor are rounding
+        noise (constant features give several eigenvalues of 1e-17 of the
+        largest, in an order and mixture that depends on the last bits of
+        the data): they are replaced by a basis of their span that depends on
+        the span only, with the variances along it in place of the
+        eigenvalues.
+        """
+        covariance = self.covariance()
+        eigenvalues, eigenvectors = np.linalg.eigh(covariance)
+        eigenvalues = np.clip(eigenvalues[::-1], 0.0, None)  # rounding leaves tiny negative ones
+        rows = np.ascontiguousarray(eigenvectors[:, ::-1].T)
+        floor = float(relative_floor * eigenvalues[0])
+        floored = np.flatnonzero(eigenvalues < floor)
+        if len(floored) > 1:
+            span = rows[floored]
+            # Any rotation of `span` spans the same space: take the one that diagonalises the feature index
+            # (1, 2, ..., d) on it, whose eigenvalues are far apart, so that rounding cannot reorder it.
+            position = np.arange(1.0, span.shape[1] + 1)
+            rows[floored] = np.linalg.eigh((span * position) @ span.T)[1].T @ span
+            eigenvalues[floored] = np.clip(np.einsum("ij,jk,ik->i", rows[floored], covariance, rows[floored]), 0.0, None)
+        signs = np.sign(rows[np.arange(len(rows)), np.argmax(np.abs(rows), axis=1)])
+        return eigenvalues, rows * np.where(signs == 0, 1.0, signs)[:, None], floor
+
+    def gaussian_log_prob(self, X: np.ndarray, variance_floor: float) -> np.ndarray:
+        """Log-density (nats) of each row of ``X`` under the Gaussian with this mean and this covariance,
+        its eigenvalues raised to at least ``variance_floor``."""
+        eigenvalues, directions, _ = self.spectrum()
+        variances = np.maximum(eigenvalues, variance_floor)
+        if variances[-1] <= 0:
+            raise ValueError("The rows fitted on are all equal: there is no density to score with.")
+        constant = X.shape[1] * np.log(2 * np.pi) + np.log(variances).sum()
+        log_prob = np.empty(X.shape[0])
+        for start, part in chunks(X):
+            projected = (part - self.mean) @ directions.T
+            log_prob[start : start + len(part)] = -0.5 * (constant + (projected**2 / variances).sum(axis=1))
+        return log_prob
+
+
+def affine_rows(X: np.ndarray, weights: np.ndarray, *, shift_in=0.0, shift_out=0.0) -> np.ndarray:
+    """``(X - shift_in) @ weights + shift_out`` computed in float64 a chunk at a time, in ``X``'s dtype."""
+    out = np.empty((X.shape[0], weights.shape[1]), dtype=X.dtype)
+    for start, part in chunks(X):
+        out[start : start + len(part)] = (part - shift_in) @ weights + shift_out
+    return out
+
+
+def chunks(X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, rows)``: the rows of ``X`` in float64, at most ``CHUNK_ROWS`` at a time; a memory map is
+    never read whole."""
+    for start in range(0, X.shape[0], CHUNK_ROWS):
+        yield start, np.asarray(X[start : start + CHUNK_ROWS], dtype=np.float64)
+
+
+def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write ``z = (x - mean) @ weights`` as an ONNX model to ``path`` (via a temporary sibling file).
+
+    Input ``x`` and output ``z`` are float32 with a dynamic batch dimension;
+    the graph computes in float64, so that large scales in ``weights`` do not
+    multiply float32 rounding errors.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n_features, n_outputs = weights.shape
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x64"], to=TensorProto.DOUBLE),
+            helper.make_node("Sub", ["x64", "mean"], ["centred"]),
+            helper.make_node("MatMul", ["centred", "weights"], ["z64"]),
+            helper.make_node("Cast", ["z64"], ["z"], to=TensorProto.FLOAT),
+        ],
+        "affine_map",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n_features])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", n_outputs])],
+        initializer=[
+            numpy_helper.from_array(np.asarray(mean, dtype=np.float64), "mean"),
+            numpy_helper.from_array(np.asarray(weights, dtype=np.float64), "weights"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="skflow")
+    model.ir_version = 9  # readable by the onnxruntime releases of the last years
+    onnx.checker.check_model(model)
+    out = Path(path).expanduser()
+    handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(temporary, out)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return out
