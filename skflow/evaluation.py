@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from sklearn.decomposition import PCA
 
 from skflow.datasets import STS_SETS, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, sts_report
+from skflow.whitening import Whitener
 
 __all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables", "strict_json"]
 
@@ -31,28 +31,46 @@ SET_LABELS = {
     "stsb": "STS-B",
     "sickr": "SICK-R",
 }
-METHODS = ("none", "whiten", "whiten-256", "flow")
+METHODS = ("none", "whiten", "soft-whiten", "flow")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 
 
 def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     """The post-processing estimator of a method name, or None for ``"none"``.
 
-    ``"whiten"`` is BERT-whitening, i.e. scikit-learn's ``PCA(whiten=True)``;
-    ``"whiten-K"`` keeps ``K`` components; ``"flow"`` is
-    :class:`~skflow.FlowGaussianizer` with the official defaults.
+    Every method is one of the library's estimators, fitted without labels:
+
+    - ``"none"``: the raw vectors;
+    - ``"center"``: ``Whitener(power=0)``, the mean removed;
+    - ``"whiten"``: BERT-whitening, ``Whitener()``; ``"whiten-K"`` keeps the
+      first ``K`` whitened directions, ``Whitener(n_components=K)``;
+    - ``"soft-whiten"``: ``Whitener(power=0.25)``, the covariance to the
+      power -1/4;
+    - ``"abtt-D"``: all-but-the-top, ``Whitener(n_remove=D, power=0)``: the
+      mean and the top ``D`` principal directions removed;
+    - ``"flow"``: :class:`~skflow.FlowGaussianizer` with the official
+      defaults (``flow_params`` changes them).
+
+    Examples
+    --------
+    >>> from skflow.evaluation import make_method
+    >>> make_method("abtt-2")
+    Whitener(n_remove=2, power=0)
     """
+    simple = {"center": dict(power=0), "whiten": {}, "soft-whiten": dict(power=0.25)}
     if name == "none":
         return None
-    if name == "whiten":
-        return PCA(whiten=True)
-    match = re.fullmatch(r"whiten-(\d+)", name)
-    if match and int(match.group(1)) >= 1:
-        return PCA(n_components=int(match.group(1)), whiten=True)
+    if name in simple:
+        return Whitener(**simple[name])
+    match = re.fullmatch(r"(whiten|abtt)-(\d+)", name)
+    if match and int(match.group(2)) >= 1:
+        k = int(match.group(2))
+        return Whitener(n_components=k) if match.group(1) == "whiten" else Whitener(n_remove=k, power=0)
     if name == "flow":
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
-        f"Unknown method {name!r}; valid methods are none, whiten, whiten-K with K >= 1 (e.g. whiten-256), flow."
+        f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1, e.g. whiten-256), "
+        "soft-whiten, abtt-D (D >= 1, e.g. abtt-3) and flow."
     )
 
 
@@ -75,7 +93,7 @@ def evaluate(
     ----------
     embedder : BertEmbedder
         The encoder and pooling.
-    methods : sequence of str, default=("none", "whiten", "whiten-256", "flow")
+    methods : sequence of str, default=("none", "whiten", "soft-whiten", "flow")
         Post-processings; see :func:`make_method`.
     sets : sequence of str, default=all seven
         STS set names, see :func:`skflow.datasets.load_sts`.
