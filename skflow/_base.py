@@ -91,7 +91,9 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             With 3-D pairs and ``y``: the Spearman correlation between gold
             scores and cosine similarities in latent space (what BERT-flow
             reports). Otherwise: the mean log-likelihood per sample in nats,
-            as scikit-learn's density estimators do.
+            as scikit-learn's density estimators do. Constant gold scores are
+            a ``ValueError``; similarities that are all equal give ``nan``
+            with a `~skflow.metrics.UndefinedSpearmanWarning`.
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)

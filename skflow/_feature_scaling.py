@@ -6,23 +6,58 @@ same latent vectors, and log-likelihoods that differ by exactly the change of
 scale. The standardisation is part of the model's map: its log-determinant,
 ``-sum(log(scale))``, is added to every log-likelihood.
 
-A feature whose standard deviation is at most ``CONSTANT_RELATIVE_STD``
-times the root mean square of all features' standard deviations is constant
-for the model (real encoders have such dimensions: the default encoder's
-STS-B embeddings have two exactly constant ones and one with std 2e-9). A
-constant feature has no density, and a flow that tries to model one drives
-its scale to infinity, so such features are left out of the flow and of the
-log-likelihood on purpose: ``transform`` centres them (``x - mean``) and
-passes them through, ``inverse_transform`` adds the mean back.
+A feature is constant for the model when its standard deviation is at most
+``CONSTANT_RELATIVE_STD`` times the larger of its own mean's magnitude and the
+median standard deviation of the features that vary. Each feature is judged
+against its own scale and a robust scale of the data, never against the
+spread of all features together: one huge cell (1e8 in real embeddings) makes
+its own feature spread, but leaves the median, and so every other feature's
+verdict, unchanged (judged against the root mean square of all standard
+deviations, as before, it made 89-247 of 384 real features "constant"). Real
+encoders have truly constant dimensions: the default encoder's STS-B
+embeddings have two exactly constant ones (values ~1e-32) and one at
+-1e-7 +- 2e-9, a millionth of the median spread. A constant feature has no
+density, and a flow that tries to model one drives its scale to infinity, so
+such features are left out of the flow and of the log-likelihood on purpose,
+with a `ConstantFeaturesWarning` naming them: ``transform`` centres them
+(``x - mean``) and passes them through, ``inverse_transform`` adds the mean
+back.
+
+The flow trains (and serves, in ONNX) in float32, so a value whose square
+overflows float32 (``|x| > MAX_ABS_VALUE``, about 1.8e19) is an error that
+names it, not a training loss that turns non-finite. Nothing is lost by
+refusing it: the model does not depend on the data's scale, so ``X / c``
+fits the same model.
 """
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 CONSTANT_RELATIVE_STD = 1e-6
+# The largest magnitude whose square is finite in float32 (about 1.8e19).
+MAX_ABS_VALUE = float(np.sqrt(np.finfo(np.float32).max))
 _CHUNK_ROWS = 8192
+_N_LISTED = 20
+
+
+class ConstantFeaturesWarning(UserWarning):
+    """Features of ``X`` are constant: `FlowGaussianizer` leaves them out of the flow (see ``constant_features_``)."""
+
+
+def check_float32_range(chunk: np.ndarray, start: int = 0, method: str = "fit") -> None:
+    """A ValueError naming the first value of ``chunk`` (rows ``start`` on) whose square overflows float32."""
+    too_large = np.abs(chunk) > MAX_ABS_VALUE
+    if too_large.any():
+        row, column = (int(i) for i in np.argwhere(too_large)[0])
+        raise ValueError(
+            f"X contains values too large for float32: feature {column} of row {start + row} is "
+            f"{chunk[row, column]:.4g}. The flow computes in float32, where a value above {MAX_ABS_VALUE:.3g} in "
+            "magnitude overflows when squared. The model does not depend on the data's scale: divide X by a "
+            f"constant (the same one for fit and transform) and {method} again."
+        )
 
 
 @dataclass(frozen=True)
@@ -40,6 +75,7 @@ class FeatureScaling:
         mean, m2, count = np.zeros(n_features), np.zeros(n_features), 0
         for start in range(0, n_rows, _CHUNK_ROWS):  # Chan et al.'s pairwise merge of chunk moments
             chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)
+            check_float32_range(chunk, start)
             chunk_mean = chunk.mean(axis=0)
             chunk_m2 = np.square(chunk - chunk_mean).sum(axis=0)
             total = count + len(chunk)
@@ -48,13 +84,31 @@ class FeatureScaling:
             m2 = m2 + chunk_m2 + np.square(delta) * (count * len(chunk) / total)
             count = total
         std = np.sqrt(m2 / count)
-        rms = np.sqrt(np.mean(np.square(std)))
-        constant = std <= CONSTANT_RELATIVE_STD * rms
+        constant = std <= CONSTANT_RELATIVE_STD * np.maximum(np.abs(mean), typical_std(std))
         if constant.all():
             raise ValueError(
                 f"All {n_features} features of X are constant: there is no distribution for the flow to model."
             )
         return cls(mean=mean, scale=np.where(constant, 1.0, std), constant=constant)
+
+    def warn_constant(self, name: str, stacklevel: int) -> None:
+        """A `ConstantFeaturesWarning` naming how many features ``name`` leaves out of the flow, and which."""
+        if not self.constant.any():
+            return
+        indices = np.flatnonzero(self.constant)
+        listed = ", ".join(str(i) for i in indices[:_N_LISTED])
+        more = f" and {len(indices) - _N_LISTED} more" if len(indices) > _N_LISTED else ""
+        one = len(indices) == 1
+        warnings.warn(
+            f"{name}: {len(indices)} of {len(self.constant)} features of X {'is' if one else 'are'} constant and "
+            f"{'is' if one else 'are'} left out of the flow and of the log-likelihood: "
+            f"feature{'' if one else 's'} {listed}{more} (standard deviation at most "
+            f"{CONSTANT_RELATIVE_STD:g} times the larger of the feature's mean and the median standard deviation). "
+            f"transform passes {'it' if one else 'them'} through centred; constant_features_ marks "
+            f"{'it' if one else 'them'}.",
+            ConstantFeaturesWarning,
+            stacklevel=stacklevel + 1,
+        )
 
     @property
     def n_modelled(self) -> int:
@@ -70,7 +124,9 @@ class FeatureScaling:
         active = ~self.constant
         out = np.empty((X.shape[0], self.n_modelled), dtype=dtype)
         for start in range(0, X.shape[0], _CHUNK_ROWS):
-            chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)[:, active]
+            chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)
+            check_float32_range(chunk, start, "partial_fit")
+            chunk = chunk[:, active]
             out[start : start + _CHUNK_ROWS] = (chunk - self.mean[active]) / self.scale[active]
         return out
 
@@ -83,3 +139,9 @@ class FeatureScaling:
             validation_scores=None if scores is None else [score + self.log_det for score in scores],
             best_validation_score=None if best is None else best + self.log_det,
         )
+
+
+def typical_std(std: np.ndarray) -> float:
+    """The median of the standard deviations that are not 0 (0 if all are): the data's scale, robust to outliers."""
+    varying = std[std > 0]
+    return float(np.median(varying)) if len(varying) else 0.0

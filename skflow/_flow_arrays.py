@@ -14,7 +14,7 @@ import torch
 from sklearn.utils.validation import check_array, validate_data
 from torch import nn
 
-from skflow._feature_scaling import FeatureScaling
+from skflow._feature_scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
 
 # Rows per chunk at inference, to bound memory on large inputs.
@@ -98,12 +98,15 @@ def latent_and_log_prob(flow: Glow, scaling: FeatureScaling, X2d: np.ndarray) ->
     """Latent vectors and log-likelihoods (nats) of 2-D rows, in float64, a chunk at a time.
 
     The whole map (:class:`LatentMap`) runs in torch, multi-threaded, on each
-    chunk's float64 copy; a memory-mapped input is never copied whole.
+    chunk's float64 copy; a memory-mapped input is never copied whole. A value
+    whose square overflows float32 is a ValueError naming it, as in ``fit``.
     """
     latent_map = LatentMap(flow, scaling)
     Z = np.empty(X2d.shape, dtype=np.float64)
     log_prob = np.empty(X2d.shape[0], dtype=np.float64)
     for start, part in _chunks(X2d):
+        part = np.asarray(part, dtype=np.float64)
+        check_float32_range(part, start, "transform")  # what fit refuses, transform refuses too
         z, lp = latent_map.latent_and_log_prob(torch.tensor(part, dtype=torch.float64))
         Z[start : start + len(part)] = z.numpy()
         log_prob[start : start + len(part)] = lp.numpy()

@@ -14,10 +14,18 @@ The identity keys the embedding cache and the in-process model registry:
   folder always changes the modification time. The hole left: a file
   replaced by another of the same size with its modification time forged
   (``touch -d``, ``cp -p``) and differing only outside the sampled blocks.
+
+`BertEmbedder.fit` records the identity (``encoder_identity_``) and
+`pinned_model_source` holds later calls to it: a hub model loads at the
+recorded commit wherever its branch has moved, and any other source must
+still have the recorded identity, else `EncoderChangedError`. Whatever was
+fitted on the embeddings (the flow after the embedder in a pipeline) stays
+valid only for the encoder that produced them.
 """
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,10 +36,15 @@ _HEAD_BYTES = 1 << 20
 _N_SAMPLES = 64
 _SAMPLE_BYTES = 4096
 _fingerprints: dict[tuple, str] = {}
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class EncoderNotFoundError(OSError):
     """The encoder is neither a local model folder, the embedded default, nor on the hub or in its cache."""
+
+
+class EncoderChangedError(ValueError):
+    """The encoder's files are no longer those a fitted `BertEmbedder` recorded at fit (``encoder_identity_``)."""
 
 
 class ModelSource(NamedTuple):
@@ -67,6 +80,58 @@ def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) 
         raise EncoderNotFoundError(not_found_message(name, revision, "there is no folder at that path"))
     commit = hub_commit(name, revision)
     return ModelSource(name, commit, f"{name}@{commit}")
+
+
+def pinned_model_source(name_or_path: str | os.PathLike, revision: str | None, identity: str | None) -> ModelSource:
+    """Where to load the encoder from for an embedder whose fit recorded ``identity``; checked against it.
+
+    Parameters
+    ----------
+    name_or_path, revision : str
+        The embedder's ``model_name_or_path`` and ``revision``.
+    identity : str or None
+        Its ``encoder_identity_``; None (not fitted): `resolve_model_source`,
+        no check.
+
+    Returns
+    -------
+    source : ModelSource
+        For a hub model recorded at a commit, that commit, without asking the
+        hub where its branch points now. For any other source (a local folder,
+        the embedded default) the source as it is now, once its identity has
+        been found equal to ``identity``.
+
+    Raises
+    ------
+    EncoderChangedError
+        The files differ from those recorded (re-saved weights or tokenizer,
+        another ``model_name_or_path``, another commit as ``revision``).
+    """
+    if identity is None:
+        return resolve_model_source(name_or_path, revision)
+    if not isinstance(identity, str):
+        raise TypeError(f"encoder_identity_ must be a str, got {type(identity).__name__}")
+    name = os.fspath(name_or_path)
+    repo, _, commit = identity.rpartition("@")
+    if repo == name and _COMMIT.fullmatch(commit):
+        if revision is not None and _COMMIT.fullmatch(revision) and revision != commit:
+            raise EncoderChangedError(encoder_changed_message(name, identity, f"{name}@{revision}"))
+        return ModelSource(name, commit, identity)
+    source = resolve_model_source(name, revision)
+    if source.identity != identity:
+        raise EncoderChangedError(encoder_changed_message(name, identity, source.identity))
+    return source
+
+
+def encoder_changed_message(name: str, recorded: str, current: str) -> str:
+    """Why a fitted embedder refuses to embed, and the two ways on."""
+    return (
+        f"The encoder changed since this BertEmbedder was fitted: fit recorded {recorded}, and {name!r} is now "
+        f"{current} (re-saved or replaced weights or tokenizer, or another model or commit). What was fitted on "
+        "its embeddings, such as the FlowGaussianizer after it in a pipeline, does not match the new ones. Refit "
+        "the pipeline on your texts; or, to use the new encoder with the old fit anyway, call fit on the "
+        "BertEmbedder alone (e.g. pipe[0].fit([])), which records the new identity."
+    )
 
 
 def hub_commit(repo_id: str, revision: str | None) -> str:

@@ -13,10 +13,18 @@ from skflow import _encoding
 from skflow._device import resolve_device
 from skflow._embedding_cache import EmbeddingCache
 from skflow._encoding import DTYPES, POOLING_ALIASES, POOLINGS
-from skflow._model_source import DEFAULT_MODEL, EncoderNotFoundError, resolve_model_source
+from skflow._model_source import (
+    DEFAULT_MODEL,
+    EncoderChangedError,
+    EncoderNotFoundError,
+    ModelSource,
+    pinned_model_source,
+    resolve_model_source,
+)
 from skflow._progress import progress_bar
+from skflow._texts import validate_texts
 
-__all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderNotFoundError"]
+__all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
 logger = logging.getLogger("skflow")
 
@@ -24,11 +32,20 @@ logger = logging.getLogger("skflow")
 class BertEmbedder(TransformerMixin, BaseEstimator):
     """Sentence embeddings from any Hugging Face encoder.
 
-    A stateless transformer, like :class:`~sklearn.feature_extraction.text.HashingVectorizer`:
-    ``fit`` only checks its input, and ``transform`` maps texts to pooled
-    hidden states of a frozen encoder. A 1-D sequence of ``n`` texts gives an
-    ``(n, d)`` array; a 2-D ``(n, k)`` array of texts, e.g. sentence pairs,
-    gives ``(n, k, d)``. The output is float32, in input order.
+    ``transform`` maps texts to pooled hidden states of a frozen encoder. A
+    1-D sequence of ``n`` texts gives an ``(n, d)`` array; a 2-D ``(n, k)``
+    array of texts, e.g. sentence pairs, gives ``(n, k, d)``. The output is
+    float32, in input order.
+
+    ``fit`` is optional, as for
+    :class:`~sklearn.feature_extraction.text.HashingVectorizer`: it learns
+    nothing from the texts, but records which encoder files produce the
+    embeddings (``encoder_identity_``), so that what is fitted on them stays
+    tied to them. After ``fit``, ``transform`` loads a hub model at the
+    commit recorded, wherever its branch has moved since, and raises
+    :class:`EncoderChangedError` if a local model folder (or the embedded
+    default) no longer has the files it had at ``fit``. Without ``fit``,
+    ``transform`` uses the encoder as it is.
 
     The encoder is loaded on first use and shared by all embedders of the
     process with the same settings; it is never pickled, so a fitted pipeline
@@ -91,6 +108,14 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         Show a progress bar over batches. None shows it when the ``skflow``
         logger is at INFO level or lower.
 
+    Attributes
+    ----------
+    encoder_identity_ : str
+        Set by ``fit``: the hub commit (``"org/model@<sha>"``) or the
+        fingerprint of the local folder's files (``"local:<digest>"``) of the
+        encoder, as the embedding cache keys it. See
+        :meth:`check_encoder_identity`.
+
     See Also
     --------
     FlowGaussianizer : Maps these embeddings to an isotropic Gaussian.
@@ -150,7 +175,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Check the parameters and the input; the encoder is pretrained and frozen.
+        """Check the parameters and the input, and record the encoder's identity; the encoder stays frozen.
 
         Parameters
         ----------
@@ -162,10 +187,39 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         Returns
         -------
         self : object
-            The estimator, unchanged.
+            The estimator, with ``encoder_identity_`` set to the identity of
+            the encoder's files now (a hub model: the commit its revision
+            resolves to).
         """
-        _validate_texts(X)
+        validate_texts(X)
+        self.encoder_identity_ = resolve_model_source(self.model_name_or_path, self.revision).identity
         return self
+
+    def check_encoder_identity(self) -> str:
+        """The identity of the encoder ``transform`` loads, after checking it against ``fit``'s.
+
+        Returns
+        -------
+        identity : str
+            ``encoder_identity_`` after ``fit`` (a hub model is then loaded
+            at the recorded commit); the identity of the encoder as it is now
+            without ``fit``.
+
+        Raises
+        ------
+        EncoderChangedError
+            The embedder was fitted, and the encoder's files changed since
+            (weights or tokenizer re-saved into a local folder, another
+            ``model_name_or_path``, another commit as ``revision``).
+
+        Examples
+        --------
+        >>> from skflow import BertEmbedder
+        >>> embedder = BertEmbedder().fit(["A man is playing a guitar."])
+        >>> embedder.check_encoder_identity() == embedder.encoder_identity_
+        True
+        """
+        return self._source().identity
 
     def transform(self, X):
         """Embed texts.
@@ -182,7 +236,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         embeddings : ndarray of shape (n, d) or (n, k, d), float32
         """
         self._validate_params()
-        texts, shape = _validate_texts(X)
+        texts, shape = validate_texts(X)
         settings = self._settings()
         dim = settings["dim"]
         if texts.size == 0:
@@ -215,9 +269,13 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         return vectors[index].reshape(*shape, dim)
 
+    def _source(self) -> ModelSource:
+        """Where the encoder loads from, pinned, with what identifies its files (checked against fit's)."""
+        return pinned_model_source(self.model_name_or_path, self.revision, getattr(self, "encoder_identity_", None))
+
     def _model(self) -> tuple:
-        """Where the encoder loads from (pinned, with what identifies its files), and its config."""
-        source = resolve_model_source(self.model_name_or_path, self.revision)
+        """The encoder's source (see `_source`) and its config."""
+        source = self._source()
         return source, _encoding.load_config(*source)
 
     def _settings(self) -> dict:
@@ -312,51 +370,3 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         tags.requires_fit = False
         tags.transformer_tags.preserves_dtype = []
         return tags
-
-
-def _validate_texts(X) -> tuple[np.ndarray, tuple[int, ...]]:
-    """Texts as an object array of str, and the shape of the input (1-D or 2-D)."""
-    if isinstance(X, (str, bytes)):
-        raise TypeError(
-            "BertEmbedder expects a sequence of texts, got a single string; wrap it in a list: [text]."
-        )
-    if hasattr(X, "to_numpy"):  # pandas and polars Series / DataFrames
-        X = X.to_numpy()
-    elif not hasattr(X, "__array__") and not isinstance(X, (list, tuple)):
-        try:
-            X = list(X)
-        except TypeError:
-            raise TypeError(
-                f"BertEmbedder expects a sequence of texts or an (n, k) array of texts, "
-                f"got {type(X).__name__}."
-            ) from None
-    texts = np.asarray(X, dtype=object)
-    if texts.ndim not in (1, 2):
-        raise ValueError(
-            "BertEmbedder takes a 1-D sequence of texts or a 2-D (n, k) array of texts "
-            f"(e.g. sentence pairs); got a {texts.ndim}-D array of shape {texts.shape}."
-        )
-    is_text = np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(texts).astype(bool)
-    if not is_text.all():
-        where = tuple(int(i) for i in np.argwhere(~is_text)[0])
-        position = where[0] if texts.ndim == 1 else where
-        value = texts[where]
-        raise TypeError(
-            f"BertEmbedder expects strings, but the element at position {position} is "
-            f"{value!r} of type {type(value).__name__}. Drop it or replace it with a string "
-            "(empty strings are valid)."
-        )
-    for flat_index, text in enumerate(texts.flat):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            where = np.unravel_index(flat_index, texts.shape)
-            position = int(where[0]) if texts.ndim == 1 else tuple(int(i) for i in where)
-            raise TypeError(
-                f"BertEmbedder expects valid Unicode text, but the element at position {position} has a lone "
-                f"surrogate {text[exc.start]!r} at character {exc.start}; it cannot be encoded as UTF-8. Such "
-                "strings come from decoding bytes with errors='surrogateescape' or from broken UTF-16: decode "
-                "the source with the right encoding, or clean the text, e.g. "
-                "text.encode('utf-8', 'replace').decode('utf-8')."
-            ) from None
-    return texts, texts.shape

@@ -12,12 +12,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow._base import BaseFlow
 from skflow._device import resolve_device
-from skflow._feature_scaling import FeatureScaling
+from skflow._feature_scaling import ConstantFeaturesWarning, FeatureScaling
 from skflow._flow_arrays import validate_embeddings
 from skflow._progress import progress_bar
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.flows.batches import InMemoryRows, n_batches, training_rows
 from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
+
+__all__ = ["ConstantFeaturesWarning", "FlowGaussianizer"]
 
 # Rows used for the data-dependent ActNorm initialisation.
 _INIT_SAMPLES = 4096
@@ -34,12 +36,14 @@ class FlowGaussianizer(BaseFlow):
     decay 0.01, no bias correction), gradient norm clipped at 1, batches of 64
     and one epoch.
 
-    The features are first standardised in float64 (the map's
-    log-determinant includes it), so the result does not depend on the
-    data's scale. Features that are constant (standard deviation at most
-    1e-6 times the root mean square of all of them; real encoders have a few)
-    have no density: they are left out of the flow and of the
-    log-likelihood, and passed through centred. A fit whose loss becomes
+    The features are first standardised in float64 (the map's log-determinant
+    includes it), so the result does not depend on the data's scale. Features
+    that are constant (standard deviation at most 1e-6 times the larger of
+    their own mean and the median standard deviation; real encoders have a
+    few) have no density: they are left out of the flow and of the
+    log-likelihood, with a ``ConstantFeaturesWarning`` naming them, and
+    passed through centred. A value above 1.8e19 in magnitude (its square
+    overflows float32) is a ``ValueError``. A fit whose loss becomes
     non-finite, or rises more than 10 nats per feature above where it
     started, stops with a ``FloatingPointError`` and changes nothing.
 
@@ -368,6 +372,7 @@ class FlowGaussianizer(BaseFlow):
                 ) from exc
 
     def _keep_scaling(self, scaling: FeatureScaling) -> None:
+        scaling.warn_constant(type(self).__name__, stacklevel=4)  # _keep_scaling < fit < _fit_context < caller
         self.mean_, self.scale_, self.constant_features_ = scaling.mean, scaling.scale, scaling.constant
 
     def _keep(self, trainer: FlowTrainer) -> None:

@@ -8,15 +8,34 @@ Three protocols aggregate the sets that come in subsets (STS12-16):
 - ``"all"``: one Spearman over all pairs pooled (what SBERT and SimCSE report).
 
 For a set without subsets (STS-B test, SICK-R test) all three coincide.
+
+A Spearman correlation is undefined when either side is constant. Constant
+gold scores are bad input, like NaN ones: a ``ValueError``. Constant cosine
+similarities (equal within ``SIMILARITY_TIES``: a model that maps every pair
+to the same similarity, up to rounding) are a result, not an input error: the
+correlation is ``nan``, with an `UndefinedSpearmanWarning`.
 """
 
+import os
+import sys
+import warnings
+
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import ConstantInputWarning, spearmanr
 from sklearn.utils._metadata_requests import _MetadataRequester
 
-__all__ = ["PROTOCOLS", "STSScorer", "check_protocol", "make_sts_scorer", "paired_cosine", "sts_report", "sts_spearman"]
+__all__ = [
+    "PROTOCOLS", "STSScorer", "UndefinedSpearmanWarning", "check_protocol", "make_sts_scorer", "paired_cosine",
+    "sts_report", "sts_spearman",
+]
 
 PROTOCOLS = ("wmean", "mean", "all")
+# Cosine similarities that differ by no more than this are equal: rounding, not a ranking.
+SIMILARITY_TIES = 1e-12
+
+
+class UndefinedSpearmanWarning(ConstantInputWarning):
+    """The cosine similarities of all pairs are equal, so their Spearman correlation with the gold scores is nan."""
 
 
 def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -35,6 +54,8 @@ def _check_pairs(pairs, scores, subsets):
         raise ValueError(f"pairs must have shape (n_pairs, 2, n_features), got {pairs.shape}")
     if scores.shape[0] != pairs.shape[0]:
         raise ValueError(f"got {pairs.shape[0]} pairs but {scores.shape[0]} scores")
+    if scores.shape[0] < 2:
+        raise ValueError(f"a Spearman correlation needs at least 2 pairs, got {scores.shape[0]}")
     bad = np.flatnonzero(~np.isfinite(scores))
     if bad.size:
         raise ValueError(f"gold scores must be finite; score {bad[0]} is {scores[bad[0]]} ({bad.size} such)")
@@ -77,21 +98,22 @@ def sts_report(pairs, scores, subsets=None) -> dict:
     (['all', 'mean', 'subsets', 'wmean'], ['a', 'b'])
     """
     pairs, scores, subsets = _check_pairs(pairs, scores, subsets)
-    cosine = paired_cosine(pairs[:, 0], pairs[:, 1])
+    cosine, given = paired_cosine(pairs[:, 0], pairs[:, 1]), subsets
     if subsets is None:
         subsets = np.zeros(len(scores), dtype=object)
         subsets[:] = "all"
     per_subset = {}
     for name in dict.fromkeys(subsets.tolist()):
         rows = subsets == name
-        per_subset[name] = {"spearman": _spearman(cosine[rows], scores[rows]), "n_pairs": int(rows.sum())}
+        where = "" if given is None else f" of subset {name!r}"
+        per_subset[name] = {"spearman": _spearman(cosine[rows], scores[rows], where), "n_pairs": int(rows.sum())}
     rhos = np.array([v["spearman"] for v in per_subset.values()])
     sizes = np.array([v["n_pairs"] for v in per_subset.values()])
     return {
         "subsets": per_subset,
         "wmean": float(np.sum(rhos * sizes) / sizes.sum()),
         "mean": float(rhos.mean()),
-        "all": _spearman(cosine, scores),
+        "all": _spearman(cosine, scores, " of all subsets") if len(per_subset) > 1 else float(rhos[0]),
     }
 
 
@@ -101,8 +123,36 @@ def check_protocol(protocol: str) -> None:
         raise ValueError(f"Unknown protocol {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}.")
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    return float(spearmanr(x, y).statistic)
+def _spearman(cosine: np.ndarray, gold: np.ndarray, where: str) -> float:
+    """Spearman of ``cosine`` with ``gold``: a ValueError for constant gold, nan and a warning for constant cosines."""
+    if len(gold) < 2:
+        raise ValueError(f"a Spearman correlation needs at least 2 pairs; there is {len(gold)}{where}")
+    if np.all(gold == gold[0]):
+        raise ValueError(
+            f"gold scores must not be constant: the {len(gold)} scores{where} are all {gold[0]:g}, so their "
+            "Spearman correlation with any similarity is undefined."
+        )
+    if np.ptp(cosine) <= SIMILARITY_TIES:
+        warnings.warn(
+            f"The cosine similarities of the {len(cosine)} pairs{where} are all equal ({cosine[0]:.6g}, within "
+            f"{SIMILARITY_TIES:g}): their Spearman correlation with the gold scores is undefined; returning nan. "
+            "The embeddings do not tell these pairs apart (a degenerate model, or both sides embedded alike).",
+            UndefinedSpearmanWarning,
+            stacklevel=_caller_outside_skflow(),
+        )
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConstantInputWarning)  # checked above, with a clearer message
+        return float(spearmanr(cosine, gold).statistic)
+
+
+def _caller_outside_skflow() -> int:
+    """The ``stacklevel`` that, for a warning raised by this function's caller, names the first frame outside skflow."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def sts_spearman(pairs, scores, *, subsets=None, protocol: str = "wmean") -> float:
