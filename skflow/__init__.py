@@ -1,12 +1,26 @@
 """skflow: BERT-flow as scikit-learn estimators."""
 
-from skflow.embedder import BertEmbedder
-from skflow.gaussianizer import FlowGaussianizer
+from skflow.embedder import BertEmbedder, EncoderChangedError
+from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
+from skflow.metrics import UndefinedSpearmanWarning
 from skflow.persistence import dump, load
+from skflow.whitening import NotInvertibleError, Whitener
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["BertEmbedder", "FlowGaussianizer", "__version__", "dump", "export_sentence_transformer", "load"]
+__all__ = [
+    "BertEmbedder",
+    "ConstantFeaturesWarning",
+    "EncoderChangedError",
+    "FlowGaussianizer",
+    "NotInvertibleError",
+    "UndefinedSpearmanWarning",
+    "Whitener",
+    "__version__",
+    "dump",
+    "export_sentence_transformer",
+    "load",
+]
 
 
 def __getattr__(name: str):

@@ -12,6 +12,8 @@ MODULES = [
     "skflow.metrics",
     "skflow.synthetic",
     "skflow.flows.glow",
+    "skflow.whitening",
+    "skflow.evaluation",
 ]
 
 
