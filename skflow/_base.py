@@ -195,7 +195,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     def __setstate__(self, state):
         # checked before anything is built: the state may come from somebody else's file (see skflow.load)
-        flow = restore_flow(state) if state.get("flow_") is not None else None
+        flow = restore_flow(state)
         super().__setstate__({key: value for key, value in state.items() if key != "flow_"})
         if flow is not None:
             self.flow_ = flow

@@ -2,63 +2,76 @@
 
 A saved FlowGaussianizer holds its flow as a configuration and a dict of
 numpy arrays. The state may come from a file somebody else wrote, so it is
-checked first: the configuration's keys, types and ranges; the flow it
-describes is built on PyTorch's ``meta`` device (shapes only, no memory) and
-its parameters must match the saved arrays exactly in names, shapes and
-kinds; the standardisation and optimiser state must fit the same sizes. Only
-then is the real flow built, and it is no larger than the arrays in the file.
+checked first: fitted attributes and weights come together or not at all;
+the configuration's keys, types and ranges; its sizes and number of arrays
+against the file's, by arithmetic (`skflow._flow_shapes`), before any array
+is compared or any module built; then every array's name, shape and dtype
+exactly, the values that must hold (finite, positive scales, permutations),
+and the optimiser state that ``partial_fit`` continues from. Only then is the
+flow built, from the arrays themselves (no second copy, no random
+initialisation). `skflow._skops_checks` applies the same size and shape
+rules to a ``.skops`` file before skops reads an array.
 """
 
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
+from skflow._flow_shapes import ArraySpec, n_parameters, n_state_arrays, state_arrays
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 
 _CONFIG_INTS = ("n_features", "n_levels", "depth", "hidden_channels")
+GENERATOR_STATE_SIZE = torch.Generator().get_state().numel()  # bytes of torch's CPU generator state
+TRAINER_KEYS = ("exp_avg", "exp_avg_sq", "n_steps", "generator", "reference_loss")
+# What fit and partial_fit leave besides flow_; all present, or none of them.
+_FITTED = ("n_features_in_", "_flow_config", "mean_", "scale_", "constant_features_", "n_iter_", "loss_curve_",
+           "n_samples_seen_", "validation_scores_", "best_validation_score_", "n_steps_", "_trainer_state")
 
 
 class InvalidModelError(ValueError):
     """A saved model whose state is inconsistent or not what skflow writes."""
 
 
-def restore_flow(state: dict) -> Glow:
-    """The float64 CPU flow of a FlowGaussianizer's saved ``state`` (its ``__getstate__``), checked."""
-    config, weights = state.get("_flow_config"), state.get("flow_")
-    if "mean_" not in state:
-        raise InvalidModelError("this model was saved by an older skflow (before the standardisation); fit it again")
-    _check_config(config)
+def restore_flow(state: dict) -> Glow | None:
+    """The float64 CPU flow of a FlowGaussianizer's saved ``state`` (its ``__getstate__``), checked.
+
+    None for an unfitted estimator's state.
+    """
+    check_fitted_keys(state)
+    if state.get("flow_") is None:
+        return None
+    config, weights = state["_flow_config"], state["flow_"]
+    check_config(config)
     if not isinstance(weights, dict) or not all(isinstance(a, np.ndarray) for a in weights.values()):
         raise InvalidModelError("the flow's weights must be a dict of numpy arrays")
-    n_saved = sum(a.size for a in weights.values())
-    too_large = [key for key in _CONFIG_INTS if config[key] > n_saved]
-    if too_large:
-        raise InvalidModelError(f"the flow's {', '.join(too_large)} exceed the {n_saved} saved weights")
-    try:
-        with torch.device("meta"):  # shapes only: nothing is allocated
-            template = Glow(**config).double().state_dict()
-    except (RuntimeError, ValueError) as exc:
-        raise InvalidModelError(f"the flow's configuration describes no valid flow: {exc}") from None
-    if set(template) != set(weights):
-        missing, extra = sorted(set(template) - set(weights)), sorted(set(weights) - set(template))
+    check_sizes(config, sum(a.size for a in weights.values()), len(weights))
+    specs = state_arrays(config)  # enumerated only now that their number is the file's
+    if set(specs) != set(weights):
+        missing, extra = sorted(set(specs) - set(weights)), sorted(set(weights) - set(specs))
         raise InvalidModelError(f"the weights do not fit the configuration (missing {missing[:3]}, extra {extra[:3]})")
-    for name, expected in template.items():
-        array = weights[name]
-        kind = "f" if expected.is_floating_point() else "i"
-        if tuple(array.shape) != tuple(expected.shape) or array.dtype.kind != kind:
-            raise InvalidModelError(
-                f"weight {name!r} is {array.dtype}{list(array.shape)}, the configuration needs {list(expected.shape)}"
-            )
-        if kind == "f" and not np.isfinite(array).all():
-            raise InvalidModelError(f"weight {name!r} is not finite")
-    _check_fitted_arrays(state, config["n_features"], sum(t.numel() for t in template.values()))
-    flow = Glow(**config).double()
-    flow.load_state_dict({name: torch.tensor(np.array(a)) for name, a in weights.items()})
+    for name, spec in specs.items():
+        check_array(("flow_", name), weights[name].shape, weights[name].dtype, spec)
+    n_features = state["n_features_in_"]
+    check_n_features_in(n_features, config["n_features"])
+    trainer = state["_trainer_state"]
+    if not isinstance(trainer, dict) or set(trainer) != set(TRAINER_KEYS):
+        raise InvalidModelError(f"the optimiser state must be a dict with the keys {list(TRAINER_KEYS)}")
+    for key, spec in fitted_arrays(config, n_features).items():
+        array = state[key[0]] if len(key) == 1 else trainer[key[1]]
+        if not isinstance(array, np.ndarray):
+            raise InvalidModelError(f"{array_label(key)} must be a numpy array, got {type(array).__name__}")
+        check_array(key, array.shape, array.dtype, spec)
+    _check_values(weights)
+    _check_fitted_values(state, config["n_features"])
+    with torch.device("meta"):  # shapes only; the saved arrays become the weights
+        flow = Glow(**config).double()
+    flow.load_state_dict({name: torch.from_numpy(np.array(array)) for name, array in weights.items()}, assign=True)
     return flow.eval().requires_grad_(False)
 
 
-def _check_config(config) -> None:
+def check_config(config) -> None:
+    """The configuration has exactly skflow's keys, positive ints and known names."""
     expected = {*_CONFIG_INTS, "coupling", "permutation"}
     if not isinstance(config, dict) or set(config) != expected:
         raise InvalidModelError(f"the flow's configuration must have the keys {sorted(expected)}")
@@ -70,22 +83,124 @@ def _check_config(config) -> None:
         raise InvalidModelError(f"unknown coupling or permutation: {config['coupling']!r}, {config['permutation']!r}")
 
 
-def _check_fitted_arrays(state: dict, n_modelled: int, n_parameters_and_buffers: int) -> None:
-    n_features = state.get("n_features_in_")
-    if not isinstance(n_features, Integral) or isinstance(n_features, bool) or n_features < n_modelled:
-        raise InvalidModelError(f"n_features_in_ must be an int of at least {n_modelled}, got {n_features!r}")
-    arrays = {name: state.get(name) for name in ("mean_", "scale_", "constant_features_")}
-    for name, array in arrays.items():
-        if not isinstance(array, np.ndarray) or array.shape != (n_features,):
-            raise InvalidModelError(f"{name} must be an array of shape ({n_features},)")
-    constant = arrays["constant_features_"]
-    if constant.dtype != bool or int((~constant).sum()) != n_modelled:
+def check_sizes(config: dict, n_saved_weights: int, n_saved_arrays: int) -> None:
+    """Every size and the number of arrays of ``config`` (checked) against what the file holds, by arithmetic."""
+    too_large = [key for key in _CONFIG_INTS if config[key] > n_saved_weights]
+    if too_large:
+        raise InvalidModelError(f"the flow's {', '.join(too_large)} exceed the {n_saved_weights} saved weights")
+    n_arrays = n_state_arrays(config)
+    if n_arrays != n_saved_arrays:
+        raise InvalidModelError(
+            f"the flow's configuration has {n_arrays} weight arrays (levels x depth steps), the file {n_saved_arrays}"
+        )
+
+
+def check_n_features_in(value, n_modelled: int) -> None:
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < n_modelled:
+        raise InvalidModelError(f"n_features_in_ must be an int of at least {n_modelled}, got {value!r}")
+
+
+def fitted_arrays(config: dict, n_features_in: int) -> dict[tuple[str, ...], ArraySpec]:
+    """``(attribute,)`` or ``("_trainer_state", key)`` -> the shape and dtype of the other arrays of a fitted flow."""
+    features, moments = (n_features_in,), (n_parameters(config),)
+    out = {("mean_",): ArraySpec(features, np.dtype(np.float64), False)}
+    out[("scale_",)] = ArraySpec(features, np.dtype(np.float64), False)
+    out[("constant_features_",)] = ArraySpec(features, np.dtype(bool), False)
+    out[("_trainer_state", "exp_avg")] = ArraySpec(moments, np.dtype(np.float32), False)
+    out[("_trainer_state", "exp_avg_sq")] = ArraySpec(moments, np.dtype(np.float32), False)
+    out[("_trainer_state", "generator")] = ArraySpec((GENERATOR_STATE_SIZE,), np.dtype(np.uint8), False)
+    return out
+
+
+def array_label(key: tuple[str, ...]) -> str:
+    if key[0] == "flow_":
+        return f"weight {key[1]!r}"
+    return key[0] if len(key) == 1 else f"the optimiser state's {key[1]}"
+
+
+def check_array(key: tuple[str, ...], shape: tuple, dtype: np.dtype, spec: ArraySpec) -> None:
+    if tuple(shape) != spec.shape or dtype != spec.dtype:
+        raise InvalidModelError(
+            f"{array_label(key)} is {dtype}{list(shape)}, the configuration needs {spec.dtype}{list(spec.shape)}"
+        )
+
+
+def check_fitted_keys(state: dict) -> None:
+    """Fitted attributes and flow weights (``flow_``, not None) in ``state``: all of them, or none."""
+    fitted = state.get("flow_") is not None
+    present = [k for k in state if k in _FITTED or (k.endswith("_") and not k.startswith("__") and k != "flow_")]
+    if not fitted and present:
+        raise InvalidModelError(f"the model has fitted attributes ({', '.join(present[:4])}) but no flow weights")
+    if fitted and "mean_" not in state:
+        raise InvalidModelError("this model was saved by an older skflow (before the standardisation); fit it again")
+    missing = [k for k in _FITTED if k not in state]
+    if fitted and missing:
+        raise InvalidModelError(f"the model has flow weights but not {', '.join(missing)}")
+
+
+def _check_values(weights: dict) -> None:
+    for name, array in weights.items():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise InvalidModelError(f"weight {name!r} is not finite")
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "perm" and not np.array_equal(np.sort(array), np.arange(array.size)):
+            raise InvalidModelError(f"weight {name!r} is not a permutation")
+        if leaf == "inv_perm" and not np.array_equal(array, np.argsort(weights[name[: -len(leaf)] + "perm"])):
+            raise InvalidModelError(f"weight {name!r} is not the inverse of its permutation")
+        if leaf == "sign_s" and not np.isin(array, (-1.0, 1.0)).all():
+            raise InvalidModelError(f"weight {name!r} must hold signs (-1 or 1)")
+        if leaf == "lower_mask" and not np.array_equal(array, np.tril(np.ones_like(array), -1)):
+            raise InvalidModelError(f"weight {name!r} must be the strictly lower triangular mask")
+
+
+def _check_fitted_values(state: dict, n_modelled: int) -> None:
+    constant, scale, mean = state["constant_features_"], state["scale_"], state["mean_"]
+    if int((~constant).sum()) != n_modelled:
         raise InvalidModelError(f"constant_features_ must be a bool mask leaving {n_modelled} features to the flow")
-    scale, mean = arrays["scale_"], arrays["mean_"]
     if not (np.isfinite(mean).all() and np.isfinite(scale).all() and (scale > 0).all()):
         raise InvalidModelError("mean_ and scale_ must be finite and scale_ positive")
-    trainer = state.get("_trainer_state")
-    if trainer is not None:
-        moments = [trainer.get(k) if isinstance(trainer, dict) else None for k in ("exp_avg", "exp_avg_sq")]
-        if any(not isinstance(m, np.ndarray) or m.ndim != 1 or m.size > n_parameters_and_buffers for m in moments):
-            raise InvalidModelError("the optimiser state does not fit the flow")
+    names = state.get("feature_names_in_")
+    if names is not None and not (
+        isinstance(names, np.ndarray) and names.shape == (state["n_features_in_"],)
+        and all(isinstance(n, str) for n in names)
+    ):
+        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
+    for key in ("n_iter_", "n_samples_seen_", "n_steps_"):
+        if not _is_count(state[key]):
+            raise InvalidModelError(f"{key} must be a non-negative int, got {state[key]!r}")
+    for key in ("loss_curve_", "validation_scores_"):
+        values = state[key]
+        if not (values is None and key == "validation_scores_") and not (
+            isinstance(values, list) and all(_is_number(v) for v in values)
+        ):
+            raise InvalidModelError(f"{key} must be a list of numbers")
+    if not (state["best_validation_score_"] is None or _is_number(state["best_validation_score_"])):
+        raise InvalidModelError("best_validation_score_ must be a number or None")
+    _check_trainer(state["_trainer_state"])
+
+
+def _check_trainer(trainer: dict) -> None:
+    """What partial_fit continues from, so that a bad one is refused here and not in the next partial_fit."""
+    if not (np.isfinite(trainer["exp_avg"]).all() and np.isfinite(trainer["exp_avg_sq"]).all()):
+        raise InvalidModelError("the optimiser state's moments must be finite")
+    if (trainer["exp_avg_sq"] < 0).any():
+        raise InvalidModelError("the optimiser state's exp_avg_sq must be non-negative")
+    if not _is_count(trainer["n_steps"]):
+        raise InvalidModelError(f"the optimiser state's n_steps must be a non-negative int, got {trainer['n_steps']!r}")
+    reference = trainer["reference_loss"]
+    if reference is not None and not (_is_number(reference) and np.isfinite(reference)):
+        raise InvalidModelError(
+            f"the optimiser state's reference_loss must be a finite number or None, got {reference!r}"
+        )
+    try:
+        torch.Generator().set_state(torch.from_numpy(np.array(trainer["generator"])))
+    except RuntimeError as exc:
+        raise InvalidModelError(f"the optimiser state's generator is not a random generator state: {exc}") from None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)

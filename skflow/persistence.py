@@ -3,19 +3,24 @@
 ``skflow.dump(model, path)`` writes a ``.skops`` file; ``skflow.load(path)``
 reads one back, trusting exactly skflow's own estimators and the types that
 skops trusts by default (scikit-learn's estimators, numpy arrays, builtins).
-A file that names any other type is refused before anything in it is
-built, with a message naming the type. What is restored is checked before it
-is used: a FlowGaussianizer's configuration against its weights (see
-`skflow._flow_state`), a BertEmbedder's parameters through its own
-validation. See ``docs/serving.md`` for the threat model.
+Before skops reads any array, the file's declared sizes are checked against
+what its content needs (`skflow._skops_checks`); a file that names any other
+type is refused before anything in it is built, with a message naming the
+type. What is restored is checked before it is used: a FlowGaussianizer's
+state against its configuration (`skflow._flow_state`), every estimator
+inside the model, however nested (`skflow._estimator_checks`). See
+``docs/serving.md`` for the threat model.
 """
 
 import os
+import stat
 from pathlib import Path
 
 from sklearn.base import BaseEstimator
 
+from skflow._estimator_checks import check_estimators
 from skflow._flow_state import InvalidModelError
+from skflow._skops_checks import check_skops_archive
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 
@@ -64,6 +69,10 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
 def load(path: str | os.PathLike) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
+    The file is checked before skops reads any array from it (declared sizes
+    against the shapes its content needs; see ``docs/serving.md``), and what
+    is restored is checked before it is returned.
+
     Parameters
     ----------
     path : str or path-like
@@ -81,14 +90,34 @@ def load(path: str | os.PathLike) -> BaseEstimator:
         The file names a type other than skflow's estimators and skops's
         default trusted types; the message names it. Nothing was built.
     InvalidModelError
-        A restored estimator is inconsistent (a flow whose configuration
-        does not match its weights, invalid parameters, ...).
+        The file declares more data than its content needs, or a restored
+        estimator is inconsistent (a flow whose configuration does not match
+        its weights, fitted attributes without weights, invalid parameters,
+        a malformed pipeline, ...). The message names the file.
+
+    Examples
+    --------
+    A crafted file is refused before skops reads it: here 32 MiB of spaces
+    deflated to 32 kB.
+
+    >>> import tempfile, zipfile, skflow
+    >>> path = tempfile.mkdtemp() + "/crafted.skops"
+    >>> with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    ...     archive.writestr("schema.json", b" " * 2**25)
+    >>> skflow.load(path)
+    Traceback (most recent call last):
+    ...
+    skflow._flow_state.InvalidModelError: ...crafted.skops: schema.json declares 33554432 bytes, more than 16777216 ...
     """
     import skops.io
 
     path = Path(path).expanduser()
     try:
-        untrusted = skops.io.get_untrusted_types(file=path)
+        data = _read_regular_file(path)
+        check_skops_archive(data)
+        untrusted = skops.io.get_untrusted_types(data=data)
+    except InvalidModelError as exc:
+        raise InvalidModelError(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - not a skops file: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     refused = [name for name in untrusted if name not in SKFLOW_TYPES]
@@ -100,26 +129,19 @@ def load(path: str | os.PathLike) -> BaseEstimator:
             "skops.io.load(path, trusted=[...])."
         )
     try:
-        model = skops.io.load(path, trusted=list(untrusted))
-    except InvalidModelError:
-        raise
+        model = skops.io.loads(data, trusted=list(untrusted))
+        check_estimators(model, _SKFLOW_CLASSES)
+    except InvalidModelError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
-    for estimator in _estimators(model):
-        if isinstance(estimator, _SKFLOW_CLASSES):
-            try:
-                estimator._validate_params()
-            except ValueError as exc:
-                raise InvalidModelError(f"{path}: the saved {type(estimator).__name__} is invalid: {exc}") from exc
     return model
 
 
-def _estimators(model):
-    """``model`` and, for pipelines and other meta-estimators, the estimators inside it."""
-    yield model
-    for _, step in getattr(model, "steps", []):
-        if step is not None and step != "passthrough":
-            yield from _estimators(step)
-    for _, transformer, _ in getattr(model, "transformers_", getattr(model, "transformers", [])):
-        if isinstance(transformer, BaseEstimator):
-            yield from _estimators(transformer)
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes, read once (what is checked is what is loaded); a FIFO or device is refused unread."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would block until a writer came
+    with os.fdopen(descriptor, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise InvalidModelError("not a regular file")
+        return stream.read()

@@ -1,19 +1,20 @@
 """A fitted ``BertEmbedder -> FlowGaussianizer`` pipeline as a sentence-transformers model folder.
 
-:func:`export_sentence_transformer` writes a folder that
-``SentenceTransformer(path, trust_remote_code=True).encode(texts)`` loads and
-runs with nothing imported but sentence-transformers (skflow installed; since
-sentence-transformers 6 any module class outside its namespace needs
-``trust_remote_code=True``, and :func:`load_sentence_transformer` checks the
-folder before passing it): module 0 is
+:func:`export_sentence_transformer` writes a folder of two modules:
 sentence-transformers' own ``Transformer`` (a copy of the encoder and its
-tokenizer, truncating at the embedder's ``max_length``), module 1 is
+tokenizer, truncating at the embedder's ``max_length``) and
 :class:`FlowPooling`, skflow's module, which pools exactly as the embedder
 does (``cls``, ``mean``, ``first_last_avg``, ``last_two_avg`` or the
 ``layers`` option, which sentence-transformers' ``Pooling`` cannot express)
-and applies the flow. The flow is stored as a ``.skops`` file inside the
-folder and read with :func:`skflow.load`, so loading a folder from somebody
-else runs no code from it (see ``docs/serving.md``).
+and applies the flow, stored as a ``.skops`` file read with
+:func:`skflow.load`.
+
+:func:`load_sentence_transformer` loads such a folder without running any
+code from it: it builds the two modules itself, transformers told never to
+run remote code, and refuses a folder that names anything else. Plain
+``SentenceTransformer(path, trust_remote_code=True)`` also loads it (since
+sentence-transformers 6 a module outside its namespace needs the flag), but
+that flag lets the folder run code; see ``docs/serving.md``.
 
 Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
 """
@@ -31,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from skflow import _encoding, persistence
 from skflow._model_source import resolve_model_source
+from skflow._st_folder import REDUCTIONS, check_folder, check_pooling_config
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 
@@ -59,6 +61,8 @@ class FlowPooling(Module):
 
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
+        if reduction not in REDUCTIONS:  # _encoding.pool would mean-pool anything but "cls"
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         self.reduction = reduction
         self.layers = None if layers is None else [int(layer) for layer in layers]
         self.normalize = bool(normalize)
@@ -93,18 +97,19 @@ class FlowPooling(Module):
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "FlowPooling":
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
+        where = Path(model_name_or_path, subfolder, cls.config_file_name)
+        config = check_pooling_config(config, where)
         flow_path = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
-        flow = persistence.load(flow_path) if flow_path else None
-        if flow is not None and not isinstance(flow, FlowGaussianizer):
-            raise persistence.InvalidModelError(f"{flow_path}: holds a {type(flow).__name__}, not a FlowGaussianizer")
-        return cls(**{key: config[key] for key in cls.config_keys}, flow=flow)
+        if not flow_path:
+            raise persistence.InvalidModelError(f"{where.parent / FLOW_FILE}: missing; FlowPooling needs its flow")
+        return cls(**config, flow=_load_flow(flow_path))
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
     """Write a fitted ``make_pipeline(BertEmbedder(...), FlowGaussianizer())`` as a sentence-transformers folder.
 
     ``SentenceTransformer(path, trust_remote_code=True).encode(texts)`` (or
-    :func:`load_sentence_transformer`, which checks the folder first) then
+    :func:`load_sentence_transformer`, which runs no code from the folder) then
     returns the pipeline's latent vectors (float32; the encoder in float32).
 
     Parameters
@@ -154,37 +159,100 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
 
 
 def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTransformer:
-    """Load a folder written by :func:`export_sentence_transformer`, after checking that it is one.
+    """Load a folder written by :func:`export_sentence_transformer` without running any code from it.
 
-    Since sentence-transformers 6, a module outside its own namespace (here
-    :class:`FlowPooling`) loads only with ``trust_remote_code=True``, which
-    would also let the folder name any other class, or the encoder's
-    ``config.json`` pull modeling code from the folder. This loader allows
-    exactly sentence-transformers' ``Transformer`` and skflow's
-    ``FlowPooling``, refuses custom code in the folder, and then loads it
-    with ``trust_remote_code=True``; the flow itself is read with
-    :func:`skflow.load`. ``kwargs`` go to ``SentenceTransformer``.
+    The folder is checked (``modules.json`` must list exactly
+    sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, at
+    paths inside the folder; the pooling configuration must be one skflow
+    writes), then the two modules are built here and handed to
+    ``SentenceTransformer(modules=[...])``: the encoder, its configuration
+    and its tokenizer are loaded by transformers with
+    ``trust_remote_code=False`` (an ``auto_map`` anywhere in the folder is
+    never followed), from local safetensors files only; the flow is read
+    with :func:`skflow.load`. ``kwargs`` (``device``, ...) go to
+    ``SentenceTransformer``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The folder; ``~`` is expanded.
+    **kwargs
+        Passed to ``SentenceTransformer``.
+
+    Returns
+    -------
+    model : SentenceTransformer
 
     Raises
     ------
     skflow.persistence.UntrustedTypeError
-        The folder names another module class, or holds custom model code.
-    """
-    import json
+        ``modules.json`` names another module class.
+    skflow.persistence.InvalidModelError
+        The folder is not one skflow writes (a missing or malformed
+        ``modules.json`` or pooling configuration, a module path outside the
+        folder, an encoder that would need code from the folder, a flow that
+        does not fit the encoder, ...); the message names the file.
 
-    folder = Path(path).expanduser()
-    modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    allowed = {"sentence_transformers.models.Transformer", f"{FlowPooling.__module__}.{FlowPooling.__qualname__}"}
-    allowed |= {f"{Transformer.__module__}.{Transformer.__qualname__}"}
-    others = [m.get("type") for m in modules if m.get("type") not in allowed]
-    code = sorted(p.name for p in folder.rglob("*.py"))
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if others or code or "auto_map" in config:
-        found = others + code + (["auto_map in config.json"] if "auto_map" in config else [])
-        raise persistence.UntrustedTypeError(
-            f"{folder}: not a folder written by skflow.export_sentence_transformer; it names or holds {found}"
+    Examples
+    --------
+    >>> import tempfile
+    >>> from skflow.serving import load_sentence_transformer
+    >>> load_sentence_transformer(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    skflow._flow_state.InvalidModelError: .../modules.json: missing; not a folder written by ...
+    """
+    refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
+    if refused:
+        raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
+                        f"it takes no {', '.join(refused)}")
+    folder = check_folder(path)
+    config = folder.pooling_config
+    if not (folder.pooling / FLOW_FILE).exists():
+        raise persistence.InvalidModelError(f"{folder.pooling / FLOW_FILE}: missing; FlowPooling needs its flow")
+    flow = _load_flow(folder.pooling / FLOW_FILE)
+    transformer = _load_transformer(folder.transformer, hidden_states=config["layers"] is not None)
+    n_hidden = _encoding.n_hidden_layers(transformer.auto_model.config)
+    if config["layers"] is not None and max(config["layers"]) > n_hidden:
+        raise persistence.InvalidModelError(
+            f"{folder.pooling / 'config.json'}: layers {config['layers']} do not exist; the encoder has "
+            f"hidden_states 0 to {n_hidden}"
         )
-    return SentenceTransformer(str(folder), trust_remote_code=True, **kwargs)
+    if flow.n_features_in_ != transformer.get_embedding_dimension():
+        raise persistence.InvalidModelError(
+            f"{folder.pooling / FLOW_FILE}: the flow takes {flow.n_features_in_} features, the encoder gives "
+            f"{transformer.get_embedding_dimension()}"
+        )
+    return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=flow)], **kwargs)
+
+
+def _load_flow(path) -> FlowGaussianizer:
+    flow = persistence.load(path)
+    if not isinstance(flow, FlowGaussianizer):
+        raise persistence.InvalidModelError(f"{path}: holds a {type(flow).__name__}, not a FlowGaussianizer")
+    if not hasattr(flow, "flow_"):
+        raise persistence.InvalidModelError(f"{path}: holds an unfitted FlowGaussianizer")
+    return flow
+
+
+def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
+    """The encoder and tokenizer in ``folder``, loaded so that nothing in the folder can make transformers run code."""
+    never = {"trust_remote_code": False, "local_files_only": True}
+    try:
+        with _encoding.quiet_transformers():
+            return Transformer(
+                str(folder),
+                model_kwargs={**never, "use_safetensors": True},  # no pickled .bin weights
+                processor_kwargs=dict(never),
+                config_kwargs={**never, **({"output_hidden_states": True} if hidden_states else {})},
+                modality_config={"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+                module_output_name="token_embeddings",
+            )
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        raise persistence.InvalidModelError(
+            f"{folder}: the encoder cannot be loaded without code from the folder or files it lacks "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 def _check_pipeline(pipeline) -> tuple[BertEmbedder, FlowGaussianizer]:

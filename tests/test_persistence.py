@@ -112,9 +112,9 @@ def _set_config(key, value):
 @pytest.mark.parametrize(
     "edit, array, message",
     [
-        (_set_config("n_features", 10**9), None, "the flow's n_features exceed the 1\d+ saved weights"),
+        (_set_config("n_features", 10**9), None, r"the flow's n_features exceed the 1\d+ saved weights"),
         (_set_config("hidden_channels", 10**12), None, "the flow's hidden_channels exceed"),
-        (_set_config("n_features", 9), None, "weight .* is float64\[\d+\], the configuration needs"),
+        (_set_config("n_features", 9), None, r"weight .* is float64\[\d+\], the configuration needs"),
         (_set_config("depth", -3), None, "depth must be a positive int"),
         (_set_config("permutation", "os.system"), None, "unknown coupling or permutation"),
         (None, np.zeros(10**6), "weight .* is float64\\[1000000\\], the configuration needs"),

@@ -1,0 +1,113 @@
+"""A restored model checked before it is used: every estimator inside it, however nested.
+
+skops restores a ``Pipeline``, ``FeatureUnion`` or ``ColumnTransformer`` as
+data: a crafted file can give one steps that are not ``(name, estimator)``
+pairs, or hide a ``BertEmbedder`` with invalid parameters three levels down.
+The walk visits every estimator reachable from the model through its
+attributes (parameters and fitted attributes alike: ``steps``,
+``transformer_list``, ``transformers`` and the fitted ``transformers_``,
+``best_estimator_``, ...), through lists, tuples, dicts and object arrays;
+each gets its structure checked if it is one of the composites above, and
+its parameters validated (``_validate_params``, as ``fit`` would) if it is
+skflow's or scikit-learn's.
+"""
+
+from collections.abc import Iterator
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.compose import ColumnTransformer
+from sklearn.pipeline import FeatureUnion, Pipeline
+
+from skflow._flow_state import InvalidModelError
+
+_PLACEHOLDERS = ("drop", "passthrough")
+
+
+def check_estimators(model, validated: tuple[type, ...]) -> None:
+    """Refuse, with an `InvalidModelError`, a model with a malformed composite or an invalid estimator inside.
+
+    ``validated``: classes whose parameters are validated besides scikit-learn's.
+    """
+    for estimator in estimators(model):
+        name = type(estimator).__name__
+        _check_composite(estimator, name)
+        ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
+        if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
+            try:
+                estimator._validate_params()
+            except (ValueError, TypeError) as exc:
+                raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
+
+
+def estimators(model) -> Iterator[BaseEstimator]:
+    """``model`` and every estimator reachable from it, each once."""
+    seen, stack = set(), [model]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, BaseEstimator):
+            yield value
+            stack.extend(reversed(list(vars(value).values())))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(reversed(value))
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, np.ndarray) and value.dtype == object:
+            stack.extend(reversed(value.ravel().tolist()))
+
+
+def _check_composite(estimator, name: str) -> None:
+    if isinstance(estimator, Pipeline):
+        _check_pairs(estimator.steps, f"{name}.steps", allow_none=True)
+    if isinstance(estimator, FeatureUnion):
+        _check_pairs(estimator.transformer_list, f"{name}.transformer_list")
+    if isinstance(estimator, ColumnTransformer):
+        for attribute in ("transformers", "transformers_"):
+            if attribute in vars(estimator):
+                _check_triples(getattr(estimator, attribute), f"{name}.{attribute}")
+        remainder = estimator.remainder
+        if not (_is_placeholder(remainder) or isinstance(remainder, BaseEstimator)):
+            raise InvalidModelError(f"{name}.remainder must be an estimator, 'drop' or 'passthrough'")
+
+
+def _check_pairs(items, where: str, allow_none: bool = False) -> None:
+    if not isinstance(items, list) or not items:
+        raise InvalidModelError(f"{where} must be a non-empty list of (name, estimator) pairs, got {_kind(items)}")
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise InvalidModelError(f"{where} must be a list of (name, estimator) pairs, got an item {_kind(item)}")
+        _check_step(item[1], where, allow_none)
+    _check_unique([item[0] for item in items], where)
+
+
+def _check_triples(items, where: str) -> None:
+    if not isinstance(items, list):
+        raise InvalidModelError(f"{where} must be a list of (name, transformer, columns), got {_kind(items)}")
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str)):
+            raise InvalidModelError(
+                f"{where} must be a list of (name, transformer, columns), got an item {_kind(item)}"
+            )
+        _check_step(item[1], where)
+    _check_unique([item[0] for item in items], where)
+
+
+def _check_step(step, where: str, allow_none: bool = False) -> None:
+    if not (isinstance(step, BaseEstimator) or _is_placeholder(step) or (allow_none and step is None)):
+        raise InvalidModelError(f"{where} holds {_kind(step)}, not an estimator, 'drop' or 'passthrough'")
+
+
+def _check_unique(names: list[str], where: str) -> None:
+    if len(set(names)) != len(names):
+        raise InvalidModelError(f"{where} has repeated names: {names}")
+
+
+def _is_placeholder(value) -> bool:
+    return isinstance(value, str) and value in _PLACEHOLDERS
+
+
+def _kind(value) -> str:
+    return f"a {type(value).__name__}" if not isinstance(value, str) else repr(value)[:40]
