@@ -23,11 +23,12 @@ from skflow._flow_state import InvalidModelError
 from skflow._skops_checks import check_skops_archive
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
+from skflow.whitening import Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
 # skflow's classes that a .skops file may hold, and their names as skops gives them.
-_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer)
+_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, Whitener)
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 

@@ -1,5 +1,8 @@
 """Whitener: centring, whitening(-K), soft whitening and all-but-the-top, checked on real STS-B embeddings."""
 
+import copy
+import pickle
+import re
 import doctest
 import tracemalloc
 
@@ -17,7 +20,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import check_estimator
 
 import skflow.whitening
-from skflow import _covariance
+from skflow.whitening import _covariance
 from skflow.metrics import sts_spearman
 from skflow.whitening import NotInvertibleError, Whitener
 
@@ -318,6 +321,30 @@ def test_skops_and_joblib_round_trips_are_bit_for_bit(tmp_path, embeddings):
         assert type(loaded) is Whitener and loaded.get_params() == whitener.get_params()
         loaded.partial_fit(pairs[1000:])  # the running sums came along
         np.testing.assert_array_equal(loaded.transform(pairs), whitener.transform(pairs))
+
+
+def test_skflow_load_trusts_the_whitener_and_refuses_a_crafted_state(tmp_path, embeddings):
+    import skflow
+
+    pairs = embeddings["cls"][0]
+    whitener = Whitener(n_components=64).fit(pairs)
+    path = skflow.dump(whitener, tmp_path / "whitener.skops")
+    np.testing.assert_array_equal(skflow.load(path).transform(pairs), whitener.transform(pairs))
+    crafted = [
+        ("components_", whitener.components_[:, :10], "components_ must be a float64 array of shape (64, 384)"),
+        ("scale_", np.full(64, np.nan), "the fitted arrays must be finite"),
+        ("n_components_", 10**9, "n_components_ must be an int from 1 to 384"),
+        ("mean_", np.zeros((2, 2)), "mean_ must be a 1-D array"),
+        ("n_samples_seen_", 0, "n_samples_seen_ must be a positive int"),
+    ]
+    for name, value, message in crafted:
+        bad = copy.deepcopy(whitener)
+        setattr(bad, name, value)
+        path = skflow.dump(bad, tmp_path / f"{name}.skops")
+        with pytest.raises(skflow.persistence.InvalidModelError, match=re.escape(message)):
+            skflow.load(path)
+        with pytest.raises(skflow.persistence.InvalidModelError, match=re.escape(message)):
+            pickle.loads(pickle.dumps(bad))
 
 
 @pytest.mark.parametrize("params", [{}, dict(n_components=256), dict(power=0, n_remove=3)], ids=str)

@@ -1,8 +1,6 @@
 """Whitener: centring, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
 
 import contextlib
-import functools
-import types
 import warnings
 from numbers import Integral, Real
 from pathlib import Path
@@ -12,38 +10,12 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow._covariance import RunningMoments, affine_rows, write_affine_onnx
+from skflow.whitening._covariance import RunningMoments, affine_rows, check_whitener_state, write_affine_onnx
+from skflow.whitening._invertible import WhenInvertible
 from skflow._flow_arrays import validate_embeddings
 from skflow.metrics import sts_spearman
 
-__all__ = ["NotInvertibleError", "Whitener"]
-
-
-class NotInvertibleError(ValueError, AttributeError):
-    """A fitted `Whitener` that removes or leaves out directions has no ``inverse_transform``.
-
-    An AttributeError too (as scikit-learn's ``NotFittedError``): ``hasattr`` says the method is missing.
-    """
-
-
-class _WhenInvertible:
-    """``Whitener.inverse_transform``: there only when the fitted map keeps every direction."""
-
-    def __init__(self, method):
-        self.method = method
-        functools.update_wrapper(self, method)
-
-    def __get__(self, whitener, owner=None):
-        if whitener is None:
-            return self.method
-        n_kept, n_features = getattr(whitener, "n_components_", None), getattr(whitener, "n_features_in_", None)
-        if n_kept is not None and n_kept < n_features:
-            raise NotInvertibleError(
-                f"Whitener.inverse_transform needs a map that keeps all {n_features} directions, but this one "
-                f"keeps {n_kept}: directions removed by n_remove or left out by n_components are lost and "
-                "cannot be recovered. Fit with n_remove=0 and n_components=None."
-            )
-        return types.MethodType(self.method, whitener)
+__all__ = ["Whitener"]
 
 
 class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -145,7 +117,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     Examples
     --------
     >>> import numpy as np
-    >>> from skflow.whitening import Whitener
+    >>> from skflow import Whitener
     >>> rng = np.random.RandomState(0)
     >>> X = rng.normal(size=(1000, 8)) @ rng.normal(size=(8, 8)) + 5
     >>> Z = Whitener().fit_transform(X)
@@ -160,6 +132,8 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     >>> bool(np.allclose(whitener.transform(X), Z))
     True
     """
+
+    __module__ = "skflow.whitening"  # the name saved files give it, whatever module defines it
 
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left"), None],
@@ -240,7 +214,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         X2d, shape = validate_embeddings(self, X, reset=False)
         return self._transform_rows(X2d).reshape(*shape[:-1], self.n_components_)
 
-    @_WhenInvertible
+    @WhenInvertible
     def inverse_transform(self, X):
         """Map output vectors back to the data space: the exact inverse of `transform`.
 
@@ -379,6 +353,10 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     @property
     def _n_features_out(self):
         return self.n_components_
+
+    def __setstate__(self, state):
+        check_whitener_state(state)  # the state may come from somebody else's file (skflow.load)
+        super().__setstate__(state)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from skflow._flow_state import InvalidModelError
+
 # Rows read (and converted to float64) at once: 8192 x 384 float64 is 25 MB.
 CHUNK_ROWS = 8192
 
@@ -154,3 +156,30 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
         Path(temporary).unlink(missing_ok=True)
         raise
     return out
+
+
+def check_whitener_state(state: dict) -> None:
+    """Refuse, with an `InvalidModelError`, a fitted Whitener's saved ``state`` whose arrays do not fit together."""
+    if "mean_" not in state:
+        return  # not fitted
+    mean, scatter, components = state.get("mean_"), state.get("scatter_"), state.get("components_")
+    if not (isinstance(mean, np.ndarray) and mean.ndim == 1 and mean.size >= 1):
+        raise InvalidModelError("mean_ must be a 1-D array")
+    d = mean.shape[0]
+    n_kept = state.get("n_components_")
+    if not isinstance(n_kept, (int, np.integer)) or not 1 <= n_kept <= d:
+        raise InvalidModelError(f"n_components_ must be an int from 1 to {d}, got {n_kept!r}")
+    shapes = {"scatter_": (d, d), "components_": (n_kept, d), "explained_variance_": (n_kept,), "scale_": (n_kept,)}
+    for name, shape in shapes.items():
+        array = mean if name == "mean_" else state.get(name)
+        if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape):
+            raise InvalidModelError(f"{name} must be a float64 array of shape {shape}")
+    if not all(np.isfinite(state[name]).all() for name in ("mean_", *shapes)):
+        raise InvalidModelError("the fitted arrays must be finite")
+    n_samples, floor = state.get("n_samples_seen_"), state.get("variance_floor_")
+    if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+        raise InvalidModelError(f"n_samples_seen_ must be a positive int, got {n_samples!r}")
+    if not isinstance(floor, (float, np.floating)) or not floor >= 0:
+        raise InvalidModelError(f"variance_floor_ must be a float >= 0, got {floor!r}")
+    if state.get("n_features_in_") != d or components is None:
+        raise InvalidModelError(f"n_features_in_ must be {d}, the length of mean_")
