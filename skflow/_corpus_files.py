@@ -1,166 +1,225 @@
-"""The files of a corpus: formats, checks made on the driver before any heavy work, vector columns.
+"""The files of a corpus: which are read, in which format, and how one is read on the driver.
 
-Used by :mod:`skflow.distributed`; pyarrow (a dependency of Ray Data) is
-imported where needed.
+Every file the user names is read; a folder is read with everything under it
+(subfolders included), except hidden entries, whose names start with ``.`` or
+``_`` (``.skflow-output``, Spark's and Hadoop's ``_SUCCESS``, ``.crc`` files:
+bookkeeping, not data), as pyarrow's datasets and Spark skip them. A file of
+any other kind under a folder (an unknown extension, a FIFO) is not skipped
+silently: the listing is refused and names it. Extensions are matched in any
+case; CSV, JSON lines and text files may be compressed (``.gz``, ``.bz2``,
+``.zst``, ``.lz4``, ``.br``).
+
+A text file holds one text a line: lines end at ``\\n`` only (a ``\\r``
+before it is removed), so a form feed or U+2028 inside a text stays in it;
+empty and whitespace-only lines are skipped. The same function splits the
+lines here and in the Ray tasks, so the counts agree.
+
+pyarrow (a dependency of Ray Data) is imported where needed.
 """
 
 import os
+import re
+import stat
 from pathlib import Path
+from typing import NamedTuple
 
-import joblib
-import numpy as np
-
-from skflow import persistence
-from skflow.embedder import BertEmbedder
-from skflow.gaussianizer import FlowGaussianizer
-
-_READERS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json", ".txt": "text"}
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
+           ".json": "json", ".txt": "text"}
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".br": "brotli"}
+_KNOWN = ".parquet, .csv, .jsonl (JSON lines) or .txt (one text a line), the last three optionally .gz, .bz2, .zst, " \
+         ".lz4 or .br compressed"
 
 
 class InputError(ValueError):
     """Bad input, found before any heavy work (the command line prints it as one line and exits 2)."""
 
 
-# ------------------------------------------------------------------ inputs
-def input_files(inputs) -> tuple[list[str], str]:
-    """The files of ``inputs`` (files, or folders of them) and their one format."""
-    files = []
+class Corpus(NamedTuple):
+    """The files to read, their one format, and each file's compression (None: plain)."""
+
+    files: tuple[str, ...]
+    kind: str
+    compressions: tuple[str | None, ...]
+
+
+def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
+    """``(kind, compression)`` of a file by its name, extensions in any case; None if skflow does not read it."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression is not None:
+        suffixes.pop()
+    kind = FORMATS.get(suffixes[-1]) if suffixes else None
+    if kind is None or (kind == "parquet" and compression is not None):  # Parquet compresses inside the file
+        return None
+    return kind, compression
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def _walk(folder: Path, found: list[Path], skipped: list[str], seen: set) -> None:
+    """The data files under ``folder`` (links followed, each real folder once) and what would be skipped."""
+    real = folder.resolve()
+    if real in seen:
+        return
+    seen.add(real)
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if _is_hidden(entry.name):
+            continue
+        path = Path(entry.path)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            skipped.append(f"{path} (a broken link)")
+            continue
+        if stat.S_ISDIR(mode):
+            _walk(path, found, skipped, seen)
+        elif not stat.S_ISREG(mode):
+            skipped.append(f"{path} (not a regular file)")
+        elif file_format(path) is None:
+            skipped.append(str(path))
+        else:
+            found.append(path)
+
+
+def input_files(inputs) -> Corpus:
+    """The files of ``inputs`` (files, or folders of them), their one format and compressions.
+
+    Raises
+    ------
+    InputError
+        An input is missing; a folder holds files skflow would not read (they
+        are listed) or none at all; the files mix formats.
+    """
+    files, skipped = [], []
     for item in inputs:
         path = Path(item).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _READERS)
-            if not found:
-                raise InputError(f"{path}: no .parquet, .csv, .jsonl, .json or .txt files in this folder")
+            found = []
+            _walk(path, found, skipped, set())
+            if not found and not skipped:
+                raise InputError(f"{path}: no data files in this folder (skflow reads {_KNOWN})")
             files += found
         elif path.is_file():
+            if file_format(path) is None:
+                raise InputError(f"{path}: unknown format; skflow reads {_KNOWN}")
             files.append(path)
+        elif path.exists():
+            raise InputError(f"{path}: not a regular file")
         else:
             raise InputError(f"{path}: no such file or folder")
-    kinds = {_READERS.get(p.suffix) for p in files}
-    if None in kinds:
-        bad = next(p for p in files if p.suffix not in _READERS)
-        raise InputError(f"{bad}: unknown format; use .parquet, .csv, .jsonl (JSON lines) or .txt (one text a line)")
+    if skipped:
+        shown = "; ".join(skipped[:5]) + (f"; and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        raise InputError(
+            f"{len(skipped)} file(s) in the input folders would not be read: {shown}. skflow reads {_KNOWN} "
+            "(hidden names, starting with '.' or '_', are skipped); move the others away or name the files to read"
+        )
+    unique = list({p.resolve(): p for p in files}.values())  # a file named twice is read once
+    formats = [file_format(p) for p in unique]
+    kinds = sorted({kind for kind, _ in formats})
     if len(kinds) > 1:
-        raise InputError(f"inputs mix formats ({', '.join(sorted(kinds))}); give files of one format")
-    if not files:
+        examples = ", ".join(str(next(p for p, f in zip(unique, formats) if f[0] == kind)) for kind in kinds)
+        raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
+    if not unique:
         raise InputError("no input files")
-    return [str(p) for p in files], kinds.pop()
+    return Corpus(tuple(str(p) for p in unique), kinds[0], tuple(c for _, c in formats))
 
 
-def read_column(path: str, kind: str, column: str):
-    """One column of one file as a pyarrow array (a driver-side check, no Ray)."""
+# ------------------------------------------------------------------ reading one file on the driver
+def _not_utf8(data: bytes, offset: int, reason: str, path: str) -> InputError:
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - data.rfind(b"\n", 0, offset)
+    return InputError(
+        f"{path}: line {line} is not valid UTF-8 (byte {column} of the line, {offset + 1} of the content: {reason})"
+    )
+
+
+def check_utf8(data: bytes, path: str = "") -> None:
+    """Raise InputError naming the line unless ``data`` is UTF-8 (checked in blocks: no copy of the whole text)."""
+    import codecs
+
+    step, position = 1 << 24, 0
+    while position < len(data):
+        final = position + step >= len(data)
+        try:
+            _, used = codecs.utf_8_decode(data[position : position + step], "strict", final)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(data, position + exc.start, exc.reason, path) from None
+        position += used if used else step
+
+
+def text_rows(data: bytes, path: str = "") -> list[str]:
+    """The texts of a text file's bytes: UTF-8, one a line, lines split at ``\\n`` only, blank lines skipped."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(data, exc.start, exc.reason, path) from None
+    text = text.removeprefix("\ufeff")  # a byte order mark is not part of the first text
+    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+
+
+def read_bytes(path: str, compression: str | None) -> bytes:
+    """The content of ``path``, decompressed."""
+    import pyarrow as pa
+
+    try:
+        with pa.input_stream(path, compression=compression) as stream:
+            return stream.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot be read{' as ' + compression if compression else ''} ({exc})") from None
+
+
+def csv_convert_options(text_column: str | None):
+    """CSV conversion: the text column is read as strings, whatever its values look like."""
+    import pyarrow as pa
+    import pyarrow.csv
+
+    types = {text_column: pa.string()} if text_column else {}
+    return pyarrow.csv.ConvertOptions(column_types=types)
+
+
+def read_table(path: str, kind: str, compression: str | None, *, text_column: str | None = None,
+               columns: list[str] | None = None):
+    """One file as a pyarrow table, as Ray's reader gives it; errors name the file (and the row if known)."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
     import pyarrow.parquet as pq
 
-    if kind == "text":  # one text a line; empty lines are not texts and are skipped
-        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
-        return pa.array(lines, type=pa.string())
-    if kind == "parquet":
-        names = pq.read_schema(path).names
-        if column not in names:
-            raise InputError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
-        return pq.read_table(path, columns=[column]).column(column)
-    table = pyarrow.csv.read_csv(path) if kind == "csv" else pyarrow.json.read_json(path)
-    if column not in table.column_names:
-        raise InputError(f"{path}: no column {column!r} (columns: {', '.join(table.column_names)})")
-    return table.column(column)
-
-
-def check_texts(files: list[str], kind: str, column: str) -> int:
-    """Every row of ``column`` is a string; returns the row count. Raises InputError naming file and row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    total = 0
-    for path in files:
-        values = read_column(path, kind, column)
-        if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
-            first = values[0].as_py() if len(values) else None
-            raise InputError(
-                f"{path}: column {column!r} holds {values.type} values, not strings (row 1: {first!r})"
-            )
-        nulls = pc.is_null(values)
-        if pc.any(nulls).as_py():
-            row = int(pc.index(nulls, True).as_py())
-            raise InputError(f"{path}: row {row + 1} of column {column!r} is empty (null), not a string")
-        total += len(values)
-    if total == 0:
-        raise InputError(f"the input has no rows ({', '.join(files)})")
-    return total
-
-
-def check_embeddings(files: list[str], column: str) -> tuple[int, int]:
-    """Every row of ``column`` is a vector of one length; returns ``(rows, length)``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    total, lengths = 0, set()
-    for path in files:
-        values = read_column(path, "parquet", column)
-        if pa.types.is_fixed_size_list(values.type):
-            lengths.add(values.type.list_size)
-        elif pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
-            found = set(pc.unique(pc.list_value_length(values)).to_pylist())
-            lengths |= found
-        else:
-            raise InputError(f"{path}: column {column!r} holds {values.type}, not vectors")
-        if len(lengths) > 1:
-            raise InputError(f"{path}: column {column!r} has vectors of several lengths ({sorted(lengths, key=str)})")
-        total += len(values)
-    if total == 0:
-        raise InputError(f"the input has no rows ({', '.join(files)})")
-    return total, lengths.pop()
-
-
-def save_model(model, path: Path) -> None:
-    """Write ``model`` as :func:`load_model` reads it: ``.skops`` with :func:`skflow.dump`, else joblib."""
-    if path.suffix == ".skops":
-        persistence.dump(model, path)
-    else:
-        joblib.dump(model, path)
-
-
-def load_model(path: str | os.PathLike):
-    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
-
-    A ``.skops`` file is read with :func:`skflow.load` (safe for files from
-    others); any other file with joblib (runs whatever the file says: only
-    for files you made).
-    """
-    from sklearn.pipeline import Pipeline
-    from sklearn.utils.validation import check_is_fitted
-
     try:
-        if Path(path).suffix == ".skops":
-            model = persistence.load(path)
-        else:
-            model = joblib.load(Path(path).expanduser())
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
-        raise InputError(f"{path}: cannot read the model ({type(exc).__name__}: {exc})") from None
-    is_text_pipeline = isinstance(model, Pipeline) and isinstance(model.steps[0][1], BertEmbedder)
-    if not (isinstance(model, FlowGaussianizer) or is_text_pipeline):
-        raise InputError(
-            f"{path}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
-            "that starts with a BertEmbedder"
-        )
-    check_is_fitted(model[-1] if is_text_pipeline else model)
-    return model
+        if kind == "parquet":
+            return pq.read_table(path, columns=columns)
+        data = read_bytes(path, compression)
+        if kind == "text":
+            return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
+        check_utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
+        if kind == "csv":
+            return pyarrow.csv.read_csv(pa.BufferReader(data), convert_options=csv_convert_options(text_column))
+        return pyarrow.json.read_json(pa.BufferReader(data))
+    except InputError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        reason = " ".join(str(exc).split())
+        row = re.search(r" in row (\d+)$", reason)  # pyarrow's JSON reader counts rows from 0
+        if row:
+            reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
+        raise InputError(f"{path}: cannot be read as {_NAMES[kind]} ({reason})") from None
 
 
-def vectors_column(vectors: np.ndarray):
-    """An ``(n, d)`` array as a fixed-length float32 list column."""
+def column_names(path: str, kind: str, compression: str | None, text_column: str | None = None) -> list[str]:
+    """The columns of one file (for Parquet from its schema only)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+    if kind == "text":
+        return ["text"]
+    if kind == "parquet":
+        try:
+            return pq.read_schema(path).names
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise InputError(f"{path}: cannot be read as Parquet ({' '.join(str(exc).split())})") from None
+    return read_table(path, kind, compression, text_column=text_column).column_names
 
 
-def vectors_array(values) -> np.ndarray:
-    """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
-    import pyarrow as pa
-
-    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    flat = values.flatten().to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=np.float32).reshape(len(values), -1)
+_NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}

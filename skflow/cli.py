@@ -2,8 +2,11 @@
 
 import argparse
 import json
+import math
 import platform
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.metrics import PROTOCOLS
-from skflow.outputs import check_output_file
+from skflow.outputs import check_output_file, write_text_atomically
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -60,6 +63,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _count(minimum: int):
+    """An argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def _add_encoder_arguments(sub) -> None:
     """The BertEmbedder options that ``evaluate`` and ``embed`` share."""
     sub.add_argument("--model", default=DEFAULT_MODEL,
@@ -75,12 +104,15 @@ def _add_encoder_arguments(sub) -> None:
 def _add_scale_commands(commands) -> None:
     def common(sub, workers: bool = True):
         if workers:
-            sub.add_argument("--workers", type=int, default=1, help="Ray actors, each with its own model (default: 1)")
-            sub.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per actor (default: 0)")
-            sub.add_argument("--threads-per-worker", type=int, help="torch threads per actor (default: this "
+            sub.add_argument("--workers", type=_count(1), default=1,
+                             help="Ray actors, each with its own model (default: 1); together they reserve all but one "
+                             "of the cluster's CPUs, at most one each, so more workers than cores share the cores")
+            sub.add_argument("--gpus-per-worker", type=_non_negative, default=0, help="GPUs per actor (default: 0)")
+            sub.add_argument("--threads-per-worker", type=_count(1), help="torch threads per actor (default: this "
                              "machine's cores shared among the workers)")
         sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
-        sub.add_argument("--overwrite", action="store_true", help="replace an existing output")
+        sub.add_argument("--overwrite", action="store_true",
+                         help="replace an existing output that skflow wrote, once the new one is complete")
         sub.add_argument("--quiet", action="store_true", help="no progress output")
 
     em = commands.add_parser("embed", help="embed text files into Parquet shards with Ray",
@@ -100,7 +132,7 @@ def _add_scale_commands(commands) -> None:
     fi.add_argument("input_dir", metavar="INPUT_DIR")
     fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding")
-    fi.add_argument("--epochs", type=int, default=1)
+    fi.add_argument("--epochs", type=_count(1), default=1)
     fi.add_argument("--batch-size", type=int, default=64)
     fi.add_argument("--learning-rate", type=float, default=1e-3)
     fi.add_argument("--weight-decay", type=float, default=0.01)
@@ -127,6 +159,18 @@ def _add_scale_commands(commands) -> None:
 
 
 def _run_scale_command(args) -> int:
+    # SIGTERM ends the command like Ctrl-C: unwinding, so that the staging folder and Ray are cleaned up.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return _scale_command(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _scale_command(args) -> int:
     from skflow import distributed
     from skflow.gaussianizer import FlowGaussianizer
 
@@ -159,8 +203,11 @@ def _run_scale_command(args) -> int:
             raise
         print(f"error: skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError among them
+    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
         return _user_error(exc)
+    except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
@@ -217,7 +264,7 @@ def main(argv=None) -> int:
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
         for path, text in zip(outputs, texts):
-            path.write_text(text, encoding="utf-8")
+            write_text_atomically(path, text)  # each file holds the old results or the whole new ones
     except OSError as exc:  # the table is printed above: the results are not lost
         return _user_error(f"the results are printed above, but writing them failed: {exc}")
     if log:

@@ -6,28 +6,31 @@ that keep every input column. The flow is fitted on the driver by streaming
 the embeddings into :meth:`FlowGaussianizer.partial_fit`. A local Ray
 instance is started (and shut down) unless one is running or an address is
 given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
+
+Everything that can be checked is checked on the driver before Ray starts
+(options, model, every input file, the output); an output appears complete
+or not at all and replaces only what skflow wrote (:mod:`skflow.outputs`).
+See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
-import contextlib
-import inspect
+import numbers
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Sequence
 
-from skflow._corpus_files import (
-    InputError,
-    check_embeddings,
-    check_texts,
-    input_files,
-    load_model,
-    save_model,
-    vectors_array,
-    vectors_column,
-)
+from skflow._corpus_checks import check_embeddings, check_texts
+from skflow._corpus_files import InputError, input_files
+from skflow._device import resolve_device
+from skflow._encoding import load_config, n_hidden_layers, resolve_pooling
+from skflow._model_files import load_model, looks_like_model_file, save_model
+from skflow._model_source import resolve_model_source
+from skflow._ray_data import read_dataset, vectors_array, vectors_column, written_rows
+from skflow._ray_session import RayClusterError, actor_cpus, ray_session
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.outputs import check_output_file, prepare_output_folder
+from skflow.outputs import OutputFolder, OutputPathError, check_output_file
 
-__all__ = ["InputError", "embed", "fit", "load_model", "transform"]
+__all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
 EMBEDDING_COLUMN = "embedding"
 # Rows per actor call (the encoder cuts them into its own batches) and per partial_fit call.
@@ -36,37 +39,11 @@ ROWS_PER_PARTIAL_FIT = 8192
 SHUFFLE_BUFFER_ROWS = 32768
 
 
-# --------------------------------------------------------------------- Ray
-@contextlib.contextmanager
-def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[None]:
-    """Join ``address`` (or ``RAY_ADDRESS``, or a running instance); else start a local one for the block."""
-    import ray
-
-    started = False
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet, logging_level="ERROR")
-        started = True
-    context = ray.data.DataContext.get_current()
-    bars = context.enable_progress_bars
-    context.enable_progress_bars = not quiet
-    try:
-        yield
-    finally:
-        context.enable_progress_bars = bars
-        if started:
-            ray.shutdown()
+class JobFailedError(RuntimeError):
+    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
-def _read(files: list[str], kind: str):
-    import ray
-
-    if kind == "text":
-        return ray.data.read_text(files)  # empty lines are skipped, as in check_texts
-    if kind == "json":
-        return ray.data.read_json(files, lines=True)
-    return getattr(ray.data, f"read_{kind}")(files)
-
-
+# --------------------------------------------------------------------- actors
 def _set_threads(threads: int | None) -> None:
     import torch
 
@@ -110,25 +87,17 @@ class _TransformBatches:
         return table.append_column(self.output_column, vectors_column(self.model.transform(X)))
 
 
-def _actor_options(workers: int, gpus_per_worker: float) -> dict:
-    # Ray Data restarts an actor that dies and retries its batch, without limit (its actor-pool
-    # default: max_restarts=-1, max_task_retries=-1); the tests kill one to check.
-    # One logical CPU each, so that Ray can still schedule the read and write tasks beside them; the
-    # actor sets its real thread count itself (_set_threads). No runtime_env: an actor with one needs a
-    # worker process of its own, while without one it takes a worker Ray has already started (1 s less a job).
-    options = dict(compute=_actor_pool(workers), num_cpus=1)
-    if gpus_per_worker:
-        options["num_gpus"] = gpus_per_worker
-    return options
-
-
 def _actor_pool(workers: int):
+    import inspect
+
     import ray
 
     # By default Ray Data runs each call in a helper thread of the actor, beside the thread that slices
     # and formats batches; the encoder then ran 10% slower than in process (24.6 s against 22.0 s for
     # 8,192 sentences on 2 cores, measured). With true multi-threading and one call at a time per actor
     # (Ray's default), the call runs in the actor's own task thread. Older Ray lacks the option.
+    # Ray Data restarts an actor that dies and retries its batch, without limit (its actor-pool
+    # default: max_restarts=-1, max_task_retries=-1); the tests kill one to check.
     if "enable_true_multi_threading" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
         return ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
     return ray.data.ActorPoolStrategy(size=workers)
@@ -138,17 +107,73 @@ def _threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def _map_in_actors(files, kind, out, actor_class, actor_kwargs, workers, gpus_per_worker, address, quiet) -> None:
-    """Read ``files``, run ``actor_class`` over them in ``workers`` actors, write Parquet shards to ``out``."""
+# ------------------------------------------------------------ checks before any work
+def _check_count(name: str, value, *, minimum: float, integer: bool, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not value >= minimum or value == float("inf"):
+        what = "an integer" if integer else "a number"
+        raise InputError(f"{name} must be {what} >= {minimum:g}, got {value!r}")
+
+
+def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
+    _check_count("--workers", workers, minimum=1, integer=True)
+    _check_count("--gpus-per-worker", gpus_per_worker, minimum=0, integer=False)
+    _check_count("--threads-per-worker", threads_per_worker, minimum=1, integer=True, optional=True)
+
+
+def _check_encoder(embedder: BertEmbedder) -> None:
+    """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
+    embedder._validate_params()
+    source = resolve_model_source(embedder.model_name_or_path, embedder.revision)
+    config = load_config(*source)
+    resolve_pooling(embedder.pooling, embedder.layers, n_hidden_layers(config))
+    max_positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(max_positions, int) and embedder.max_length > max_positions:
+        raise InputError(f"--max-length {embedder.max_length} exceeds what the model supports ({max_positions})")
+    if embedder.device not in ("auto", "cpu"):
+        resolve_device(embedder.device)
+
+
+def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
+                   address, quiet, command) -> None:
+    """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
     with ray_session(address, quiet=quiet):
-        dataset = _read(files, kind).map_batches(
-            actor_class,
-            fn_constructor_kwargs=actor_kwargs,
-            batch_size=ROWS_PER_CALL,
-            batch_format="pyarrow",
-            **_actor_options(workers, gpus_per_worker),
-        )
-        dataset.write_parquet(str(out))
+        options = {"num_cpus": actor_cpus(workers, gpus_per_worker)}
+        if gpus_per_worker:
+            options["num_gpus"] = gpus_per_worker
+        with target.staged() as staging:
+            try:
+                dataset = read_dataset(corpus, text_column).map_batches(
+                    actor_class,
+                    fn_constructor_kwargs=actor_kwargs,
+                    batch_size=ROWS_PER_CALL,
+                    batch_format="pyarrow",
+                    compute=_actor_pool(workers),
+                    **options,
+                )
+                dataset.write_parquet(str(staging))
+            except Exception as exc:  # a failed job is one line; the staging folder goes away
+                raise JobFailedError(f"the Ray job failed, nothing was written: {_one_line(exc)}") from exc
+            written = written_rows(staging)
+            if written != n_rows:
+                raise JobFailedError(f"the Ray job wrote {written:,} rows of {n_rows:,}; nothing was written")
+            target.commit(staging, command=command, rows=n_rows)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error a Ray worker raised, as ``Type: message``, found in the traceback text Ray sends back."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    raised = [m for m in _RAISED.finditer(text) if m["type"].rsplit(".", 1)[-1] not in _RAY_WRAPPERS]
+    if raised:
+        return f"{raised[-1]['type']}: {raised[-1]['message'].strip()}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", re.MULTILINE)
+_RAY_WRAPPERS = {"UserCodeException", "RayTaskError", "RayActorError", "ActorDiedError"}
 
 
 # -------------------------------------------------------------- the three steps
@@ -171,34 +196,47 @@ def embed(
     ----------
     inputs : sequence of paths
         Parquet, CSV, JSON lines (``.jsonl``) or plain text files (one text
-        a line, column ``text``), or folders of them; one format.
+        a line, column ``text``; CSV, JSON lines and text optionally
+        compressed), or folders of them (read recursively, hidden names
+        skipped); one format.
     output : path
         A folder that does not exist or is empty; receives Parquet shards with
-        every input column plus ``embedding`` (fixed-length float32).
+        every input column plus ``embedding`` (fixed-length float32), and the
+        marker file ``.skflow-output``. It appears once complete.
     embedder : BertEmbedder, default=None
         The encoder and its settings (default: ``BertEmbedder()``).
     text_column : str, default="text"
     workers : int, default=1
-        Ray actors, each with its own copy of the encoder.
+        Ray actors, each with its own copy of the encoder; together they
+        reserve all but one of the cluster's CPUs (at most one each).
     gpus_per_worker : float, default=0
     threads_per_worker : int, default=None
         torch threads per actor; None shares this machine's cores among the workers.
     overwrite : bool, default=False
-        Replace a non-empty ``output`` folder.
+        Replace ``output`` if it is a folder that skflow wrote.
     address : str, default=None
         A Ray cluster to join (else ``RAY_ADDRESS``, else a local instance).
     quiet : bool, default=False
         No progress bars.
+
+    Raises
+    ------
+    InputError, OutputPathError, EncoderNotFoundError, RayClusterError
+        Found before any work; nothing is written.
+    JobFailedError
+        The Ray job failed or wrote another number of rows; nothing is written.
     """
-    files, kind = input_files(inputs)
-    text_column = "text" if kind == "text" else text_column
-    n_rows = check_texts(files, kind, text_column)
-    out = prepare_output_folder(output, overwrite=overwrite)
     embedder = BertEmbedder() if embedder is None else embedder
-    embedder._validate_params()
+    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
+    _check_encoder(embedder)
+    corpus = input_files(inputs)
+    text_column = "text" if corpus.kind == "text" else text_column
+    n_rows = check_texts(corpus, text_column, new_column=EMBEDDING_COLUMN)
+    target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
     threads = threads_per_worker or _threads(workers)
-    actor = dict(embedder=embedder, text_column=text_column, threads=threads)
-    _map_in_actors(files, kind, out, _EmbedBatches, actor, workers, gpus_per_worker, address, quiet)
+    actor = {"embedder": embedder, "text_column": text_column, "threads": threads}
+    _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column, workers=workers,
+                   gpus_per_worker=gpus_per_worker, address=address, quiet=quiet, command="embed")
     return n_rows
 
 
@@ -217,23 +255,33 @@ def fit(
 
     ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe
     to share, read with :func:`skflow.load`); any other name with joblib.
+    Either way the file is written under a temporary name and renamed: it
+    holds the old model or the whole new one, never a part. With
+    ``overwrite``, only a model file (skops or joblib) is replaced.
 
     Ray streams the vectors in blocks of a random order through a local
     shuffle buffer of 32,768 rows into :meth:`FlowGaussianizer.partial_fit`,
     8,192 rows a call; ``epochs`` passes. The driver never holds more than
-    the buffer.
+    the buffer. Every vector is checked to be finite before training.
     """
-    files, kind = input_files([input_dir])
-    if kind != "parquet":
-        raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
-    check_embeddings(files, column)
-    out = check_output_file(output, overwrite=overwrite)
     flow = FlowGaussianizer() if flow is None else flow
+    _check_count("--epochs", epochs, minimum=1, integer=True)
     flow._validate_params()
+    resolve_device(flow.device)
+    corpus = input_files([input_dir])
+    if corpus.kind != "parquet":
+        raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
+    check_embeddings(corpus.files, column)
+    out = check_output_file(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
+    if out.is_file() and not looks_like_model_file(out):
+        raise OutputPathError(
+            f"{out}: exists and is not a model file (skops or joblib); --overwrite replaces only those"
+        )
     with ray_session(address, quiet=quiet):
         import ray
 
-        dataset = ray.data.read_parquet(files).select_columns([column])
+        actor_cpus(1)  # a cluster without a CPU would never read
+        dataset = ray.data.read_parquet(list(corpus.files), file_extensions=None).select_columns([column])
         for _ in range(epochs):
             for batch in dataset.randomize_block_order().iter_batches(
                 batch_size=ROWS_PER_PARTIAL_FIT,
@@ -241,6 +289,8 @@ def fit(
                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
             ):
                 flow.partial_fit(vectors_array(batch.column(column)))
+    if not getattr(flow, "n_samples_seen_", 0):
+        raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     save_model(flow, out)
     return flow
 
@@ -264,22 +314,25 @@ def transform(
 
     ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
     ``column``) or of a fitted pipeline that starts with a BertEmbedder
-    (reads ``text_column`` of any input format).
+    (reads ``text_column`` of any input format). ``output`` is written as in
+    :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
+    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     fitted = load_model(model)
-    files, kind = input_files([input_dir])
+    corpus = input_files([input_dir])
     if isinstance(fitted, FlowGaussianizer):
-        if kind != "parquet":
+        if corpus.kind != "parquet":
             raise InputError(f"{input_dir}: a FlowGaussianizer reads the embedding column of Parquet shards")
-        n_rows, length = check_embeddings(files, column)
+        n_rows, length = check_embeddings(corpus.files, column, new_column=output_column)
         if length != fitted.n_features_in_:
             raise InputError(f"{input_dir}: vectors of length {length}; the model expects {fitted.n_features_in_}")
         input_column = column
     else:
-        input_column = "text" if kind == "text" else text_column
-        n_rows = check_texts(files, kind, input_column)
-    out = prepare_output_folder(output, overwrite=overwrite)
+        input_column = "text" if corpus.kind == "text" else text_column
+        n_rows = check_texts(corpus, input_column, new_column=output_column)
+    target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
     threads = threads_per_worker or _threads(workers)
-    actor = dict(model=fitted, input_column=input_column, output_column=output_column, threads=threads)
-    _map_in_actors(files, kind, out, _TransformBatches, actor, workers, gpus_per_worker, address, quiet)
+    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads}
+    _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column, workers=workers,
+                   gpus_per_worker=gpus_per_worker, address=address, quiet=quiet, command="transform")
     return n_rows

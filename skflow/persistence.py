@@ -43,7 +43,9 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
     ----------
     model : estimator
     path : str or path-like
-        The file; ``~`` is expanded.
+        The file; ``~`` is expanded. It is written under a temporary name in
+        the same folder, flushed to disk and renamed: at every instant
+        ``path`` holds the previous file or the whole new one.
 
     Returns
     -------
@@ -62,8 +64,11 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
     """
     import skops.io
 
+    from skflow._atomic import replaced_atomically
+
     path = Path(path).expanduser()
-    skops.io.dump(model, path)
+    with replaced_atomically(path) as tmp:  # the path holds the old file or the whole new one, never a part
+        skops.io.dump(model, tmp)
     return path
 
 

@@ -159,6 +159,27 @@ def test_results_are_printed_before_a_failing_write_and_not_lost(tmp_path, capsy
     assert err.startswith("error: the results are printed above, but writing them failed") and err.count("\n") == 1
 
 
+def test_results_files_are_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    report = {"subsets": {"test": {"spearman": 0.5, "n_pairs": 3}}, "wmean": 0.5, "mean": 0.5, "all": 0.5,
+              "fit_seconds": 0.1}
+    monkeypatch.setattr("skflow.cli.evaluate", lambda *a, **k: {"sets": {"stsb": {"none": report}}, "skipped": {}})
+    (tmp_path / "r.json").write_text("previous results")
+    (tmp_path / "r.md").write_text("previous table")
+    real_write_text = type(tmp_path).write_text
+
+    def half_then_disk_full(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("pathlib.Path.write_text", half_then_disk_full)
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "writing them failed" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert (tmp_path / "r.json").read_text() == "previous results"
+    assert (tmp_path / "r.md").read_text() == "previous table"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]  # no half-written temporary left
+
+
 def test_usage_errors_are_one_line_too(capsys):
     for args in (["evaluate", "--bogus"], [], ["evaluate", "--method"], ["evaluate", "--sets", "sts17"]):
         with pytest.raises(SystemExit) as info:

@@ -1,0 +1,71 @@
+"""Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
+
+Each format is read with the same parser as :mod:`skflow._corpus_files` uses
+on the driver: Parquet, CSV (text column as strings) and JSON lines with
+pyarrow's readers through Ray's; text files as whole files whose lines are
+split by :func:`skflow._corpus_files.text_rows` (Ray's own ``read_text``
+splits at every Unicode line break and drops whitespace-only lines, so its
+counts differ). The compression of every file is given to Ray explicitly
+(Ray infers it from lower-case extensions only).
+"""
+
+import numpy as np
+
+from skflow._corpus_files import Corpus, csv_convert_options, text_rows
+
+
+def _text_batch(batch):
+    import pyarrow as pa
+
+    texts = []
+    for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist()):
+        texts += text_rows(data, path)
+    return pa.table({"text": pa.array(texts, pa.string())})
+
+
+def read_dataset(corpus: Corpus, text_column: str | None = None):
+    """A Ray dataset of every row of ``corpus`` (one read per compression, then their union)."""
+    import ray
+
+    datasets = []
+    for compression in dict.fromkeys(corpus.compressions):
+        files = [f for f, c in zip(corpus.files, corpus.compressions) if c == compression]
+        stream = {"compression": compression}
+        if corpus.kind == "parquet":
+            dataset = ray.data.read_parquet(files, file_extensions=None)
+        elif corpus.kind == "csv":
+            dataset = ray.data.read_csv(files, file_extensions=None, arrow_open_stream_args=stream,
+                                        convert_options=csv_convert_options(text_column))
+        elif corpus.kind == "json":  # lines=False: pyarrow's reader (JSON lines), as on the driver
+            dataset = ray.data.read_json(files, file_extensions=None, arrow_open_stream_args=stream)
+        else:
+            dataset = ray.data.read_binary_files(files, include_paths=True, arrow_open_stream_args=stream)
+            dataset = dataset.map_batches(_text_batch, batch_format="pyarrow", batch_size=1)
+        datasets.append(dataset)
+    return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+
+
+def vectors_column(vectors: np.ndarray):
+    """An ``(n, d)`` array as a fixed-length float32 list column."""
+    import pyarrow as pa
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+
+
+def vectors_array(values) -> np.ndarray:
+    """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
+    import pyarrow as pa
+
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    flat = values.flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(len(values), -1)
+
+
+def written_rows(folder) -> int:
+    """Rows in the Parquet files under ``folder`` (from their footers)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(Path(folder).rglob("*.parquet")))

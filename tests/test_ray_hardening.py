@@ -1,0 +1,583 @@
+"""skflow embed | fit | transform as a careless user or an attacker runs them: they never destroy data and never
+report a partial success.
+
+Most checks fail before Ray starts (``distributed.ray_session`` is replaced by a failure there); those that need
+Ray share one local instance of 2 CPUs; the kill, address and README tests run the real command in a process of
+its own, every wait bounded by a timeout.
+"""
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+import skflow
+from skflow import BertEmbedder, FlowGaussianizer, distributed
+from skflow.cli import main
+from skflow.outputs import MARKER, OutputFolder, replaced_atomically
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+TOPICS = ["cats", "rain", "trains", "bread"] * 10
+SENTENCES = [f"Sentence number {i} is about {topic}." for i, topic in enumerate(TOPICS)]
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def _tree(folder: Path) -> dict:
+    """Every file under ``folder`` (hidden ones included) and the sha256 of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def _run(argv) -> int:
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as exc:  # usage errors: argparse exits
+        return exc.code
+
+
+def _refused(capsys, argv, code=2) -> str:
+    assert _run(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started before the checks"))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("\n".join(SENTENCES[:20]) + "\n", encoding="utf-8")
+    (folder / "b.txt").write_text("\n".join(SENTENCES[20:]) + "\n", encoding="utf-8")
+    return folder
+
+
+def _embeddings(folder: Path, n=40, d=8, *, shards=2, bad=None) -> Path:
+    folder.mkdir()
+    X = np.random.RandomState(0).normal(size=(n, d)).astype(np.float32)
+    if bad is not None:
+        X[bad] = np.nan
+    for part, rows in enumerate(np.array_split(np.arange(n), shards)):
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(X[rows].ravel()), d)
+        pq.write_table(pa.table({"id": rows, "embedding": vectors}), folder / f"part-{part}.parquet")
+    return folder
+
+
+def _flow_file(path: Path, d=8) -> Path:
+    X = np.random.RandomState(1).normal(size=(64, d)).astype(np.float32)
+    joblib.dump(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), path)
+    return path
+
+
+def _skflow_output(folder: Path) -> Path:
+    """An output folder as skflow leaves it (one shard and the marker)."""
+    target = OutputFolder(folder, overwrite=False)
+    with target.staged() as staging:
+        pq.write_table(pa.table({"id": [1, 2], "text": ["old", "output"]}), staging / "old.parquet")
+        target.commit(staging, command="embed", rows=2)
+    return folder
+
+
+# ------------------------------------------------------- outputs that are inputs, folders skflow did not write
+def test_an_output_that_is_contains_or_lies_inside_an_input_is_refused(tmp_path, corpus, capsys, monkeypatch, no_ray):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to(corpus)
+    emb = _embeddings(tmp_path / "emb")
+    (tmp_path / "out").mkdir()
+    _flow_file(tmp_path / "out" / "flow.joblib")
+    before = _tree(tmp_path)
+    cases = [
+        (["embed", "corpus", "--output", "corpus", "--overwrite"], "the output folder is the input corpus"),
+        (["embed", "corpus", "--output", ".", "--overwrite"], "the output folder contains the input corpus"),
+        (["embed", "corpus", "--output", "corpus/emb"], "the output folder lies inside the input corpus"),
+        (["embed", "corpus", "--output", "link", "--overwrite"], "the output folder is the input corpus"),
+        (["embed", "link/a.txt", "--output", "corpus", "--overwrite"],
+         "the output folder contains the input link/a.txt"),
+        (["fit", emb, "--output", emb / "flow.skops"], "the output file lies inside the input"),
+        (["fit", emb / "part-0.parquet", "--output", emb / "part-0.parquet", "--overwrite"],
+         "the output file is the input"),
+        (["transform", emb, "--model", "out/flow.joblib", "--output", "out", "--overwrite"],
+         "the output folder contains the input out/flow.joblib"),
+    ]
+    for argv, message in cases:
+        assert message in _refused(capsys, argv), argv
+    assert _tree(tmp_path) == before
+
+
+def test_overwrite_replaces_only_a_folder_that_skflow_wrote(tmp_path, corpus, capsys, monkeypatch, no_ray):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / MARKER).write_text("not json")
+    (forged / "notes.txt").write_text("keep")
+    old = _skflow_output(tmp_path / "old")
+    (old / "sub").mkdir()
+    (old / "sub" / "user.csv").write_text("a,b\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep")
+    before = _tree(tmp_path)
+    assert "mine: is not a folder skflow wrote (no valid .skflow-output file" in _refused(
+        capsys, ["embed", corpus, "--output", mine, "--overwrite"])
+    assert "is not a folder skflow wrote" in _refused(capsys, ["embed", corpus, "--output", forged, "--overwrite"])
+    assert "holds files that skflow did not write (sub/user.csv)" in _refused(
+        capsys, ["embed", corpus, "--output", old, "--overwrite"])
+    assert "exists and is not empty; pass --overwrite" in _refused(capsys, ["embed", corpus, "--output", old])
+    monkeypatch.chdir(elsewhere)
+    assert "is not a folder skflow wrote" in _refused(capsys, ["embed", corpus, "--output", ".", "--overwrite"])
+    assert _tree(tmp_path) == before
+
+
+def test_a_command_that_fails_with_overwrite_keeps_the_previous_output(tmp_path, corpus, capsys, no_ray):
+    old = _skflow_output(tmp_path / "old")
+    (tmp_path / "empty-model").mkdir()
+    (tmp_path / "odd-model").mkdir()
+    (tmp_path / "odd-model" / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    before = _tree(tmp_path)
+    for model, message in [(tmp_path / "empty-model", "that folder has no config.json"),
+                           (tmp_path / "odd-model", "Could not load the encoder"),
+                           (tmp_path / "missing-model", "there is no folder at that path")]:
+        assert message in _refused(capsys, ["embed", corpus, "--output", old, "--overwrite", "--model", model])
+    assert _tree(tmp_path) == before
+
+
+# --------------------------------------------------------- options that cannot work: before Ray, before output
+@pytest.mark.parametrize("argv, message", [
+    (["embed", "{corpus}", "--workers", "0"], "argument --workers: must be at least 1, got 0"),
+    (["embed", "{corpus}", "--workers", "-2"], "argument --workers: must be at least 1, got -2"),
+    (["embed", "{corpus}", "--threads-per-worker", "-3"], "argument --threads-per-worker: must be at least 1"),
+    (["embed", "{corpus}", "--gpus-per-worker", "-1"], "argument --gpus-per-worker: must be a finite number >= 0"),
+    (["embed", "{corpus}", "--gpus-per-worker", "nan"], "argument --gpus-per-worker: must be a finite number >= 0"),
+    (["embed", "{corpus}", "--max-length", "100000"], "exceeds what the model supports (512)"),
+    (["embed", "{emb_with_text}"], "has a column 'embedding' already"),
+    (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
+    (["fit", "{emb}", "--device", "meta"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'meta'"),
+    (["fit", "{bad_emb}"], "part-1.parquet: row 6 of column 'embedding' holds nan (element 1)"),
+    (["transform", "{emb}", "--model", "{flow}", "--output-column", "embedding"], "has a column 'embedding' already"),
+    (["transform", "{emb}", "--model", "{flow}", "--output-column", "id"], "has a column 'id' already"),
+    (["transform", "{emb}", "--model", "{skops_as_joblib}"], "is a skops file (a zip archive with schema.json), not"),
+    (["transform", "{emb}", "--model", "{joblib_as_skops}"], "is not a skops file (a joblib or pickle file)"),
+    (["transform", "{emb}", "--model", "{unfitted}"], "holds an unfitted FlowGaussianizer"),
+    (["transform", "{emb}", "--model", "{corpus}"], "is a folder; give the model file"),
+])
+def test_options_that_cannot_work_fail_in_one_line_before_ray_and_before_any_output(
+        tmp_path, corpus, capsys, no_ray, argv, message):
+    emb = _embeddings(tmp_path / "emb")
+    emb_with_text = tmp_path / "embedded"
+    emb_with_text.mkdir()
+    pq.write_table(pq.read_table(emb / "part-0.parquet").append_column("text", pa.array(["x"] * 20)),
+                   emb_with_text / "part-0.parquet")
+    flow = _flow_file(tmp_path / "flow.joblib")
+    skflow.dump(joblib.load(flow), tmp_path / "flow.skops")
+    os.replace(tmp_path / "flow.skops", tmp_path / "skops.joblib")
+    joblib.dump(FlowGaussianizer(), tmp_path / "unfitted.joblib")
+    names = {"corpus": corpus, "emb": emb, "emb_with_text": emb_with_text, "flow": flow,
+             "bad_emb": _embeddings(tmp_path / "bad", bad=(25, 0)), "skops_as_joblib": tmp_path / "skops.joblib",
+             "joblib_as_skops": tmp_path / "j.skops", "unfitted": tmp_path / "unfitted.joblib"}
+    (tmp_path / "j.skops").write_bytes(flow.read_bytes())
+    out = tmp_path / ("model.skops" if argv[0] == "fit" else "out")
+    before = _tree(tmp_path)
+    assert message in _refused(capsys, [part.format(**names) for part in argv] + ["--output", out])
+    assert not out.exists() and _tree(tmp_path) == before
+
+
+def test_the_library_checks_its_arguments_too(tmp_path, corpus, no_ray):
+    with pytest.raises(distributed.InputError, match="--workers must be an integer >= 1, got 0"):
+        distributed.embed([corpus], tmp_path / "out", workers=0)
+    with pytest.raises(distributed.InputError, match="--threads-per-worker must be an integer >= 1, got -3"):
+        distributed.transform(corpus, tmp_path / "m.joblib", tmp_path / "out", threads_per_worker=-3)
+    with pytest.raises(distributed.InputError, match="--epochs must be an integer >= 1, got 0"):
+        distributed.fit(_embeddings(tmp_path / "emb"), tmp_path / "flow.skops", epochs=0)
+    with pytest.raises(ValueError, match="device must be"):
+        distributed.fit(tmp_path / "emb", tmp_path / "flow.skops", flow=FlowGaussianizer(device="meta"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "emb"]
+
+
+def test_non_finite_or_null_vectors_are_refused_naming_the_shard_and_the_row(tmp_path, capsys, no_ray):
+    emb = _embeddings(tmp_path / "inf")
+    table = pq.read_table(emb / "part-1.parquet")
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+    X[3, 5] = np.inf
+    pq.write_table(table.set_column(1, "embedding", pa.array(list(X), pa.list_(pa.float32()))), emb / "part-1.parquet")
+    err = _refused(capsys, ["fit", emb, "--output", tmp_path / "flow.skops"])
+    assert f"{emb / 'part-1.parquet'}: row 4 of column 'embedding' holds inf (element 6); 1 non-finite" in err
+    null_vector = pa.table({"embedding": pa.array([[1.0, 2.0], None], pa.list_(pa.float32()))})
+    pq.write_table(null_vector, emb / "part-1.parquet")
+    assert "part-1.parquet: row 2 of column 'embedding' is null, not a vector" in _refused(
+        capsys, ["fit", emb, "--output", tmp_path / "flow.skops"])
+    assert not (tmp_path / "flow.skops").exists()
+
+
+def test_fit_overwrites_only_a_model_file(tmp_path, capsys, no_ray):
+    emb = _embeddings(tmp_path / "emb")
+    (tmp_path / "notes.skops").write_text("my notes")
+    assert "notes.skops: exists and is not a model file (skops or joblib)" in _refused(
+        capsys, ["fit", emb, "--output", tmp_path / "notes.skops", "--overwrite"])
+    assert (tmp_path / "notes.skops").read_text() == "my notes"
+
+
+# ----------------------------------------------------------------------------- every file read, or refused
+def _write_texts(path: Path, lines) -> None:
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    path.write_bytes(gzip.compress(data) if path.name.lower().endswith(".gz") else data)
+
+
+def _json_lines(path: Path, rows) -> None:
+    data = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in rows).encode()
+    path.write_bytes(gzip.compress(data) if path.name.lower().endswith(".gz") else data)
+
+
+def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_ray):
+    from skflow._corpus_checks import check_texts
+    from skflow._corpus_files import input_files
+
+    def rows(*inputs):
+        corpus = input_files(inputs)
+        return check_texts(corpus, "text"), corpus
+
+    texts = tmp_path / "texts"
+    (texts / "sub").mkdir(parents=True)
+    _write_texts(texts / "a.txt", SENTENCES[:10])
+    _write_texts(texts / "b.TXT", SENTENCES[10:20])
+    _write_texts(texts / "sub" / "c.txt.GZ", SENTENCES[20:30])
+    _write_texts(texts / ".hidden.txt", ["never read"])
+    (texts / "_SUCCESS").write_text("")
+    (texts / "sub" / MARKER).write_text("{}")
+    assert rows(texts)[0] == 30
+    jsonl = tmp_path / "jsonl"
+    jsonl.mkdir()
+    _json_lines(jsonl / "a.jsonl", enumerate(SENTENCES[:10]))
+    _json_lines(jsonl / "b.jsonl.gz", enumerate(SENTENCES[10:20]))
+    _json_lines(jsonl / "c.JSONL.GZ", enumerate(SENTENCES[20:25]))
+    count, corpus = rows(jsonl)
+    assert count == 25 and corpus.compressions == (None, "gzip", "gzip")
+    assert rows(texts / "a.txt", texts, texts / "a.txt")[0] == 30  # a file named twice is read once
+
+    (texts / "notes.md").write_text("# notes")
+    (texts / "sub" / "data.parquet.gz").write_bytes(b"")
+    os.mkfifo(texts / "sub" / "pipe.txt")
+    with pytest.raises(distributed.InputError) as info:
+        rows(texts)
+    message = str(info.value)
+    assert message.startswith("3 file(s) in the input folders would not be read: ")
+    assert f"{texts / 'notes.md'}" in message and f"{texts / 'sub' / 'data.parquet.gz'}" in message
+    assert f"{texts / 'sub' / 'pipe.txt'} (not a regular file)" in message
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _write_texts(mixed / "a.txt", ["x"])
+    _json_lines(mixed / "b.jsonl", [(0, "y")])
+    with pytest.raises(distributed.InputError, match=r"the inputs mix formats \(json, text: .*b.jsonl, .*a.txt\)"):
+        rows(mixed)
+
+
+def test_format_errors_name_the_file_and_the_row(tmp_path, capsys, no_ray):
+    cases = {
+        "bad.txt": (b"fine\nalso fine\nbroken \xff here\n", "bad.txt: line 3 is not valid UTF-8 (byte 8 of the line"),
+        "bad.jsonl": (b'{"text": "a"}\n{"text": "b"\n{"text": "c"}\n', ("bad.jsonl: cannot be read as JSON lines (one "
+                      "object a line) (JSON parse error: Missing a comma or '}' after an object member. in row 2)")),
+        "latin1.jsonl": ('{"text": "caf\xe9"}\n'.encode("latin-1"), "latin1.jsonl: line 1 is not valid UTF-8"),
+        "bad.csv": (b"id,text\n1,a\n2,b,c\n", ("bad.csv: cannot be read as CSV (CSV parse error: Expected 2 columns, "
+                    "got 3: 2,b,c)")),
+        "bad.parquet": (b"PAR1 not really", "bad.parquet: cannot be read as Parquet"),
+        "bad.jsonl.gz": (b"not gzip", "bad.jsonl.gz: cannot be read as gzip"),
+        "number.jsonl": (b'{"text": "a"}\n{"text": 5}\n', "Column(/text) changed from string to number in row 2"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert message in _refused(capsys, ["embed", tmp_path / name, "--output", tmp_path / "out"]), name
+    assert not (tmp_path / "out").exists()
+
+
+def test_text_lines_end_at_newline_only():
+    from skflow._corpus_files import text_rows
+
+    data = "one\x0ctwo\nthree\u2028four\r\nfive\x1cfive\u0085\n\n \t\n\ufeffsix\n".encode()
+    assert text_rows("\ufeffbom\n".encode()) == ["bom"]
+    assert text_rows(data) == ["one\x0ctwo", "three\u2028four", "five\x1cfive\u0085", "\ufeffsix"]
+
+
+# ------------------------------------------------------------------------------ model files written whole
+KILL_SCRIPT = textwrap.dedent('''
+    """Fork a writer of the new model, SIGKILL it mid-write, and load the path: the old or the new model."""
+    import json, os, random, signal, sys, time
+    import numpy as np
+    from skflow import FlowGaussianizer
+    from skflow._model_files import load_model, save_model
+    from skflow.synthetic import make_anisotropic_mixture
+
+    path, rounds = sys.argv[1], int(sys.argv[2])
+    folder = os.path.dirname(path)
+    X = make_anisotropic_mixture(300, 96, random_state=0).astype(np.float32)
+    old, new = (FlowGaussianizer(max_epochs=1, hidden_channels=256, random_state=s).fit(X) for s in (0, 1))
+    expected = {"old": old.transform(X[:4]), "new": new.transform(X[:4])}
+    rng, outcomes = random.Random(0), []
+    for r in range(rounds):
+        save_model(old, path)
+        writes = rng.choice([1, 1, 2, 3])  # killed during the first write, or after one or two whole ones
+        pid = os.fork()
+        if pid == 0:
+            while True:
+                save_model(new, path)
+        seen, end = set(), time.monotonic() + 120
+        while len(seen) < writes and time.monotonic() < end:
+            seen |= {n for n in os.listdir(folder) if n.startswith(".skflow-tmp-")}
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.005))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        left = [n for n in os.listdir(folder) if n.startswith(".skflow-tmp-")]
+        try:
+            got = load_model(path).transform(X[:4])
+            outcome = next((k for k, v in expected.items() if np.array_equal(got, v)), "another model")
+        except Exception as exc:
+            outcome = f"unreadable: {exc}"
+        outcomes.append([outcome, len(left)])
+    print(json.dumps(outcomes))
+''')
+
+
+@pytest.mark.parametrize("name", ["flow.skops", "flow.joblib"])
+def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(tmp_path, name):
+    (tmp_path / "kill.py").write_text(KILL_SCRIPT)
+    (tmp_path / "models").mkdir()
+    run = subprocess.run([sys.executable, tmp_path / "kill.py", tmp_path / "models" / name, "10"],
+                         capture_output=True, text=True, env=ENV, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    outcomes = json.loads(run.stdout)
+    # never a damaged file (a plain write left an unreadable one after 11 of 12 such kills)
+    assert {outcome for outcome, _ in outcomes} <= {"old", "new"} and "new" in dict(outcomes), outcomes
+    assert sum(left for _, left in outcomes) >= 3, outcomes  # kills that landed in the middle of a write
+    save_model_again = subprocess.run(  # the next write removes what the killed writers left
+        [sys.executable, "-c", ("import sys; from skflow._model_files import save_model, load_model; "
+                                "save_model(load_model(sys.argv[1]), sys.argv[1])"), tmp_path / "models" / name],
+        capture_output=True, text=True, env=ENV, timeout=300, check=False)
+    assert save_model_again.returncode == 0, save_model_again.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [name]
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text("old results")
+    with pytest.raises(OSError, match="No space left"), replaced_atomically(path) as tmp:
+        tmp.write_text("half of the new")
+        raise OSError(28, "No space left on device")
+    assert path.read_text() == "old results" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    skflow.dump(FlowGaussianizer(max_epochs=1, random_state=0).fit(np.random.RandomState(0).normal(size=(64, 3))),
+                tmp_path / "flow.skops")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.skops", "results.json"]
+
+
+# ------------------------------------------------------------------- on Ray: one local instance of 2 CPUs
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def _embedder():
+    return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
+
+
+def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
+    from skflow._corpus_checks import check_texts
+    from skflow._corpus_files import input_files
+    from skflow._ray_data import read_dataset
+
+    texts = tmp_path / "texts"
+    (texts / "sub").mkdir(parents=True)
+    odd = ["a form\x0cfeed inside", "a line\u2028separator inside", "a windows line", "  padded  ", "group\x1dsep"]
+    (texts / "a.txt").write_bytes(("\n".join(odd[:2]) + "\n\n   \n" + odd[2] + "\r\n" + odd[3] + "\n").encode())
+    _write_texts(texts / "B.TXT", [odd[4], *SENTENCES[:5]])
+    _write_texts(texts / "sub" / "c.txt.gz", SENTENCES[5:15])
+    _write_texts(texts / ".hidden.txt", ["never read"])
+    jsonl = tmp_path / "jsonl"
+    (jsonl / "sub").mkdir(parents=True)
+    _json_lines(jsonl / "a.jsonl", enumerate(SENTENCES[:10]))
+    _json_lines(jsonl / "sub" / "b.JSONL.GZ", enumerate(SENTENCES[10:20], start=10))
+    dictionary = tmp_path / "dictionary"
+    dictionary.mkdir()
+    pq.write_table(pa.table({"text": pa.array(SENTENCES[:6] * 2).dictionary_encode()}), dictionary / "d.PARQUET")
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    (csv / "a.csv").write_text("id,text\n1,1990\n2,\"two, quoted\"\n")
+    (csv / "b.csv.bz2").write_bytes(__import__("bz2").compress(b"id,text\n3,three\n"))
+    expected = {texts: sorted(odd + SENTENCES[:15]), jsonl: sorted(SENTENCES[:20]),
+                dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
+    for folder, rows in expected.items():
+        corpus = input_files([folder])
+        assert check_texts(corpus, "text") == len(rows), folder
+        got = read_dataset(corpus, "text").take_all()
+        assert sorted(str(row["text"]) for row in got) == rows, folder
+    assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
+    table = pq.read_table(tmp_path / "out")
+    assert sorted(table.column("text").to_pylist()) == expected[texts] and table.num_rows == 20
+    np.testing.assert_allclose(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)),
+                               _embedder().transform(table.column("text").to_pylist()), atol=1e-5)
+    assert json.loads((tmp_path / "out" / MARKER).read_text())["rows"] == 20
+
+
+def test_gpus_that_no_node_has_are_refused_at_once(ray_instance, corpus, tmp_path, capsys):
+    start = time.monotonic()
+    err = _refused(capsys, ["embed", corpus, "--output", tmp_path / "out", "--gpus-per-worker", "1", "--quiet"])
+    assert "--gpus-per-worker 1 with --workers 1 needs 1 GPUs, 1 on one node; the Ray cluster has 0" in err
+    assert time.monotonic() - start < 30 and not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["corpus"]  # no staging folder either
+
+
+class FailingEmbedder(BertEmbedder):
+    """Loads like any embedder (its warm-up passes), then fails on the first real batch."""
+
+    def transform(self, X):
+        if len(X) > 1:
+            raise RuntimeError("the encoder broke on batch 1")
+        return super().transform(X)
+
+
+def test_a_job_that_fails_keeps_the_previous_output_and_says_so(ray_instance, corpus, tmp_path, capsys):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    old = _skflow_output(tmp_path / "old")
+    before = _tree(tmp_path)
+    with pytest.raises(distributed.JobFailedError) as info:
+        distributed.embed([corpus], old, embedder=FailingEmbedder(pooling="cls", show_progress_bar=False),
+                          overwrite=True, quiet=True)
+    assert str(info.value) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke on batch 1"
+    assert _tree(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "old"]
+
+
+def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_instance, tmp_path, capsys, monkeypatch):
+    emb = _embeddings(tmp_path / "emb")
+    flow = _flow_file(tmp_path / "flow.joblib")
+    monkeypatch.setattr(distributed, "written_rows", lambda folder: 39)  # as if a shard were lost
+    err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"], code=1)
+    assert err == "error: the Ray job wrote 39 rows of 40; nothing was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
+    monkeypatch.undo()
+    for _ in range(2):  # a new output, then a replaced one: the old files go, nothing is left beside it
+        assert _run(["transform", emb, "--model", flow, "--output", tmp_path / "z", "--overwrite", "--quiet"]) == 0
+        files = json.loads((tmp_path / "z" / MARKER).read_text())["files"]
+        assert sorted(p.name for p in (tmp_path / "z").iterdir()) == sorted([*files, MARKER])
+        assert pq.read_table(tmp_path / "z").num_rows == 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib", "z"]
+
+
+# ---------------------------------------------------------------- the real command, in a process of its own
+def _command(*argv, **kwargs):
+    return subprocess.run([sys.executable, "-m", "skflow", *map(str, argv)], capture_output=True, text=True,
+                          env=ENV, check=False, **kwargs)
+
+
+def test_an_address_where_no_cluster_answers_fails_within_30_s(corpus, tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()), daemon=True).start()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        free_port = closed.getsockname()[1]
+    for address, reason in [(f"127.0.0.1:{free_port}", "Connection refused"),
+                            (f"127.0.0.1:{silent.getsockname()[1]}", "no answer within 10 s")]:
+        start = time.monotonic()
+        run = _command("embed", corpus, "--output", tmp_path / "out", "--address", address, timeout=60)
+        took = time.monotonic() - start
+        assert run.returncode == 2 and took < 30, (took, run.stderr[-2000:])
+        assert run.stderr.strip() == f"error: no Ray cluster answers at {address} ({reason})"
+    silent.close()
+    assert not (tmp_path / "out").exists()
+
+
+def _session(sid: int) -> list[str]:
+    """Processes of a session (Ray's processes stay in the session of the driver that started them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if entry.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
+                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:80]!r}")
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, capsys):
+    old = _skflow_output(tmp_path / "old")
+    before = _tree(old)
+    driver = subprocess.Popen([sys.executable, "-m", "skflow", "embed", corpus, "--output", old, "--overwrite",
+                               "--quiet"], env=ENV, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 180
+        while time.monotonic() < end:  # Ray's head and a worker running
+            members = " ".join(_session(driver.pid))
+            if "raylet" in members and "ray::" in members and list(tmp_path.glob(".skflow-tmp-*")):
+                break
+            assert driver.poll() is None, "the command ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("Ray did not start within 180 s")
+        time.sleep(1)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        killed = time.monotonic()
+        while _session(driver.pid) and time.monotonic() - killed < 30:
+            time.sleep(0.1)
+        left = _session(driver.pid)
+        took = time.monotonic() - killed
+        print(f"Ray processes gone {took:.1f} s after the driver's SIGKILL")
+    finally:
+        for line in _session(driver.pid):  # never leave anything behind, even if the test fails
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert left == [] and took < 10, (took, left)
+    assert _tree(old) == before  # the old output is whole; the hidden staging folder is the killed run's
+    assert all(p.name.startswith(".skflow-tmp-") for p in tmp_path.iterdir() if p.name not in ("old", "corpus"))
+
+
+def _readme_ray_commands() -> list[list[str]]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Large corpora"):]
+    section = section[:section.index("\n## ", 1)]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)[1]
+    return [line.split() for line in block.splitlines() if line.startswith("skflow ")]
+
+
+def test_the_readme_ray_commands_run_as_written_on_this_machine(tmp_path):
+    commands = _readme_ray_commands()
+    assert [c[:2] for c in commands] == [["skflow", "embed"], ["skflow", "fit"], ["skflow", "transform"]]
+    (tmp_path / "corpus").mkdir()
+    pq.write_table(pa.table({"id": list(range(40)), "text": SENTENCES}), tmp_path / "corpus" / "part-0.parquet")
+    for argv in commands:
+        run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:]], cwd=tmp_path, capture_output=True,
+                             text=True, env=ENV, timeout=600, check=False)
+        assert run.returncode == 0, (argv, run.stderr[-3000:])
+    assert pq.read_table(tmp_path / "emb").num_rows == 40
+    flow = skflow.load(tmp_path / "flow.skops")
+    assert flow.n_samples_seen_ == 40
+    latent = pq.read_table(tmp_path / "latent")
+    assert latent.num_rows == 40 and sorted(latent.column("id").to_pylist()) == list(range(40))
