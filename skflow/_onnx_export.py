@@ -15,6 +15,7 @@ import torch
 
 from skflow._feature_scaling import FeatureScaling
 from skflow._flow_arrays import LatentMap
+from skflow.outputs import replaced_atomically
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
 
@@ -50,7 +51,8 @@ def export_onnx(
             module, (example,), input_names=["x"], output_names=["z"], dynamic_shapes=({0: batch},),
             opset_version=opset, dynamo=True, verbose=False,
         )
-    program.save(str(out))
+    with replaced_atomically(out) as temporary:  # the old file or the whole new one, never a part
+        program.save(str(temporary))
     return out
 
 

@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from skflow import BertEmbedder
+from skflow import BertEmbedder, Whitener
 from skflow.cli import main
+from skflow.datasets import load_sts
 from skflow.evaluation import evaluate, make_method, markdown_tables
+from skflow.metrics import sts_spearman
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +33,10 @@ def test_evaluate_stsb_end_to_end(sts_data_home, cache_dir, tmp_path):
     assert "[STS-B] embedding" in run.stderr and "BertEmbedder" in run.stderr  # progress
     results = json.loads(out.with_suffix(".json").read_text())
     stsb = results["sets"]["stsb"]
-    assert list(stsb) == ["none", "whiten", "whiten-256", "flow"]
+    assert list(stsb) == ["none", "whiten", "soft-whiten", "flow"]
     assert stsb["none"]["subsets"]["test"]["n_pairs"] == 1379
     assert 0.79 < stsb["none"]["wmean"] < 0.84  # first_last_avg of all-MiniLM-L6-v2
-    for method in ("whiten", "whiten-256", "flow"):
+    for method in ("whiten", "soft-whiten", "flow"):
         assert 0.72 < stsb[method]["wmean"] < 0.85
     assert results["config"]["pooling"] == "first_last_avg"
     table = out.with_suffix(".md").read_text()
@@ -69,11 +71,34 @@ def test_flow_fixes_cls_anisotropy_on_stsb(sts_data_home, cache_dir):
 
 def test_make_method():
     assert make_method("none") is None
-    assert make_method("whiten").get_params()["whiten"] is True
-    assert make_method("whiten-256").n_components == 256
+    expected = {
+        "center": dict(power=0, n_remove=0, n_components=None),
+        "whiten": dict(power=0.5, n_remove=0, n_components=None),
+        "whiten-256": dict(power=0.5, n_remove=0, n_components=256),
+        "soft-whiten": dict(power=0.25, n_remove=0, n_components=None),
+        "abtt-3": dict(power=0, n_remove=3, n_components=None),
+    }
+    for name, params in expected.items():
+        method = make_method(name)
+        assert isinstance(method, Whitener) and {k: method.get_params()[k] for k in params} == params
     assert make_method("flow", random_state=3, flow_params={"max_epochs": 2}).get_params()["max_epochs"] == 2
-    with pytest.raises(ValueError, match="valid methods are none, whiten, whiten-K"):
-        make_method("whitening")
+    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt"):
+        with pytest.raises(ValueError, match="valid methods are none, center, whiten, whiten-K"):
+            make_method(bad)
+
+
+def test_every_method_of_evaluate_is_the_library_estimator(sts_data_home, cache_dir):
+    methods = ["center", "whiten", "whiten-128", "soft-whiten", "abtt-2"]
+    embedder = BertEmbedder(pooling="cls", cache_dir=cache_dir, show_progress_bar=False)
+    results = evaluate(embedder, methods=methods, sets=["stsb"], data_home=sts_data_home)["sets"]["stsb"]
+    full = load_sts("stsb", data_home=sts_data_home)
+    embeddings = embedder.transform(full.pairs)
+    test = embeddings[full.subsets == "test"]
+    for method in methods:
+        latent = make_method(method).fit(embeddings.reshape(-1, 384)).transform(test)
+        assert results[method]["wmean"] == pytest.approx(sts_spearman(latent, full.scores[full.subsets == "test"]))
+    assert 0.77 < results["soft-whiten"]["wmean"] < 0.81  # CLS of all-MiniLM-L6-v2: 0.790 measured
+    assert results["whiten-128"]["wmean"] != results["whiten"]["wmean"]
 
 
 def test_device_reaches_the_encoder_and_the_flow(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ import onnx
 import onnxruntime
 import pytest
 
-from skflow import FlowGaussianizer
+from skflow import FlowGaussianizer, Whitener
 
 CONFIGS = [{}, {"coupling": "affine"}, {"permutation": "random"}, {"coupling": "affine", "permutation": "lu"}]
 
@@ -39,3 +39,20 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
 
     with pytest.raises(NotFittedError):
         FlowGaussianizer().to_onnx(tmp_path / "x.onnx")
+
+
+@pytest.mark.parametrize("make", [lambda: FlowGaussianizer(random_state=0), lambda: Whitener()], ids=["flow", "whitener"])
+def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path, rows, make, monkeypatch):
+    from skflow import _atomic
+
+    model = make().fit(rows[:2000])
+    path = model.to_onnx(tmp_path / "model.onnx")
+    old = path.read_bytes()
+
+    def crash(_path):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(_atomic, "fsync_path", crash)  # the new file is written whole, then the flush fails
+    with pytest.raises(OSError, match="simulated"):
+        make().fit(rows[2000:4000]).to_onnx(path)
+    assert path.read_bytes() == old and sorted(tmp_path.iterdir()) == [path]

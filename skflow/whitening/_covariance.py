@@ -12,7 +12,6 @@ does not depend (beyond rounding) on how the rows were cut.
 """
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from skflow._flow_state import InvalidModelError
+from skflow.outputs import replaced_atomically
 
 # Rows read (and converted to float64) at once: 8192 x 384 float64 is 25 MB.
 CHUNK_ROWS = 8192
@@ -147,14 +147,8 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
     model.ir_version = 9  # readable by the onnxruntime releases of the last years
     onnx.checker.check_model(model)
     out = Path(path).expanduser()
-    handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(temporary, out)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(out) as temporary:
+        temporary.write_bytes(model.SerializeToString())
     return out
 
 
