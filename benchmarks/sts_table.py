@@ -1,8 +1,9 @@
 """The results table: pooling x post-processing on the seven STS sets, beside the paper's numbers.
 
 For the default encoder (the embedded all-MiniLM-L6-v2), each pooling in
-{cls, mean, first_last_avg} and each method in {none, whiten, whiten-256,
-flow} is evaluated with ``skflow.evaluation.evaluate`` (post-processing fitted
+{cls, mean, first_last_avg} and each label-free post-processing in
+``TABLE_METHODS`` (raw, centring, whitening, whitening-256, soft whitening,
+all-but-the-top, flow) is evaluated with ``skflow.evaluation.evaluate`` (post-processing fitted
 on each set's own sentences, no labels: the paper's "target" setting), on every
 set whose data is present, under both the "wmean" and the "all" protocol. The
 paper's BERT-base rows are printed beside, averaged over the same sets.
@@ -24,7 +25,7 @@ import transformers
 from skflow import BertEmbedder, __version__
 from skflow._encoding import resolve_dtype
 from skflow.datasets import STS_SETS
-from skflow.evaluation import METHODS, SET_LABELS, evaluate, stderr_log
+from skflow.evaluation import SET_LABELS, evaluate, stderr_log
 
 # BERT-base, "wmean", Spearman x100, in STS_SETS order (reference notes, section 2).
 PAPER = {
@@ -42,6 +43,10 @@ PAPER = {
     },
 }
 POOLINGS = ("cls", "mean", "first_last_avg")
+# abtt-4: Mu and Viswanath remove about d/100 directions; d = 384 here.
+TABLE_METHODS = ("none", "center", "whiten", "whiten-256", "soft-whiten", "abtt-4", "flow")
+# Hand-written sections of an earlier report that a new one keeps (the tuning study, the recommendation).
+KEPT_SECTIONS = ("## Tuning", "## Recommendation")
 
 
 def table(all_results: dict, protocol: str) -> str:
@@ -79,7 +84,7 @@ def main(argv=None):
         stderr_log(f"== pooling {pooling}")
         embedder = BertEmbedder(pooling=pooling, cache_dir=args.cache_dir, show_progress_bar=False)
         all_results[pooling] = evaluate(
-            embedder, methods=METHODS, sets=args.sets, data_home=args.data_home,
+            embedder, methods=TABLE_METHODS, sets=args.sets, data_home=args.data_home,
             download_if_missing=False, skip_missing=True, log=stderr_log,
         )
     minutes = (time.perf_counter() - start) / 60
@@ -87,16 +92,18 @@ def main(argv=None):
     command = "python benchmarks/sts_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
     dtype = str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")
     report = [
-        "# Results: STS Spearman x 100, raw vs whitening vs flow",
+        "# Results: STS Spearman x 100 of the label-free post-processings",
         "",
         f"Written by `{command.strip()}` in {minutes:.1f} minutes.",
         "",
         f"Encoder: the embedded `sentence-transformers/all-MiniLM-L6-v2` (6 layers, 384-d), max_length 128, "
         f"dtype='auto' ({dtype} here). Post-processing fitted on each set's own sentences without labels "
         "(BERT-flow's \"target\" setting: STS-B and SICK-R train+dev+test, every STS12-16 subset), evaluated on "
-        "the STS-B / SICK-R test split and on every STS12-16 pair. `whiten` is `PCA(whiten=True)`, "
-        "`whiten-256` keeps 256 components, `flow` is `FlowGaussianizer()` with the official defaults "
-        "(1 epoch, seed 0). Avg is over the sets shown; the paper rows are averaged over the same sets.",
+        "the STS-B / SICK-R test split and on every STS12-16 pair. The methods are `skflow.evaluation.make_method`'s "
+        "(`docs/evaluation.md`): `center` is `Whitener(power=0)`, `whiten` `Whitener()`, `whiten-256` keeps 256 "
+        "directions, `soft-whiten` is `Whitener(power=0.25)`, `abtt-4` removes the mean and the top 4 directions, "
+        "`flow` is `FlowGaussianizer()` with the official defaults (1 epoch, seed 0). Avg is over the sets shown; "
+        "the paper rows are averaged over the same sets.",
         "",
         f"Environment: skflow {__version__}, Python {platform.python_version()}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, scikit-learn {sklearn.__version__}, "
@@ -108,7 +115,14 @@ def main(argv=None):
     for protocol, what in [("wmean", "size-weighted mean over subsets: what BERT-flow and BERT-whitening report"),
                            ("all", "all subsets pooled: what SBERT and SimCSE report")]:
         report += [f"## Protocol `{protocol}` ({what})", "", table(all_results, protocol), ""]
-    report += ["## Flow minus raw, in points (wmean)", ""]
+    report += ["## Best method per pooling (wmean average)", ""]
+    for pooling, results in all_results.items():
+        sets = list(results["sets"])
+        averages = {m: np.mean([100 * results["sets"][s][m]["wmean"] for s in sets]) for m in TABLE_METHODS}
+        ranked = sorted(averages, key=averages.get, reverse=True)
+        cells = ", ".join(f"{m} {averages[m]:.2f}" for m in ranked)
+        report.append(f"- {pooling}: {cells}")
+    report += ["", "## Flow minus raw, in points (wmean)", ""]
     for pooling, results in all_results.items():
         sets = list(results["sets"])
         deltas = {s: 100 * (results["sets"][s]["flow"]["wmean"] - results["sets"][s]["none"]["wmean"]) for s in sets}
@@ -126,7 +140,7 @@ def main(argv=None):
     text = "\n".join(report)
     print(text)
     if args.output:
-        text = _keep_tuning_section(args.output, text)
+        text = _keep_sections(args.output, text)
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     if args.json:
@@ -134,19 +148,21 @@ def main(argv=None):
             json.dump(all_results, f, indent=1)
 
 
-def _keep_tuning_section(path: str, text: str) -> str:
-    """The "Tuning" section that benchmarks/flow_search.py wrote into the old report, moved into the new one."""
+def _keep_sections(path: str, text: str) -> str:
+    """The hand-written sections of the old report (``KEPT_SECTIONS``), moved into the new one before Anisotropy."""
     try:
         old = open(path, encoding="utf-8").read()
     except FileNotFoundError:
         return text
-    start = old.find("## Tuning")
-    if start < 0:
-        return text
-    end = old.find("\n## ", start + 1)
-    section = old[start : end if end >= 0 else len(old)].rstrip() + "\n\n"
-    anchor = text.find("## Anisotropy")
-    return text[:anchor] + section + text[anchor:] if anchor >= 0 else text + "\n" + section
+    for heading in KEPT_SECTIONS:
+        start = old.find(heading + "\n")
+        if start < 0:
+            continue
+        end = old.find("\n## ", start + 1)
+        section = old[start : end if end >= 0 else len(old)].rstrip() + "\n\n"
+        anchor = text.find("## Anisotropy")
+        text = text[:anchor] + section + text[anchor:] if anchor >= 0 else text + "\n" + section
+    return text
 
 
 if __name__ == "__main__":
