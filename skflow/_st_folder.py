@@ -1,12 +1,16 @@
 """A sentence-transformers folder from somebody else, checked before anything in it is read as a model.
 
-skflow writes two modules, so the loader does not let the folder choose:
-``modules.json`` must list exactly sentence-transformers' ``Transformer``
-then skflow's ``FlowPooling``, each at a relative path that stays inside the
-folder once links are resolved; every entry of the folder must be a file or
-a folder (a FIFO would hang whoever reads it); the pooling configuration
-must be one skflow writes. What is *not* checked here, on purpose, is
-whether some file names code: the loader never lets transformers run any.
+skflow writes two layouts, so the loader does not let the folder choose
+anything else: ``modules.json`` must list sentence-transformers'
+``Transformer`` then skflow's ``FlowPooling``, or ``Transformer``,
+``Pooling``, optionally ``Normalize``, then ``Dense`` (the stock-module
+export of a whitened pipeline), each at a relative path that stays inside
+the folder once links are resolved; every entry of the folder must be a file
+or a folder (a FIFO would hang whoever reads it); each module's configuration
+must be one skflow writes (a ``Dense`` must be linear: identity activation),
+and a ``Dense``'s weights are read from safetensors only, their sizes checked
+before reading. What is *not* checked here, on purpose, is whether some file
+names code: the loader never lets transformers run any.
 """
 
 import json
@@ -16,28 +20,54 @@ from numbers import Integral
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import NamedTuple
 
+import numpy as np
+import torch
+
 from skflow._encoding import POOLINGS
 from skflow.persistence import InvalidModelError, UntrustedTypeError
 
 TRANSFORMER_TYPES = ("sentence_transformers.base.modules.transformer.Transformer",
                      "sentence_transformers.models.Transformer")
 POOLING_TYPE = "skflow.serving.FlowPooling"
+# sentence-transformers' own modules, by the names it has given them: the short ones
+# (sentence_transformers.models.X) are those every release and Text Embeddings Inference read.
+STOCK_TYPES = {
+    "sentence_transformers.models.Pooling": "Pooling",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling": "Pooling",
+    "sentence_transformers.models.Normalize": "Normalize",
+    "sentence_transformers.base.modules.normalize.Normalize": "Normalize",
+    "sentence_transformers.models.Dense": "Dense",
+    "sentence_transformers.base.modules.dense.Dense": "Dense",
+}
+MODULE_KINDS = {**dict.fromkeys(TRANSFORMER_TYPES, "Transformer"), POOLING_TYPE: "FlowPooling", **STOCK_TYPES}
+LAYOUTS = (("Transformer", "FlowPooling"), ("Transformer", "Pooling", "Dense"),
+           ("Transformer", "Pooling", "Normalize", "Dense"))
+IDENTITY = "torch.nn.modules.linear.Identity"
 REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 POOLING_KEYS = ("reduction", "layers", "normalize")
 MODULE_KEYS = {"idx": int, "name": str, "path": str, "type": str}
+# pooling_mode_<key> booleans of the format before sentence-transformers 5.4 -> the mode's name now
+LEGACY_POOLING_MODES = {"cls_token": "cls", "max_tokens": "max", "mean_tokens": "mean",
+                        "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean_tokens": "weightedmean",
+                        "lasttoken": "lasttoken"}
+EMBEDDING = "sentence_embedding"
 JSON_LIMIT = 2**20
 _NOT_OURS = "not a folder written by skflow.export_sentence_transformer"
+_LAYOUT_RULE = ("must list exactly two modules (Transformer, FlowPooling), or the stock modules Transformer, Pooling, "
+                "optionally Normalize, then Dense")
 
 
 class ExportedFolder(NamedTuple):
     root: Path  # links resolved
     transformer: Path
     pooling: Path
-    pooling_config: dict
+    pooling_config: dict  # FlowPooling: reduction, layers, normalize; stock: reduction, dimension, normalize
+    dense: Path | None = None  # stock folders: the Dense module's folder
+    dense_config: dict | None = None  # and its in_features, out_features, bias
 
 
 def check_folder(path: str | os.PathLike) -> ExportedFolder:
-    """The two module folders of an exported model, and its pooling configuration, checked."""
+    """The module folders of an exported model, and their configurations, checked."""
     given = Path(path).expanduser()
     if not given.is_dir():
         raise InvalidModelError(f"{given}: not a folder")
@@ -48,18 +78,32 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
     _check_entries(root)
     if (root / "adapter_config.json").exists():  # a PEFT adapter loads its base model from wherever it says
         raise InvalidModelError(f"{root}: holds adapter_config.json (a PEFT adapter); {_NOT_OURS}")
-    modules = read_json(root / "modules.json")
-    if not isinstance(modules, list) or len(modules) != 2:
-        raise InvalidModelError(f"{root / 'modules.json'}: must list exactly two modules (Transformer, FlowPooling)")
-    for index, (module, types) in enumerate(zip(modules, (TRANSFORMER_TYPES, (POOLING_TYPE,)))):
-        _check_module_entry(module, index, root / "modules.json")
-        if module["type"] not in types:
-            raise UntrustedTypeError(
-                f"{root / 'modules.json'}: module {index} is {module['type']!r}, not {' or '.join(types)}; {_NOT_OURS}"
-            )
-    transformer, pooling = (_module_dir(root, module["path"]) for module in modules)
-    config_file = pooling / "config.json"
-    return ExportedFolder(root, transformer, pooling, check_pooling_config(read_json(config_file), config_file))
+    where = root / "modules.json"
+    modules = read_json(where)
+    if not isinstance(modules, list) or not 2 <= len(modules) <= 4:
+        raise InvalidModelError(f"{where}: {_LAYOUT_RULE}")
+    for index, module in enumerate(modules):
+        _check_module_entry(module, index, where)
+        if module["type"] not in MODULE_KINDS:
+            raise UntrustedTypeError(f"{where}: module {index} is {module['type']!r}, which skflow does not load; "
+                                     f"{_LAYOUT_RULE}; {_NOT_OURS}")
+    kinds = tuple(MODULE_KINDS[module["type"]] for module in modules)
+    if kinds not in LAYOUTS:
+        raise InvalidModelError(f"{where}: lists {', '.join(kinds)}; it {_LAYOUT_RULE}")
+    folders = dict(zip(kinds, (_module_dir(root, module["path"]) for module in modules)))
+    config_file = folders[kinds[1]] / "config.json"
+    if kinds[1] == "FlowPooling":
+        return ExportedFolder(root, folders["Transformer"], folders["FlowPooling"],
+                              check_pooling_config(read_json(config_file), config_file))
+    pooling = {**check_stock_pooling_config(read_json(config_file), config_file), "normalize": "Normalize" in kinds}
+    if "Normalize" in kinds:
+        _check_normalize(folders["Normalize"])
+    dense_file = folders["Dense"] / "config.json"
+    dense = check_dense_config(read_json(dense_file), dense_file)
+    if dense["in_features"] != pooling["dimension"]:
+        raise InvalidModelError(f"{dense_file}: in_features is {dense['in_features']}, the pooling gives "
+                                f"{pooling['dimension']}")
+    return ExportedFolder(root, folders["Transformer"], folders["Pooling"], pooling, folders["Dense"], dense)
 
 
 def check_pooling_config(config, where) -> dict:
@@ -81,6 +125,110 @@ def check_pooling_config(config, where) -> dict:
     if not isinstance(config["normalize"], bool):
         raise InvalidModelError(f"{where}: normalize must be true or false, got {config['normalize']!r}")
     return dict(config)
+
+
+def check_stock_pooling_config(config, where) -> dict:
+    """``Pooling``'s configuration: ``cls`` or ``mean`` over a positive dimension, in either format it has had.
+
+    The format of sentence-transformers before 5.4 (``word_embedding_dimension``
+    and one boolean per mode), which skflow writes because Text Embeddings
+    Inference reads only that, or the later one (``embedding_dimension``,
+    ``pooling_mode``). Returns ``{"reduction", "dimension"}``.
+    """
+    if not isinstance(config, dict):
+        raise InvalidModelError(f"{where}: Pooling's configuration must be a JSON object")
+    legacy = [f"pooling_mode_{key}" for key in LEGACY_POOLING_MODES]
+    if "pooling_mode" in config:
+        allowed, required, dimension_key = {"embedding_dimension", "pooling_mode", "include_prompt"}, set(), \
+            "embedding_dimension"
+        mode = config["pooling_mode"]
+    else:
+        allowed = {*legacy, "word_embedding_dimension", "include_prompt"}
+        required, dimension_key = {"pooling_mode_cls_token", "pooling_mode_mean_tokens"}, "word_embedding_dimension"
+        flags = {key: config.get(key, False) for key in legacy}
+        if not all(isinstance(flag, bool) for flag in flags.values()):
+            raise InvalidModelError(f"{where}: Pooling's pooling_mode_* entries must be true or false")
+        chosen = [LEGACY_POOLING_MODES[key.removeprefix("pooling_mode_")] for key, flag in flags.items() if flag]
+        mode = chosen[0] if len(chosen) == 1 else chosen
+    unexpected, missing = set(config) - allowed, (required | {dimension_key}) - set(config)
+    if unexpected or missing:
+        raise InvalidModelError(f"{where}: Pooling's configuration has unexpected keys {sorted(unexpected)} or "
+                                f"lacks {sorted(missing)}")
+    if mode not in ("cls", "mean"):
+        raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of cls and mean, got {mode!r}")
+    if not isinstance(config.get("include_prompt", True), bool):
+        raise InvalidModelError(f"{where}: include_prompt must be true or false")
+    return {"reduction": mode, "dimension": _positive_int(config[dimension_key], dimension_key, where)}
+
+
+def check_dense_config(config, where) -> dict:
+    """A linear ``Dense``'s configuration: identity activation, no residual. Returns in/out features and bias."""
+    required = {"in_features", "out_features", "bias", "activation_function"}
+    optional = {"module_input_name": EMBEDDING, "module_output_name": EMBEDDING, "use_residual": False}
+    if not isinstance(config, dict) or not required <= set(config) <= required | set(optional):
+        found = sorted(config) if isinstance(config, dict) else type(config).__name__
+        raise InvalidModelError(f"{where}: Dense's configuration must have the keys {sorted(required)} (and "
+                                f"optionally {sorted(optional)}), got {found}")
+    if config["activation_function"] != IDENTITY:
+        raise InvalidModelError(f"{where}: Dense's activation_function must be {IDENTITY} (skflow loads linear Dense "
+                                f"modules only), got {config['activation_function']!r}")
+    for key, value in optional.items():
+        if key in config and config[key] != value:
+            raise InvalidModelError(f"{where}: Dense's {key} must be {value!r}, got {config[key]!r}")
+    if not isinstance(config["bias"], bool):
+        raise InvalidModelError(f"{where}: Dense's bias must be true or false, got {config['bias']!r}")
+    n_in, n_out = (_positive_int(config[key], key, where) for key in ("in_features", "out_features"))
+    if n_out > n_in:  # a linear map of the pooled vector: skflow's keeps or drops directions, never adds
+        raise InvalidModelError(f"{where}: out_features ({n_out}) must be at most in_features ({n_in})")
+    return {"in_features": n_in, "out_features": n_out, "bias": config["bias"]}
+
+
+def read_dense_weights(folder: Path, config: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A checked ``Dense``'s weight and bias, from ``model.safetensors`` only, sizes checked before reading."""
+    from safetensors.torch import load
+
+    path = folder / "model.safetensors"
+    shapes = {"linear.weight": (config["out_features"], config["in_features"])}
+    if config["bias"]:
+        shapes["linear.bias"] = (config["out_features"],)
+    limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise InvalidModelError(f"{path}: missing; skflow reads a Dense's weights from safetensors only") from None
+    with os.fdopen(descriptor, "rb") as stream:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise InvalidModelError(f"{path}: not a regular file of at most {limit} bytes (float32 weights of the "
+                                    f"configured shapes)")
+        data = stream.read(limit + 1)
+    try:
+        tensors = load(data)
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error types: one clear error
+        raise InvalidModelError(f"{path}: not a safetensors file ({type(exc).__name__}: {exc})") from None
+    found = {name: (tuple(t.shape), str(t.dtype)) for name, t in tensors.items()}
+    expected = {name: (shape, "torch.float32") for name, shape in shapes.items()}
+    if found != expected:
+        raise InvalidModelError(f"{path}: must hold exactly {expected}, holds {found}")
+    if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
+        raise InvalidModelError(f"{path}: holds values that are not finite")
+    return tensors["linear.weight"], tensors.get("linear.bias")
+
+
+def _check_normalize(folder: Path) -> None:
+    config_file = folder / "config.json"
+    config = read_json(config_file) if config_file.exists() else {}  # releases before 3 wrote none
+    if not isinstance(config, dict) or any(
+        key not in ("module_input_name", "module_output_name") or value != EMBEDDING for key, value in config.items()
+    ):
+        raise InvalidModelError(f"{config_file}: Normalize's configuration must be empty or name {EMBEDDING!r}, got "
+                                f"{config!r}")
+
+
+def _positive_int(value, key: str, where) -> int:
+    if not isinstance(value, Integral) or isinstance(value, bool) or not 0 < value <= 2**20:
+        raise InvalidModelError(f"{where}: {key} must be a positive int (at most 2**20), got {value!r}")
+    return int(value)
 
 
 def read_json(path: Path):

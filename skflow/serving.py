@@ -1,20 +1,28 @@
-"""A fitted ``BertEmbedder -> FlowGaussianizer`` pipeline as a sentence-transformers model folder.
+"""A fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers folder.
 
-:func:`export_sentence_transformer` writes a folder of two modules:
-sentence-transformers' own ``Transformer`` (a copy of the encoder and its
-tokenizer, truncating at the embedder's ``max_length``) and
-:class:`FlowPooling`, skflow's module, which pools exactly as the embedder
-does (``cls``, ``mean``, ``first_last_avg``, ``last_two_avg`` or the
-``layers`` option, which sentence-transformers' ``Pooling`` cannot express)
-and applies the flow, stored as a ``.skops`` file read with
-:func:`skflow.load`.
+:func:`export_sentence_transformer` writes sentence-transformers' own
+``Transformer`` (a copy of the encoder the embedder was fitted on, and its
+tokenizer, truncating at the embedder's ``max_length``), then either
 
-:func:`load_sentence_transformer` loads such a folder without running any
-code from it: it builds the two modules itself, transformers told never to
+- for a `Whitener` after ``cls`` or ``mean`` pooling of the last layer:
+  sentence-transformers' own ``Pooling``, ``Normalize`` (with
+  ``normalize=True``) and ``Dense`` (identity activation; the whitening as
+  its weight and bias), so plain ``SentenceTransformer(path)`` loads it
+  without ``trust_remote_code`` and servers that run only stock modules
+  serve it (see ``skflow._st_stock``);
+- otherwise :class:`FlowPooling`, skflow's module, which pools exactly as
+  the embedder does (``first_last_avg``, ``last_two_avg`` or the ``layers``
+  option, which sentence-transformers' ``Pooling`` cannot express) and
+  applies the fitted post-processing (the flow or the whitener), stored as a
+  ``.skops`` file read with :func:`skflow.load`.
+
+:func:`load_sentence_transformer` loads either without running any code
+from the folder: it builds the modules itself, transformers told never to
 run remote code, and refuses a folder that names anything else. Plain
-``SentenceTransformer(path, trust_remote_code=True)`` also loads it (since
-sentence-transformers 6 a module outside its namespace needs the flag), but
-that flag lets the folder run code; see ``docs/serving.md``.
+``SentenceTransformer(path, trust_remote_code=True)`` also loads a
+``FlowPooling`` folder (since sentence-transformers 6 a module outside its
+namespace needs the flag), but that flag lets the folder run code; see
+``docs/serving.md``.
 
 Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
 """
@@ -31,10 +39,12 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from skflow import _encoding, persistence
-from skflow._model_source import resolve_model_source
+from skflow._model_source import pinned_model_source
 from skflow._st_folder import REDUCTIONS, check_folder, check_pooling_config
+from skflow._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
+from skflow.whitening import Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
@@ -42,7 +52,7 @@ FLOW_FILE = "flow.skops"
 
 
 class FlowPooling(Module):
-    """Pool token states as `BertEmbedder` does, then map the vector through a fitted flow.
+    """Pool token states as `BertEmbedder` does, then map the vector through a fitted post-processing.
 
     Parameters
     ----------
@@ -52,9 +62,10 @@ class FlowPooling(Module):
         ``hidden_states`` indices to average (0 is the embedding layer);
         None uses the last layer.
     normalize : bool
-        Scale the pooled vector to unit length before the flow.
-    flow : FlowGaussianizer, optional
-        The fitted flow; None passes the pooled vector through.
+        Scale the pooled vector to unit length before the post-processing.
+    flow : FlowGaussianizer or Whitener, optional
+        The fitted post-processing (stored as ``flow.skops`` whichever it
+        is); None passes the pooled vector through.
     """
 
     config_keys = ["reduction", "layers", "normalize"]
@@ -84,7 +95,7 @@ class FlowPooling(Module):
         return features
 
     def get_embedding_dimension(self) -> int:
-        return int(self.flow.n_features_in_)
+        return int(self.flow.n_components_ if isinstance(self.flow, Whitener) else self.flow.n_features_in_)
 
     get_sentence_embedding_dimension = get_embedding_dimension  # the name before sentence-transformers 6
 
@@ -102,21 +113,37 @@ class FlowPooling(Module):
         flow_path = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
         if not flow_path:
             raise persistence.InvalidModelError(f"{where.parent / FLOW_FILE}: missing; FlowPooling needs its flow")
-        return cls(**config, flow=_load_flow(flow_path))
+        return cls(**config, flow=_load_post_processing(flow_path))
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
-    """Write a fitted ``make_pipeline(BertEmbedder(...), FlowGaussianizer())`` as a sentence-transformers folder.
+    """Write a fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers model.
 
-    ``SentenceTransformer(path, trust_remote_code=True).encode(texts)`` (or
-    :func:`load_sentence_transformer`, which runs no code from the folder) then
-    returns the pipeline's latent vectors (float32; the encoder in float32).
+    The folder's ``encode(texts)`` returns the pipeline's output vectors
+    (float32; the encoder in float32). Its encoder is the one the embedder
+    was fitted on: a hub model at the commit recorded at fit (wherever its
+    branch points now), a local folder only if its files are still those of
+    fit.
+
+    - A `Whitener` after ``cls`` or ``mean`` pooling of the last layer (with
+      or without ``normalize``) is written in sentence-transformers' own
+      modules only: ``Transformer``, ``Pooling``, ``Normalize`` (when the
+      embedder normalizes: before the whitening, as skflow does) and a
+      ``Dense`` with identity activation holding the whitening as its weight
+      and bias, in float32. ``SentenceTransformer(path)`` loads it without
+      ``trust_remote_code``, and servers that run only stock modules can
+      serve it.
+    - Any other pooling (``first_last_avg``, ``last_two_avg``, ``layers``),
+      and a `FlowGaussianizer`, use ``Transformer`` then skflow's
+      :class:`FlowPooling`, which holds the fitted post-processing as a
+      ``.skops`` file: load it with :func:`load_sentence_transformer`, or
+      ``SentenceTransformer(path, trust_remote_code=True)`` if you wrote it.
 
     Parameters
     ----------
     pipeline : Pipeline
         A fitted pipeline of two steps: a `BertEmbedder`, then a fitted
-        `FlowGaussianizer`.
+        `FlowGaussianizer` or `Whitener`.
     path : str or path-like
         The folder to write (``~`` expanded); it must not exist or be empty.
 
@@ -124,12 +151,17 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     -------
     path : pathlib.Path
 
+    Raises
+    ------
+    skflow.EncoderChangedError
+        The embedder's encoder files changed since it was fitted.
+
     Examples
     --------
     >>> import tempfile
     >>> from sentence_transformers import SentenceTransformer
     >>> from sklearn.pipeline import make_pipeline
-    >>> from skflow import BertEmbedder, FlowGaussianizer, export_sentence_transformer
+    >>> from skflow import BertEmbedder, FlowGaussianizer, Whitener, export_sentence_transformer
     >>> from skflow.datasets import load_sts
     >>> texts = load_sts("stsb", split="dev").pairs[:200].ravel()
     >>> pipe = make_pipeline(BertEmbedder(pooling="first_last_avg", dtype="float32"),
@@ -137,24 +169,40 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     >>> folder = export_sentence_transformer(pipe, tempfile.mkdtemp() + "/model")
     >>> SentenceTransformer(str(folder), trust_remote_code=True).encode(list(texts[:3])).shape
     (3, 384)
+    >>> whitened = make_pipeline(BertEmbedder(pooling="cls", dtype="float32"), Whitener(n_components=256)).fit(texts)
+    >>> stock = export_sentence_transformer(whitened, tempfile.mkdtemp() + "/model")
+    >>> SentenceTransformer(str(stock)).encode(list(texts[:3])).shape   # stock modules: no remote code
+    (3, 256)
     """
-    embedder, flow = _check_pipeline(pipeline)
+    embedder, post = _check_pipeline(pipeline)
     out = Path(path).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty folder")
-    source = resolve_model_source(embedder.model_name_or_path, embedder.revision)
-    n_hidden = _encoding.n_hidden_layers(_encoding.load_config(*source))
+    source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
+                                 getattr(embedder, "encoder_identity_", None))
+    config = _encoding.load_config(*source)
+    n_hidden, width = _encoding.n_hidden_layers(config), _encoding.hidden_size(config)
+    if post.n_features_in_ != width:
+        raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
     reduction, layers = _encoding.resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
+    stock = last and isinstance(post, Whitener)
+    pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
     with _encoding.quiet_transformers():
         transformer = Transformer(
             source.path_or_id,
             max_seq_length=embedder.max_length,
-            model_kwargs={"revision": source.revision} if source.revision else None,
-            config_kwargs=None if last else {"output_hidden_states": True},
+            model_kwargs=dict(pinned),
+            processor_kwargs=dict(pinned),
+            config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})},
         )
-        pooling = FlowPooling(reduction, None if last else list(layers), embedder.normalize, flow)
-        SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(out))
+        if stock:
+            modules = stock_modules(post, width, reduction, embedder.normalize)
+        else:
+            modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
+        SentenceTransformer(modules=[transformer, *modules], device="cpu").save(str(out))
+    if stock:
+        write_interoperable_configs(out, reduction, width, embedder.max_length)
     return out
 
 
@@ -162,13 +210,16 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     """Load a folder written by :func:`export_sentence_transformer` without running any code from it.
 
     The folder is checked (``modules.json`` must list exactly
-    sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, at
-    paths inside the folder; the pooling configuration must be one skflow
-    writes), then the two modules are built here and handed to
+    sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, or
+    ``Transformer``, ``Pooling``, optionally ``Normalize``, then ``Dense``,
+    at paths inside the folder; each module's configuration must be one
+    skflow writes: ``cls`` or ``mean`` pooling, a ``Dense`` with identity
+    activation), then the modules are built here and handed to
     ``SentenceTransformer(modules=[...])``: the encoder, its configuration
     and its tokenizer are loaded by transformers with
     ``trust_remote_code=False`` (an ``auto_map`` anywhere in the folder is
-    never followed), from local safetensors files only; the flow is read
+    never followed), from local safetensors files only; a ``Dense``'s weights
+    from safetensors only; the post-processing of a ``FlowPooling`` is read
     with :func:`skflow.load`. ``kwargs`` (``device``, ...) go to
     ``SentenceTransformer``.
 
@@ -189,9 +240,10 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
         The folder is not one skflow writes (a missing or malformed
-        ``modules.json`` or pooling configuration, a module path outside the
-        folder, an encoder that would need code from the folder, a flow that
-        does not fit the encoder, ...); the message names the file.
+        ``modules.json`` or module configuration, a module path outside the
+        folder, an encoder that would need code from the folder, a ``Dense``
+        with an activation, post-processing that does not fit the encoder,
+        ...); the message names the file.
 
     Examples
     --------
@@ -208,9 +260,13 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
                         f"it takes no {', '.join(refused)}")
     folder = check_folder(path)
     config = folder.pooling_config
+    if folder.dense is not None:
+        transformer = _load_transformer(folder.transformer, hidden_states=False)
+        modules = load_stock_modules(folder, transformer.get_embedding_dimension())
+        return SentenceTransformer(modules=[transformer, *modules], **kwargs)
     if not (folder.pooling / FLOW_FILE).exists():
         raise persistence.InvalidModelError(f"{folder.pooling / FLOW_FILE}: missing; FlowPooling needs its flow")
-    flow = _load_flow(folder.pooling / FLOW_FILE)
+    post = _load_post_processing(folder.pooling / FLOW_FILE)
     transformer = _load_transformer(folder.transformer, hidden_states=config["layers"] is not None)
     n_hidden = _encoding.n_hidden_layers(transformer.auto_model.config)
     if config["layers"] is not None and max(config["layers"]) > n_hidden:
@@ -218,21 +274,23 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
             f"{folder.pooling / 'config.json'}: layers {config['layers']} do not exist; the encoder has "
             f"hidden_states 0 to {n_hidden}"
         )
-    if flow.n_features_in_ != transformer.get_embedding_dimension():
+    if post.n_features_in_ != transformer.get_embedding_dimension():
         raise persistence.InvalidModelError(
-            f"{folder.pooling / FLOW_FILE}: the flow takes {flow.n_features_in_} features, the encoder gives "
-            f"{transformer.get_embedding_dimension()}"
+            f"{folder.pooling / FLOW_FILE}: the {type(post).__name__} takes {post.n_features_in_} features, the "
+            f"encoder gives {transformer.get_embedding_dimension()}"
         )
-    return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=flow)], **kwargs)
+    return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=post)], **kwargs)
 
 
-def _load_flow(path) -> FlowGaussianizer:
-    flow = persistence.load(path)
-    if not isinstance(flow, FlowGaussianizer):
-        raise persistence.InvalidModelError(f"{path}: holds a {type(flow).__name__}, not a FlowGaussianizer")
-    if not hasattr(flow, "flow_"):
-        raise persistence.InvalidModelError(f"{path}: holds an unfitted FlowGaussianizer")
-    return flow
+def _load_post_processing(path) -> FlowGaussianizer | Whitener:
+    post = persistence.load(path)
+    if not isinstance(post, (FlowGaussianizer, Whitener)):
+        raise persistence.InvalidModelError(
+            f"{path}: holds a {type(post).__name__}, not a FlowGaussianizer or a Whitener"
+        )
+    if not hasattr(post, "flow_" if isinstance(post, FlowGaussianizer) else "components_"):
+        raise persistence.InvalidModelError(f"{path}: holds an unfitted {type(post).__name__}")
+    return post
 
 
 def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
@@ -255,19 +313,20 @@ def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
         ) from None
 
 
-def _check_pipeline(pipeline) -> tuple[BertEmbedder, FlowGaussianizer]:
+def _check_pipeline(pipeline) -> tuple[BertEmbedder, FlowGaussianizer | Whitener]:
     steps = getattr(pipeline, "steps", None)
     if not isinstance(pipeline, Pipeline) or len(steps) != 2:
         raise TypeError(
-            "export_sentence_transformer takes a pipeline of two steps, BertEmbedder then FlowGaussianizer, "
-            f"e.g. make_pipeline(BertEmbedder(), FlowGaussianizer()); got {type(pipeline).__name__}"
+            "export_sentence_transformer takes a pipeline of two steps, BertEmbedder then FlowGaussianizer or "
+            "Whitener, e.g. make_pipeline(BertEmbedder(), FlowGaussianizer()); got "
+            f"{type(pipeline).__name__}"
         )
-    embedder, flow = steps[0][1], steps[1][1]
-    if not isinstance(embedder, BertEmbedder) or not isinstance(flow, FlowGaussianizer):
+    embedder, post = steps[0][1], steps[1][1]
+    if not isinstance(embedder, BertEmbedder) or not isinstance(post, (FlowGaussianizer, Whitener)):
         raise TypeError(
             "export_sentence_transformer takes a pipeline whose first step is a BertEmbedder and second a "
-            f"FlowGaussianizer; got {type(embedder).__name__}, {type(flow).__name__}"
+            f"FlowGaussianizer or a Whitener; got {type(embedder).__name__}, {type(post).__name__}"
         )
-    check_is_fitted(flow)
+    check_is_fitted(post)
     embedder._validate_params()
-    return embedder, flow
+    return embedder, post
