@@ -119,3 +119,25 @@ def exchange(a: Path, b: Path) -> bool:
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
     raise OSError(code, os.strerror(code), str(b))
+
+
+@contextlib.contextmanager
+def folder_created_atomically(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a hidden sibling folder to fill; when the block succeeds, it becomes ``path`` (absent or empty).
+
+    On any exception (Ctrl-C included) the sibling is deleted and ``path`` is
+    left as it was: a reader never sees a half-written folder at ``path``.
+    """
+    path = Path(path)
+    remove_stale_temporaries(path.parent, path.name)
+    staging = path.parent / temporary_name(path.name)
+    try:
+        staging.mkdir()
+        yield staging
+        if path.is_dir():
+            path.rmdir()  # empty, or this fails and nothing is replaced
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_path(path.parent)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from skflow._atomic import (
     exchange,
+    folder_created_atomically,
     fsync_path,
     remove_stale_temporaries,
     replaced_atomically,
@@ -37,6 +38,7 @@ __all__ = [
     "OutputFolder",
     "OutputPathError",
     "check_output_file",
+    "folder_created_atomically",
     "prove_writable",
     "replaced_atomically",
     "write_text_atomically",

@@ -45,6 +45,7 @@ from skflow._st_stock import load_stock_modules, stock_modules, write_interopera
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.whitening import Whitener
+from skflow.outputs import folder_created_atomically
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
@@ -200,9 +201,10 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
             modules = stock_modules(post, width, reduction, embedder.normalize)
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
-        SentenceTransformer(modules=[transformer, *modules], device="cpu").save(str(out))
-    if stock:
-        write_interoperable_configs(out, reduction, width, embedder.max_length)
+        with folder_created_atomically(out) as staging:  # never a half-written model folder at ``out``
+            SentenceTransformer(modules=[transformer, *modules], device="cpu").save(str(staging))
+            if stock:
+                write_interoperable_configs(staging, reduction, width, embedder.max_length)
     return out
 
 

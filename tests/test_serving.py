@@ -72,6 +72,27 @@ def test_what_cannot_be_exported_is_a_clear_error(tmp_path, stsb_test):
         export_sentence_transformer(fitted, tmp_path / "full")
 
 
+def test_an_export_that_fails_midway_leaves_no_folder(tmp_path, stsb_test, monkeypatch):
+    texts = stsb_test.pairs[:50].ravel()
+    fitted = make_pipeline(BertEmbedder(dtype="float32"), FlowGaussianizer(random_state=0)).fit(texts)
+    save = SentenceTransformer.save
+
+    def save_then_crash(self, path, *args, **kwargs):
+        save(self, path, *args, **kwargs)  # every file written, then the process is interrupted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SentenceTransformer, "save", save_then_crash)
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "new", tmp_path / "empty"):
+        with pytest.raises(KeyboardInterrupt):
+            export_sentence_transformer(fitted, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"] and not any((tmp_path / "empty").iterdir())
+    monkeypatch.setattr(SentenceTransformer, "save", save)
+    folder = export_sentence_transformer(fitted, tmp_path / "empty")
+    np.testing.assert_allclose(load_sentence_transformer(folder).encode(list(texts[:4])), fitted.transform(texts[:4]),
+                               atol=1e-4)
+
+
 def test_the_safe_loader_refuses_other_modules_and_never_runs_the_folders_code(tmp_path, stsb_test):
     texts = stsb_test.pairs[:50].ravel()
     pipe = make_pipeline(BertEmbedder(dtype="float32"), FlowGaussianizer(random_state=0)).fit(texts)
