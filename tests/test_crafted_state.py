@@ -225,3 +225,29 @@ def test_a_genuine_whitener_state_loads_bit_for_bit(tmp_path, X):
     constant = np.c_[X, np.ones(len(X)), np.zeros(len(X))]  # zero eigenvalues: a degenerate eigenspace
     loaded = skflow.load(skflow.dump(Whitener().fit(constant), tmp_path / "c.skops"))
     assert loaded.n_components_ == 10
+
+
+# ---------------------------------------------------------------- finding: finite but extreme flow states
+def _flow_array(schema, members, key, value, weights=False):
+    flow = _flow_node(schema)["content"]
+    node = flow["flow_"]["content"][key] if weights else flow[key]
+    old = np.load(io.BytesIO(members[node["file"]]))
+    members[node["file"]] = _npy(np.full_like(old, value))
+
+
+@pytest.mark.parametrize("key, value, weights, message", [
+    ("levels.0.0.actnorm.logs", 700.0, True, "exceeds 30.0 in absolute value"),
+    ("levels.0.0.actnorm.logs", -31.0, True, "exceeds 30.0 in absolute value"),
+    ("scale_", 1e-300, False, "scale_ from 1e-35 to 1e20"),
+    ("scale_", 1e30, False, "scale_ from 1e-35 to 1e20"),
+    ("mean_", 1e300, False, "mean_ must be at most 1e20"),
+])
+def test_finite_but_extreme_flow_states_are_refused(tmp_path, pipe_file, key, value, weights, message):
+    schema, members = _read(pipe_file)
+    _flow_array(schema, members, key, value, weights)
+    with pytest.raises(InvalidModelError, match=message):
+        skflow.load(_write(tmp_path / "extreme.skops", schema, members))
+
+
+def test_a_genuine_flow_state_loads(pipe_file, X):
+    assert np.isfinite(skflow.load(pipe_file).transform(X)).all()
