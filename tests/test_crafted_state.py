@@ -251,3 +251,15 @@ def test_finite_but_extreme_flow_states_are_refused(tmp_path, pipe_file, key, va
 
 def test_a_genuine_flow_state_loads(pipe_file, X):
     assert np.isfinite(skflow.load(pipe_file).transform(X)).all()
+
+
+# ---------------------------------------------------------------- finding: partial_fit past float32 once standardised
+def test_partial_fit_refuses_rows_that_standardise_past_float32(X):
+    flow = FlowGaussianizer(random_state=0, max_epochs=1).partial_fit(X * 1e-20)
+    rows = X[:20] * 1e-20
+    rows[7, 3] = 1e15
+    before = flow.loss_curve_[:]
+    with pytest.raises(ValueError, match=r"X contains values too large for float32 after standardisation with the "
+                                         r"scale fitted on the first call: feature 3 of row 7 is 1e\+15"):
+        flow.partial_fit(rows)
+    assert flow.loss_curve_ == before
