@@ -8,8 +8,10 @@ attributes (parameters and fitted attributes alike: ``steps``,
 ``transformer_list``, ``transformers`` and the fitted ``transformers_``,
 ``best_estimator_``, ...), through lists, tuples, dicts and object arrays;
 each gets its structure checked if it is one of the composites above, and
-its parameters validated (``_validate_params``, as ``fit`` would) if it is
-skflow's or scikit-learn's.
+its parameters validated (``_validate_params``, as ``fit`` would, looked up
+on the class) if it is skflow's or scikit-learn's. No estimator may hold an
+instance attribute named like an attribute or method of its class: restored
+state would replace ``transform`` or ``_validate_params`` itself.
 """
 
 from collections.abc import Iterator
@@ -31,13 +33,24 @@ def check_estimators(model, validated: tuple[type, ...]) -> None:
     """
     for estimator in estimators(model):
         name = type(estimator).__name__
+        _check_no_shadowing(estimator, name)
         _check_composite(estimator, name)
         ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
         if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
             try:
-                estimator._validate_params()
+                type(estimator)._validate_params(estimator)
             except (ValueError, TypeError) as exc:
                 raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
+
+
+def _check_no_shadowing(estimator, name: str) -> None:
+    """Refuse saved state that would replace a method or class attribute (``transform``, ``_validate_params``)."""
+    shadowing = sorted(key for key in vars(estimator) if hasattr(type(estimator), key))
+    if shadowing:
+        raise InvalidModelError(
+            f"the saved {name} has attributes named like its class's methods or attributes, which they would "
+            f"replace: {', '.join(shadowing)}"
+        )
 
 
 def estimators(model) -> Iterator[BaseEstimator]:

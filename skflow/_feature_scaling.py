@@ -126,8 +126,18 @@ class FeatureScaling:
         for start in range(0, X.shape[0], _CHUNK_ROWS):
             chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)
             check_float32_range(chunk, start, "partial_fit")
-            chunk = chunk[:, active]
-            out[start : start + _CHUNK_ROWS] = (chunk - self.mean[active]) / self.scale[active]
+            standardised = (chunk[:, active] - self.mean[active]) / self.scale[active]
+            too_large = ~(np.abs(standardised) <= MAX_ABS_VALUE)
+            if too_large.any():
+                row, column = (int(i) for i in np.argwhere(too_large)[0])
+                feature = int(np.flatnonzero(active)[column])
+                raise ValueError(
+                    "X contains values too large for float32 after standardisation with the scale fitted on the "
+                    f"first call: feature {feature} of row {start + row} is {chunk[row, feature]:.4g}, "
+                    f"{standardised[row, column]:.4g} standard deviations from the fitted mean (the float32 limit "
+                    f"is {MAX_ABS_VALUE:.3g}). Rescale X as the data of the first call were, or fit again."
+                )
+            out[start : start + _CHUNK_ROWS] = standardised
         return out
 
     def in_data_units(self, history):

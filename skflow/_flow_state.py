@@ -138,11 +138,18 @@ def check_fitted_keys(state: dict) -> None:
         raise InvalidModelError(f"the model has flow weights but not {', '.join(missing)}")
 
 
+# Genuine fitted flows keep actnorm and coupling log-scales within a few units; e^30 per step already
+# overflows float32 over a few steps.
+MAX_LOG_SCALE = 30.0
+
+
 def _check_values(weights: dict) -> None:
     for name, array in weights.items():
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             raise InvalidModelError(f"weight {name!r} is not finite")
         leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("logs", "log_s") and np.abs(array).max(initial=0) > MAX_LOG_SCALE:
+            raise InvalidModelError(f"weight {name!r} exceeds {MAX_LOG_SCALE} in absolute value (a scale of e^30)")
         if leaf == "perm" and not np.array_equal(np.sort(array), np.arange(array.size)):
             raise InvalidModelError(f"weight {name!r} is not a permutation")
         if leaf == "inv_perm" and not np.array_equal(array, np.argsort(weights[name[: -len(leaf)] + "perm"])):
@@ -159,6 +166,9 @@ def _check_fitted_values(state: dict, n_modelled: int) -> None:
         raise InvalidModelError(f"constant_features_ must be a bool mask leaving {n_modelled} features to the flow")
     if not (np.isfinite(mean).all() and np.isfinite(scale).all() and (scale > 0).all()):
         raise InvalidModelError("mean_ and scale_ must be finite and scale_ positive")
+    if np.abs(mean).max(initial=0) > 1e20 or scale.min(initial=1) < 1e-35 or scale.max(initial=1) > 1e20:
+        raise InvalidModelError("mean_ must be at most 1e20 in absolute value and scale_ from 1e-35 to 1e20 (fit refuses "
+                                "values whose squares overflow float32)")
     names = state.get("feature_names_in_")
     if names is not None and not (
         isinstance(names, np.ndarray) and names.shape == (state["n_features_in_"],)

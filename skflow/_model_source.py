@@ -4,16 +4,16 @@ The identity keys the embedding cache and the in-process model registry:
 
 - a hub id: the commit its revision resolves to now (a branch moves; the
   model is then loaded at that commit, so identity and weights agree);
-- a local folder: a fingerprint of its files. Small files (config, tokenizer,
-  vocabulary: up to ``_HASH_WHOLE_BYTES``) are hashed whole. Large ones
-  (weights) contribute their size, their modification time in nanoseconds, a
-  hash of their first ``_HEAD_BYTES`` (the whole safetensors header: tensor
-  names, dtypes, shapes, offsets) and of ``_N_SAMPLES`` blocks spread evenly
-  over the file. Hashing multi-GB weights on every call would cost seconds;
-  this reads well under a megabyte, and ``save_pretrained`` into the same
-  folder always changes the modification time. The hole left: a file
-  replaced by another of the same size with its modification time forged
-  (``touch -d``, ``cp -p``) and differing only outside the sampled blocks.
+- a local folder: a fingerprint of the CONTENT of the files transformers
+  reads from it (``MODEL_FILE_PATTERNS``: ``*.json`` config and tokenizer
+  files, ``*.safetensors`` / ``*.bin`` weights, ``*.model`` / ``*.tiktoken``
+  tokenizers, ``vocab*.txt`` and ``merges*.txt``), each by name and a full
+  SHA-256 of its bytes. Nothing else counts: not modification times (a
+  ``touch``, a byte-identical copy or a reinstall of the same package keeps
+  the identity), nor other files (README, notes, ``.gitattributes``).
+  Hashing multi-GB weights takes seconds, so each file's hash is memoised per
+  (path, inode, size, modification time, change time): it is read once per
+  change, and any write sets the change time, which cannot be set back.
 
 `BertEmbedder.fit` records the identity (``encoder_identity_``) and
 `pinned_model_source` holds later calls to it: a hub model loads at the
@@ -23,6 +23,7 @@ fitted on the embeddings (the flow after the embedder in a pipeline) stays
 valid only for the encoder that produced them.
 """
 
+import fnmatch
 import hashlib
 import os
 import re
@@ -31,11 +32,8 @@ from typing import NamedTuple
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
-_HASH_WHOLE_BYTES = 32 << 20
-_HEAD_BYTES = 1 << 20
-_N_SAMPLES = 64
-_SAMPLE_BYTES = 4096
-_fingerprints: dict[tuple, str] = {}
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.tiktoken", "vocab*.txt", "merges*.txt")
+_file_hashes: dict[tuple, str] = {}
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -149,36 +147,26 @@ def hub_commit(repo_id: str, revision: str | None) -> str:
 
 
 def folder_fingerprint(folder: str | os.PathLike) -> str:
-    """A digest of a model folder's files (see the module docstring for what is read)."""
-    files = []
+    """A digest of the content of a model folder's files (see the module docstring for which files)."""
+    digest = hashlib.sha256()
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if entry.name.startswith(".") or entry.name.endswith(".md") or not entry.is_file():
+        if not entry.is_file() or not any(fnmatch.fnmatchcase(entry.name, p) for p in MODEL_FILE_PATTERNS):
             continue
-        stat = entry.stat()
-        files.append((entry.name, entry.path, stat.st_size, stat.st_mtime_ns, (stat.st_ino, stat.st_ctime_ns)))
-    # The memo is keyed by the change time too: any write sets it, and unlike mtime it cannot be set back.
-    signature = tuple((name, size, mtime, change) for name, _, size, mtime, change in files)
-    if signature not in _fingerprints:
+        digest.update(f"{entry.name}\0{_file_hash(entry.path)}\0".encode())
+    return digest.hexdigest()[:32]
+
+
+def _file_hash(path: str) -> str:
+    """SHA-256 of a file's bytes, memoised until its inode, size, modification or change time moves."""
+    stat = os.stat(path)
+    key = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _file_hashes:
         digest = hashlib.sha256()
-        for name, path, size, mtime, _ in files:
-            digest.update(f"{name}\0{size}\0".encode())
-            if size > _HASH_WHOLE_BYTES:
-                digest.update(f"{mtime}\0".encode())
-            _hash_file(digest, path, size)
-        _fingerprints[signature] = digest.hexdigest()[:32]
-    return _fingerprints[signature]
-
-
-def _hash_file(digest, path: str, size: int) -> None:
-    with open(path, "rb") as f:
-        if size <= _HASH_WHOLE_BYTES:
+        with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-            return
-        digest.update(f.read(_HEAD_BYTES))
-        for i in range(_N_SAMPLES):
-            f.seek((size - _SAMPLE_BYTES) * i // (_N_SAMPLES - 1))
-            digest.update(f.read(_SAMPLE_BYTES))
+        _file_hashes[key] = digest.hexdigest()
+    return _file_hashes[key]
 
 
 def not_found_message(name: str, revision: str | None, reason: str) -> str:

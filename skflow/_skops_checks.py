@@ -139,18 +139,23 @@ def _check_members(archive: zipfile.ZipFile, members: dict, nodes: list[dict], s
             raise InvalidModelError(f"schema.json names a member {name!r} that the archive does not hold")
         read[(node.get("__id__", id(node)), name)] = node
     total = members["schema.json"].file_size + sum(members[name].file_size for _, name in read)
+    limit = max(TOTAL_FLOOR, TOTAL_RATIO * size)
+    _check_total(total, limit, size)  # every member's declared size, before any is read
     headers = {}
     for (_, name), node in read.items():
         if node.get("__loader__") == "NdArrayNode":
             headers[name] = _npy_header(archive, members[name], name)
         elif node.get("__loader__") == "SparseMatrixNode":
             total += _npz_size(archive, members[name], name)
-    limit = max(TOTAL_FLOOR, TOTAL_RATIO * size)
+            _check_total(total, limit, size)
+    return headers
+
+
+def _check_total(total: int, limit: int, size: int) -> None:
     if total > limit:
         raise InvalidModelError(
             f"the archive declares {total} bytes of content, more than {limit} for a file of {size} bytes"
         )
-    return headers
 
 
 def _npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> tuple[tuple, np.dtype]:
@@ -178,7 +183,7 @@ def _read_npy_header(stream, size: int, name: str) -> tuple[tuple, np.dtype]:
 def _npz_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> int:
     """What a sparse matrix's ``.npz`` member (a zip inside the zip) declares, its arrays' headers checked."""
     try:
-        with zipfile.ZipFile(io.BytesIO(archive.read(info))) as inner:
+        with archive.open(info) as member, zipfile.ZipFile(member) as inner:  # streamed (seekable), never read whole
             for part in inner.infolist():
                 with inner.open(part) as stream:
                     _read_npy_header(stream, part.file_size, f"{name}/{part.filename}")

@@ -38,10 +38,22 @@ class UndefinedSpearmanWarning(ConstantInputWarning):
     """The cosine similarities of all pairs are equal, so their Spearman correlation with the gold scores is nan."""
 
 
+def _rescaled(rows: np.ndarray) -> np.ndarray:
+    if rows.ndim != 2 or rows.size == 0:
+        return rows
+    top = np.abs(rows).max(axis=1, keepdims=True)
+    extreme = np.isfinite(top) & (top > 0) & ((top > 1e150) | (top < 1e-150))
+    return np.divide(rows, top, out=rows.copy(), where=extreme) if extreme.any() else rows
+
+
 def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity of two ``(n, d)`` arrays (0 for a zero row)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    """Row-wise cosine similarity of two ``(n, d)`` arrays (0 for a zero row).
+
+    Rows whose largest entry is beyond 1e150 or below 1e-150 in absolute value
+    are first divided by it (the cosine does not change), so that finite
+    vectors of 1e200 do not overflow the norms into nan.
+    """
+    a, b = _rescaled(np.asarray(a, dtype=np.float64)), _rescaled(np.asarray(b, dtype=np.float64))
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     dots = np.einsum("ij,ij->i", a, b)
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

@@ -136,6 +136,8 @@ def load(path: str | os.PathLike) -> BaseEstimator:
         )
     try:
         model = skops.io.loads(data, trusted=list(untrusted))
+        if not isinstance(model, BaseEstimator):
+            raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         check_estimators(model, _SKFLOW_CLASSES)
     except InvalidModelError as exc:
         raise type(exc)(f"{path}: {exc}") from None

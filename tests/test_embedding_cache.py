@@ -18,7 +18,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from skflow import BertEmbedder
 from skflow._embedding_cache import EmbeddingCache
-from skflow._model_source import DEFAULT_MODEL, folder_fingerprint, resolve_model_source
+from skflow._model_source import DEFAULT_MODEL, EncoderChangedError, folder_fingerprint, resolve_model_source
 
 TEXTS = ["A man is playing a guitar.", "Two dogs run in the snow.", "Stocks fell sharply today.", ""]
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,13 +57,13 @@ def test_weights_resaved_into_the_same_folder_give_new_vectors(tmp_path):
     assert len(list((tmp_path / "cache").glob("*/key.json"))) == 2
 
 
-def test_the_fingerprint_follows_small_files_byte_for_byte_and_large_ones_by_header_samples_and_mtime(tmp_path):
+def test_the_fingerprint_follows_the_content_of_model_files_only(tmp_path):
     (tmp_path / "config.json").write_text('{"a": 1}')
     (tmp_path / "vocab.txt").write_text("hello\nworld\n")
     weights = tmp_path / "model.safetensors"
     with open(weights, "wb") as f:
         f.write(b"\x10" + b"\0" * 7 + b"{'header': 1234}")
-        f.truncate(40 << 20)  # above the whole-file limit
+        f.truncate(40 << 20)
     (tmp_path / "README.md").write_text("notes")
     first = folder_fingerprint(tmp_path)
     assert folder_fingerprint(tmp_path) == first
@@ -76,15 +76,50 @@ def test_the_fingerprint_follows_small_files_byte_for_byte_and_large_ones_by_hea
         os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))  # same size, same mtime
         return folder_fingerprint(tmp_path)
 
-    assert changed(tmp_path / "vocab.txt", 0, b"j") not in {first}  # small: hashed whole
+    assert changed(tmp_path / "vocab.txt", 0, b"j") != first
     second = folder_fingerprint(tmp_path)
     assert changed(weights, 9, b"X") not in {first, second}  # the safetensors header
     third = folder_fingerprint(tmp_path)
-    os.utime(weights)  # re-saved: a new modification time
-    assert folder_fingerprint(tmp_path) not in {first, second, third}
+    # a byte outside the first MiB and away from any sampled block: hashed whole, so seen too
+    assert changed(weights, (20 << 20) + 12345, b"Y") not in {first, second, third}
     fourth = folder_fingerprint(tmp_path)
-    (tmp_path / "README.md").write_text("other notes")  # documentation does not change the vectors
+    os.utime(weights, ns=(1, 1))  # touched: content unchanged
     assert folder_fingerprint(tmp_path) == fourth
+    (tmp_path / "README.md").write_text("other notes")  # documentation does not change the vectors
+    (tmp_path / "notes.txt").write_text("unrelated")
+    (tmp_path / ".gitattributes").write_text("*.bin lfs")
+    assert folder_fingerprint(tmp_path) == fourth
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for file in tmp_path.iterdir():
+        if file.is_file():
+            shutil.copyfile(file, copy / file.name)  # new inode, new mtime, same bytes
+    assert folder_fingerprint(copy) == fourth
+
+
+def test_touch_copy_and_unrelated_files_keep_the_encoder_identity_and_content_changes_do_not(tmp_path):
+    source = Path(resolve_model_source(DEFAULT_MODEL, None).path_or_id)
+    folder = tmp_path / "model"
+    shutil.copytree(source, folder)
+    embedder = _f32(folder).fit([])
+    identity = embedder.encoder_identity_
+    assert identity == "local:" + resolve_model_source(DEFAULT_MODEL, None).identity.rpartition(":")[2]
+    os.utime(folder / "model.safetensors")  # touch (a reinstall of the package: new mtimes)
+    assert embedder.check_encoder_identity() == identity
+    for file in folder.iterdir():
+        if file.is_file():
+            file.unlink()
+            shutil.copyfile(source / file.name, file)  # byte-identical copy, new inode and mtime
+    assert embedder.check_encoder_identity() == identity
+    (folder / "notes.txt").write_text("my notes")
+    assert embedder.check_encoder_identity() == identity
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.seek(os.path.getsize(folder / "model.safetensors") // 3 + 7)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(EncoderChangedError):
+        embedder.check_encoder_identity()
 
 
 def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path):

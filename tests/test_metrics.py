@@ -107,3 +107,18 @@ def test_non_finite_scores_or_embeddings_are_errors_not_nan():
     with pytest.raises(ValueError, match=r"pair 4 has NaN or infinite values"):
         sts_spearman(bad, scores)
     assert np.isfinite(sts_spearman(pairs, scores))
+
+
+def test_finite_vectors_of_1e200_and_1e_200_give_a_finite_spearman_without_warnings():
+    import warnings
+
+    from skflow.metrics import sts_spearman
+
+    rng = np.random.default_rng(0)
+    pairs = rng.normal(size=(40, 2, 5))
+    gold = rng.uniform(0, 5, size=40)
+    expected = sts_spearman(pairs, gold)
+    for factor in (1e200, 1e-200):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert sts_spearman(pairs * factor, gold) == pytest.approx(expected, abs=1e-12)

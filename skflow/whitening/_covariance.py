@@ -152,10 +152,29 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
     return out
 
 
-def check_whitener_state(state: dict) -> None:
-    """Refuse, with an `InvalidModelError`, a fitted Whitener's saved ``state`` whose arrays do not fit together."""
-    if "mean_" not in state:
+FITTED = ("mean_", "scatter_", "components_", "explained_variance_", "scale_", "n_components_",
+          "variance_floor_", "n_samples_seen_", "n_features_in_")
+OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
+# Above this, squares (and the scatter's products) overflow float64 on the way to the spectrum.
+MAGNITUDE_LIMIT = 1e150
+
+
+def check_whitener_state(state: dict, params: tuple[str, ...]) -> None:
+    """Refuse, with an `InvalidModelError`, a Whitener's saved ``state`` with keys other than its parameters
+    and fitted attributes, some fitted attributes only, or arrays that do not fit together."""
+    unknown = sorted(str(key)[:40] for key in state if key not in (*params, *FITTED, *OPTIONAL))[:5]
+    if unknown:
+        raise InvalidModelError(f"the saved Whitener has unknown attributes: {', '.join(unknown)}")
+    missing = [key for key in params if key not in state]
+    if missing:
+        raise InvalidModelError(f"the saved Whitener lacks its parameters {', '.join(missing)}")
+    present = [key for key in FITTED if key in state]
+    if not present:
         return  # not fitted
+    if len(present) != len(FITTED):
+        raise InvalidModelError(
+            f"the saved Whitener has some fitted attributes only: lacks {', '.join(sorted(set(FITTED) - set(present)))}"
+        )
     mean, scatter, components = state.get("mean_"), state.get("scatter_"), state.get("components_")
     if not (isinstance(mean, np.ndarray) and mean.ndim == 1 and mean.size >= 1):
         raise InvalidModelError("mean_ must be a 1-D array")
@@ -177,3 +196,39 @@ def check_whitener_state(state: dict) -> None:
         raise InvalidModelError(f"variance_floor_ must be a float >= 0, got {floor!r}")
     if state.get("n_features_in_") != d or components is None:
         raise InvalidModelError(f"n_features_in_ must be {d}, the length of mean_")
+    if np.abs(mean).max() >= MAGNITUDE_LIMIT or np.abs(scatter).max() >= MAGNITUDE_LIMIT:
+        raise InvalidModelError(f"mean_ and scatter_ must be below {MAGNITUDE_LIMIT:g} in absolute value")
+    top = np.abs(scatter).max()
+    if np.abs(scatter - scatter.T).max() > 1e-12 * top:
+        raise InvalidModelError("scatter_ must be symmetric")
+    if np.linalg.eigvalsh(scatter)[0] < -1e-9 * top:
+        raise InvalidModelError("scatter_ must be positive semi-definite (it is a sum of outer products)")
+
+
+def check_rebuilt_state(state: dict, rebuilt: dict) -> None:
+    """Refuse a saved fitted Whitener whose map differs from the one its moments and parameters give.
+
+    The saved arrays are kept (round trips stay bit for bit); ``rebuilt`` is
+    what ``_fit_moments`` makes of the saved ``n_samples_seen_``, ``mean_``,
+    ``scatter_`` and parameters. Eigenvectors of equal eigenvalues may rotate
+    between machines, so ``components_`` is checked as orthonormal rows that
+    diagonalise the covariance into ``explained_variance_``.
+    """
+    if state["n_components_"] != rebuilt["n_components_"]:
+        raise InvalidModelError(f"n_components_ must be {rebuilt['n_components_']} for these parameters")
+    variance, top = rebuilt["explained_variance_"], max(float(rebuilt["explained_variance_"].max()), 1e-300)
+    close = {
+        "variance_floor_": np.isclose(state["variance_floor_"], rebuilt["variance_floor_"], rtol=1e-6, atol=0),
+        "explained_variance_": np.allclose(state["explained_variance_"], variance, rtol=1e-6, atol=1e-9 * top),
+        "scale_": np.allclose(state["scale_"], rebuilt["scale_"], rtol=1e-5, atol=0),
+    }
+    components = state["components_"]
+    covariance = state["scatter_"] / max(state["n_samples_seen_"] - 1, 1)
+    close["components_"] = np.abs(components).max() <= 1 + 1e-6 and np.allclose(components @ components.T, np.eye(len(components)), atol=1e-6) and np.allclose(
+        components @ covariance @ components.T, np.diag(state["explained_variance_"]), atol=1e-6 * top
+    )
+    wrong = [name for name, ok in close.items() if not ok]
+    if wrong:
+        raise InvalidModelError(
+            f"{', '.join(wrong)} differ from what mean_, scatter_ and the parameters give: the file was edited"
+        )

@@ -10,7 +10,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.whitening._covariance import RunningMoments, affine_rows, check_whitener_state, write_affine_onnx
+from skflow._flow_state import InvalidModelError
+from skflow.whitening._covariance import (
+    RunningMoments,
+    affine_rows,
+    check_rebuilt_state,
+    check_whitener_state,
+    write_affine_onnx,
+)
 from skflow.whitening._invertible import WhenInvertible
 from skflow._flow_arrays import validate_embeddings
 from skflow.metrics import sts_spearman
@@ -355,7 +362,15 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return self.n_components_
 
     def __setstate__(self, state):
-        check_whitener_state(state)  # the state may come from somebody else's file (skflow.load)
+        check_whitener_state(state, tuple(self._get_param_names()))  # it may be somebody else's file
+        if "mean_" in state:
+            fresh = type(self)(**{key: state[key] for key in self._get_param_names()})
+            try:
+                fresh._validate_params()
+                fresh._fit_moments(RunningMoments(int(state["n_samples_seen_"]), state["mean_"], state["scatter_"]))
+            except (ValueError, TypeError) as exc:
+                raise InvalidModelError(f"the saved Whitener is invalid: {exc}") from None
+            check_rebuilt_state(state, vars(fresh))
         super().__setstate__(state)
 
     def __sklearn_tags__(self):
