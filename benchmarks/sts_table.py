@@ -45,8 +45,8 @@ PAPER = {
 POOLINGS = ("cls", "mean", "first_last_avg")
 # abtt-4: Mu and Viswanath remove about d/100 directions; d = 384 here.
 TABLE_METHODS = ("none", "center", "whiten", "whiten-256", "soft-whiten", "abtt-4", "flow")
-# Hand-written sections of an earlier report that a new one keeps (the tuning study, the recommendation).
-KEPT_SECTIONS = ("## Tuning", "## Recommendation")
+# Hand-written sections of an earlier report that a new one keeps, each before its anchor.
+KEPT_SECTIONS = {"## Recommendation": "## Flow minus raw", "## Tuning": "## Anisotropy"}
 
 
 def table(all_results: dict, protocol: str) -> str:
@@ -149,18 +149,18 @@ def main(argv=None):
 
 
 def _keep_sections(path: str, text: str) -> str:
-    """The hand-written sections of the old report (``KEPT_SECTIONS``), moved into the new one before Anisotropy."""
+    """The hand-written sections of the old report (``KEPT_SECTIONS``), moved into the new one before their anchors."""
     try:
         old = open(path, encoding="utf-8").read()
     except FileNotFoundError:
         return text
-    for heading in KEPT_SECTIONS:
+    for heading, before in KEPT_SECTIONS.items():
         start = old.find(heading + "\n")
         if start < 0:
             continue
         end = old.find("\n## ", start + 1)
         section = old[start : end if end >= 0 else len(old)].rstrip() + "\n\n"
-        anchor = text.find("## Anisotropy")
+        anchor = text.find(before)
         text = text[:anchor] + section + text[anchor:] if anchor >= 0 else text + "\n" + section
     return text
 
