@@ -19,7 +19,6 @@ import sys
 import time
 
 import numpy as np
-
 from _memory import PeakMemory
 
 # (label, library, dtype)

@@ -32,7 +32,6 @@ import time
 
 import numpy as np
 import torch
-
 from _memory import PeakMemory
 
 from skflow.synthetic import make_anisotropic_mixture

@@ -37,7 +37,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from _memory import PeakMemory
 
 CHUNK = 65_536

@@ -15,9 +15,9 @@ import torch
 
 from skflow._feature_scaling import FeatureScaling
 from skflow._flow_arrays import LatentMap
-from skflow.outputs import replaced_atomically
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
+from skflow.outputs import replaced_atomically
 
 
 class FixedLinear(FlowLayer):

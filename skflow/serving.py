@@ -44,8 +44,8 @@ from skflow._st_folder import REDUCTIONS, check_folder, check_pooling_config
 from skflow._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.whitening import Whitener
 from skflow.outputs import folder_created_atomically
+from skflow.whitening import Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 

@@ -2,7 +2,6 @@
 non-estimator at the top, extreme Whitener and flow states. Crafted files load in a subprocess under an
 address-space limit and a timeout, as in ``tests/test_untrusted_files.py``."""
 
-import copy
 import io
 import json
 import os

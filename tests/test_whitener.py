@@ -1,9 +1,9 @@
 """Whitener: centring, whitening(-K), soft whitening and all-but-the-top, checked on real STS-B embeddings."""
 
 import copy
+import doctest
 import pickle
 import re
-import doctest
 import tracemalloc
 
 import joblib
@@ -20,9 +20,8 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import check_estimator
 
 import skflow.whitening
-from skflow.whitening import _covariance
 from skflow.metrics import sts_spearman
-from skflow.whitening import NotInvertibleError, Whitener
+from skflow.whitening import NotInvertibleError, Whitener, _covariance
 
 CONFIGS = [Whitener(), Whitener(power=0.25), Whitener(power=0, n_remove=1), Whitener(n_components=2)]
 

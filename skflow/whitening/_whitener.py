@@ -10,7 +10,9 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from skflow._flow_arrays import validate_embeddings
 from skflow._flow_state import InvalidModelError
+from skflow.metrics import sts_spearman
 from skflow.whitening._covariance import (
     RunningMoments,
     affine_rows,
@@ -19,8 +21,6 @@ from skflow.whitening._covariance import (
     write_affine_onnx,
 )
 from skflow.whitening._invertible import WhenInvertible
-from skflow._flow_arrays import validate_embeddings
-from skflow.metrics import sts_spearman
 
 __all__ = ["Whitener"]
 
