@@ -7,8 +7,12 @@ by its first bytes as well as its name, so a skops file named ``.joblib`` is
 said to be one rather than failing inside joblib.
 """
 
+import bz2
+import gzip
+import lzma
 import os
 import zipfile
+import zlib
 from pathlib import Path
 
 import joblib
@@ -20,17 +24,40 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 
 _ZIP = b"PK\x03\x04"
-# How a joblib file starts: a pickle (protocol 2+), or one of joblib's compressors.
-_JOBLIB = (b"\x80", b"x", b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x5d\x00\x00", b"\x04\x22\x4d\x18", b"ZF")
+# joblib's compressed files, by their first bytes, and how to open them (zlib is handled on its own).
+_COMPRESSED = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ", lzma.open), (b"\x5d\x00\x00", lzma.open))
 
 
 def is_skops_name(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() == ".skops"
 
 
-def _head(path: Path) -> bytes:
+def _head(path: Path, size: int = 8) -> bytes:
     with open(path, "rb") as f:
-        return f.read(8)
+        return f.read(size)
+
+
+def _is_pickle_start(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5  # PROTO opcode, protocol 2 to 5
+
+
+def _is_joblib_file(path: Path, head: bytes) -> bool:
+    """A pickle, plain or in one of joblib's compressors: its (decompressed) first bytes are a pickle's."""
+    if _is_pickle_start(head):
+        return True
+    for magic, opener in _COMPRESSED:
+        if head.startswith(magic):
+            try:
+                with opener(path, "rb") as f:
+                    return _is_pickle_start(f.read(2))
+            except (OSError, EOFError, lzma.LZMAError):
+                return False
+    if head[:1] == b"x":
+        try:
+            return _is_pickle_start(zlib.decompressobj().decompress(head, 2))
+        except zlib.error:
+            return False
+    return False
 
 
 def _is_skops_archive(path: Path) -> bool:
@@ -43,8 +70,11 @@ def _is_skops_archive(path: Path) -> bool:
 
 def looks_like_model_file(path: str | os.PathLike) -> bool:
     """Whether an existing file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
-    head = _head(Path(path))
-    return _is_skops_archive(Path(path)) if head.startswith(_ZIP) else head.startswith(_JOBLIB)
+    path = Path(path)
+    if not path.is_file():  # a FIFO, a device or a folder: never opened, never replaced
+        return False
+    head = _head(path, 4096)
+    return _is_skops_archive(path) if head.startswith(_ZIP) else _is_joblib_file(path, head)
 
 
 def save_model(model, path: str | os.PathLike) -> None:
@@ -76,9 +106,9 @@ def load_model(path: str | os.PathLike):
         raise InputError(f"{path}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
     if not file.is_file():
         raise InputError(f"{path}: no such model file")
-    head = _head(file)
+    head = _head(file, 4096)
     if is_skops_name(file) and not head.startswith(_ZIP):
-        kind = "a joblib or pickle file" if head.startswith(_JOBLIB) else "not a zip archive"
+        kind = "a joblib or pickle file" if _is_joblib_file(file, head) else "not a zip archive"
         raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
     if not is_skops_name(file) and head.startswith(_ZIP) and _is_skops_archive(file):
         raise InputError(

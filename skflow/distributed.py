@@ -273,7 +273,7 @@ def fit(
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     check_embeddings(corpus.files, column)
     out = check_output_file(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
-    if out.is_file() and not looks_like_model_file(out):
+    if (out.exists() or out.is_symlink()) and not looks_like_model_file(out):
         raise OutputPathError(
             f"{out}: exists and is not a model file (skops or joblib); --overwrite replaces only those"
         )

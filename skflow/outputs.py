@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -93,7 +94,7 @@ class OutputFolder:
         given = Path(path).expanduser()
         if given.is_symlink() and not given.exists():
             raise OutputPathError(f"{given}: is a link to nothing; give a folder")
-        self.given, self.path = given, given.resolve()
+        self.given, self.path, self.overwrite = given, given.resolve(), overwrite
         _check_not_an_input(self.path, inputs, "output folder")
         if self.path.exists():
             if not self.path.is_dir():
@@ -150,11 +151,19 @@ class OutputFolder:
                 os.rename(staging / name, self.path / name)
             shutil.rmtree(staging)
         else:
+            if not self.overwrite:  # it was absent or empty when the run began: another run or the user filled it
+                raise OutputPathError(
+                    f"{self.given}: the output folder was filled by someone else during the run; pass --overwrite "
+                    "to replace it (only a folder that skflow wrote is replaced)"
+                )
             old_files = self._skflow_files()  # checked again: it may have changed during the run
+            # The old output goes to a visible name that no clean-up of temporaries ever deletes: files that
+            # appeared in it during the run are kept there.
+            stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+            old = self.path.parent / f"{self.path.name}.skflow-replaced-{stamp}"
             if exchange(staging, self.path):
-                old = staging
-            else:  # two renames; killed between them, the old output is in the hidden folder
-                old = self.path.parent / temporary_name(self.path.name)
+                os.rename(staging, old)
+            else:  # two renames; killed between them, the old output is at ``old``, whole
                 os.rename(self.path, old)
                 os.rename(staging, self.path)
             _delete_listed(old, old_files)
@@ -175,8 +184,10 @@ def _delete_listed(folder: Path, files: list[str]) -> None:
 
 
 def _files_under(folder: Path) -> list[str]:
+    """Every entry under ``folder`` that is not a real subfolder (files, and links to folders too), relative."""
     return sorted(os.path.relpath(os.path.join(root, name), folder)
-                  for root, _, names in os.walk(folder) for name in names)
+                  for root, folders, names in os.walk(folder)
+                  for name in names + [f for f in folders if os.path.islink(os.path.join(root, f))])
 
 
 def _some(names: list[str], limit: int = 5) -> str:

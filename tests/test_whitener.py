@@ -361,3 +361,12 @@ def test_onnxruntime_equals_transform(tmp_path, embeddings, params):
     for batch in (1, 7):
         np.testing.assert_array_equal(session.run(None, {"x": rows[:batch]})[0], z[:batch])
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_values_whose_squares_overflow_are_a_clear_error():
+    X = np.random.default_rng(0).normal(size=(50, 4)) * 1e200
+    whitener = Whitener()
+    with pytest.raises(ValueError, match="too large for a covariance in float64"):
+        whitener.fit(X)
+    assert not hasattr(whitener, "mean_")
+    assert np.isfinite(Whitener().fit(X * 1e-150).transform(X * 1e-150)).all()

@@ -46,9 +46,15 @@ class RunningMoments:
 
     def _merge(self, part: np.ndarray) -> "RunningMoments":
         n_b = part.shape[0]
-        mean_b = part.mean(axis=0)
-        centred = part - mean_b
-        scatter_b = centred.T @ centred
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean_b = part.mean(axis=0)
+            centred = part - mean_b
+            scatter_b = centred.T @ centred
+        if not np.isfinite(scatter_b).all():
+            raise ValueError(
+                "X has values too large for a covariance in float64 (their squares overflow, |x| > ~1e154); "
+                "divide X by a constant: the whitened vectors do not depend on the scale."
+            )
         n = self.n_samples + n_b
         delta = mean_b - self.mean
         mean = self.mean + delta * (n_b / n)
