@@ -13,6 +13,7 @@ before reading. What is *not* checked here, on purpose, is whether some file
 names code: the loader never lets transformers run any.
 """
 
+import contextlib
 import json
 import os
 import stat
@@ -248,16 +249,28 @@ def read_json(path: Path):
         raise InvalidModelError(f"{path}: not readable JSON ({type(exc).__name__}: {exc})") from None
 
 
+def _pseudo_filesystems() -> set[int]:
+    """The devices of /proc, /sys and /dev: their "regular" files can block a reader (/proc/kmsg) or never end."""
+    found = set()
+    for path in ("/proc", "/sys", "/dev"):
+        with contextlib.suppress(OSError):
+            found.add(os.stat(path).st_dev)
+    return found
+
+
 def _check_entries(root: Path) -> None:
+    pseudo = _pseudo_filesystems()
     for folder, subfolders, files in os.walk(root):
         for name in subfolders + files:
             entry = Path(folder) / name
             try:
-                mode = os.stat(entry).st_mode
+                status = os.stat(entry)
             except OSError as exc:
                 raise InvalidModelError(f"{entry}: cannot be read ({exc.strerror}, a broken link?)") from None
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
                 raise InvalidModelError(f"{entry}: neither a file nor a folder (a FIFO, socket or device)")
+            if status.st_dev in pseudo:
+                raise InvalidModelError(f"{entry}: leads into /proc, /sys or /dev, not to a model file")
 
 
 def _check_module_entry(module, index: int, where: Path) -> None:
@@ -276,7 +289,7 @@ def _module_dir(root: Path, relative: str) -> Path:
     """``root / relative``, refused unless it is a folder inside ``root`` (links resolved)."""
     pure = PurePosixPath(relative)
     if pure.is_absolute() or PureWindowsPath(relative).is_absolute() or PureWindowsPath(relative).drive \
-            or ".." in pure.parts or "\\" in relative:
+            or ".." in pure.parts or "\\" in relative or "\0" in relative:
         raise InvalidModelError(f"{root / 'modules.json'}: module path {relative!r} must be relative, without '..'")
     try:
         folder = (root / relative).resolve()

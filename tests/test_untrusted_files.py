@@ -250,6 +250,19 @@ def test_a_missing_or_malformed_modules_json_is_refused(tmp_path, exported, cont
         load_sentence_transformer(folder)
 
 
+def test_a_null_byte_in_a_module_path_and_links_into_proc_are_refused(tmp_path, exported):
+    folder = _clone(exported[0], tmp_path)
+    _edit_json(folder / "modules.json", lambda modules: modules[1].update(path="1_FlowPooling\u0000x"))
+    with pytest.raises(InvalidModelError, match="must be relative"):
+        load_sentence_transformer(folder)
+    for target in ("/proc/self/status", "/dev/zero"):  # a reader of /proc/kmsg would block; /dev/zero never ends
+        folder = _clone(exported[0], tmp_path / target.replace("/", "_"))
+        (folder / "tokenizer_config.json").unlink()
+        os.symlink(target, folder / "tokenizer_config.json")
+        with pytest.raises(InvalidModelError, match="tokenizer_config.json: (leads into /proc|neither a file)"):
+            load_sentence_transformer(folder)
+
+
 POOLING_CONFIGS = [
     ({"reduction": "max"}, "unknown reduction 'max'"),
     ({"layers": [-1]}, r"layers must be null or a non-empty list"),
