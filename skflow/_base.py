@@ -7,19 +7,22 @@ Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
 space and back, scores, samples, and pickles to numpy arrays.
 """
 
-import warnings
 from numbers import Integral
 from pathlib import Path
 
-import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from skflow._feature_scaling import FeatureScaling
-from skflow._flow_arrays import inverse, latent_and_log_prob, validate_embeddings, validate_latents
+from skflow._flow_arrays import (
+    inverse,
+    latent_and_log_prob,
+    pairs_or_likelihood_score,
+    validate_embeddings,
+    validate_latents,
+)
 from skflow._flow_state import restore_flow
-from skflow.metrics import sts_spearman
 
 
 class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -97,24 +100,11 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
-        if len(shape) == 3 and y is not None:
-            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
-            if shape[1] != 2:
-                raise ValueError(
-                    f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, "
-                    f"n_features), got shape {shape}."
-                )
-            z, _ = latent_and_log_prob(self.flow_, self._scaling(), X2d)
-            return sts_spearman(z.reshape(shape), y)
-        if y is not None:
-            warnings.warn(
-                f"{type(self).__name__}.score: y is ignored for input of shape {shape}; gold scores apply to "
-                "sentence pairs of shape (n_pairs, 2, n_features). Returning the mean log-likelihood.",
-                UserWarning,
-                stacklevel=2,
-            )
-        _, log_prob = latent_and_log_prob(self.flow_, self._scaling(), X2d)
-        return float(np.mean(log_prob))
+        return pairs_or_likelihood_score(
+            type(self).__name__, X2d, shape, y,
+            transform_rows=lambda rows: latent_and_log_prob(self.flow_, self._scaling(), rows)[0],
+            log_prob_rows=lambda rows: latent_and_log_prob(self.flow_, self._scaling(), rows)[1],
+        )
 
     def sample(self, n_samples=1, random_state=None):
         """Draw samples from the fitted density.

@@ -7,7 +7,8 @@ makes results independent of batch and device, and never copies a whole
 memory-mapped input.
 """
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from torch import nn
 
 from skflow._feature_scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
+from skflow.metrics import sts_spearman
 
 # Rows per chunk at inference, to bound memory on large inputs.
 INFERENCE_CHUNK = 8192
@@ -136,3 +138,28 @@ def _ndim(X) -> int:
         return np.ndim(np.asarray(X, dtype=object))
     except (ValueError, TypeError):
         return -1
+
+
+def pairs_or_likelihood_score(
+    name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable, log_prob_rows: Callable
+) -> float:
+    """The ``score`` of skflow's post-processings: STS Spearman for pairs with gold scores, else mean log-likelihood.
+
+    ``X2d`` and ``shape`` are what :func:`validate_embeddings` returned; the
+    callables map rows to output vectors and to log-likelihoods.
+    """
+    if len(shape) == 3 and y is not None:
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
+        if shape[1] != 2:
+            raise ValueError(
+                f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), got shape {shape}."
+            )
+        return sts_spearman(transform_rows(X2d).reshape(*shape[:-1], -1), y)
+    if y is not None:
+        warnings.warn(
+            f"{name}.score: y is ignored for input of shape {shape}; gold scores apply to sentence pairs of shape "
+            "(n_pairs, 2, n_features). Returning the mean log-likelihood.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return float(np.mean(log_prob_rows(X2d)))

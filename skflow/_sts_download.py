@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from skflow._atomic import pid_is_running
 from skflow._sts_files import SICK_HEADER
 
 MAX_ARCHIVE_BYTES = 256 << 20
@@ -152,18 +153,10 @@ def _remove_abandoned_staging(home: Path, folder: str) -> None:
     """Staging folders of downloads whose process is gone (killed): removed."""
     for path in home.glob(f".{folder}{_STAGING}*"):
         pid = path.name[len(folder) + len(_STAGING) + 1 :].split("-")[0]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        if pid.isdigit() and not pid_is_running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ------------------------------------------------------------------- Zenodo

@@ -1,7 +1,6 @@
 """Whitener: centring, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
 
 import contextlib
-import warnings
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -10,9 +9,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow._flow_arrays import validate_embeddings
+from skflow._flow_arrays import pairs_or_likelihood_score, validate_embeddings
 from skflow._flow_state import InvalidModelError
-from skflow.metrics import sts_spearman
 from skflow.whitening._covariance import (
     RunningMoments,
     affine_rows,
@@ -294,21 +292,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
-        if len(shape) == 3 and y is not None:
-            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
-            if shape[1] != 2:
-                raise ValueError(
-                    f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), got shape {shape}."
-                )
-            return sts_spearman(self._transform_rows(X2d).reshape(*shape[:-1], self.n_components_), y)
-        if y is not None:
-            warnings.warn(
-                f"Whitener.score: y is ignored for input of shape {shape}; gold scores apply to sentence pairs "
-                "of shape (n_pairs, 2, n_features). Returning the mean log-likelihood.",
-                UserWarning,
-                stacklevel=2,
-            )
-        return float(np.mean(self._log_prob_rows(X2d)))
+        return pairs_or_likelihood_score("Whitener", X2d, shape, y, self._transform_rows, self._log_prob_rows)
 
     def to_onnx(self, path) -> Path:
         """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
