@@ -112,6 +112,10 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
         if getattr(model, "pooler", None) is not None:
             model.pooler = None  # the pretrained dense+tanh pooler; pooling is ours
     model.to(torch.device(device)).eval().requires_grad_(False)
+    for tensor in (*model.parameters(), *model.buffers()):
+        # safetensors weights can stay memory-mapped on the CPU: a file re-saved in place would change (or
+        # corrupt) them under the registry's cached model. Owning copies make the model independent of its files.
+        tensor.data = tensor.data.clone()
     return tokenizer, model
 
 

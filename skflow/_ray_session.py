@@ -13,6 +13,7 @@
 """
 
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -92,9 +93,17 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
     context = ray.data.DataContext.get_current()
     bars = context.enable_progress_bars
     context.enable_progress_bars = not quiet
+    # Ray Data's console lines ("Data sink Parquet finished", ...); its log file keeps everything.
+    consoles = [h for h in logging.getLogger("ray.data").handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    levels = [h.level for h in consoles]
+    for handler in consoles if quiet else ():
+        handler.setLevel(max(handler.level, logging.WARNING))
     try:
         yield
     finally:
+        for handler, level in zip(consoles, levels):
+            handler.setLevel(level)
         context.enable_progress_bars = bars
         if started:
             ray.shutdown()
