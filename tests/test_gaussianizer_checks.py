@@ -1,8 +1,8 @@
 """scikit-learn's estimator checks, in full, for the supported flow configurations."""
 
 import pytest
-from sklearn.utils import estimator_checks as ec
 from sklearn.utils.estimator_checks import check_estimator
+from sklearn_extra_checks import EXTRA_CHECKS
 
 from skflow import FlowGaussianizer
 
@@ -14,20 +14,6 @@ CONFIGS = [
     FlowGaussianizer(early_stopping=True, max_epochs=3, n_iter_no_change=1),
 ]
 
-# Checks that check_estimator does not run itself; scikit-learn's own test suite calls them.
-EXTRA_CHECKS = [
-    ec.check_dataframe_column_names_consistency,
-    ec.check_transformer_get_feature_names_out,
-    ec.check_transformer_get_feature_names_out_pandas,
-    ec.check_get_feature_names_out_error,
-    ec.check_set_output_transform,
-    ec.check_set_output_transform_pandas,
-    ec.check_global_output_transform_pandas,
-    ec.check_set_output_transform_polars,
-    ec.check_global_set_output_transform_polars,
-    ec.check_param_validation,
-    ec.check_inplace_ensure_writeable,
-]
 
 
 @pytest.mark.parametrize("estimator", CONFIGS, ids=repr)

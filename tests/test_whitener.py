@@ -15,9 +15,9 @@ import skops.io
 from scipy.stats import multivariate_normal, ortho_group
 from sklearn.decomposition import PCA
 from sklearn.pipeline import make_pipeline
-from sklearn.utils import estimator_checks as ec
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import check_estimator
+from sklearn_extra_checks import EXTRA_CHECKS
 
 import skflow.whitening
 from skflow.metrics import sts_spearman
@@ -25,20 +25,6 @@ from skflow.whitening import NotInvertibleError, Whitener, _covariance
 
 CONFIGS = [Whitener(), Whitener(power=0.25), Whitener(power=0, n_remove=1), Whitener(n_components=2)]
 
-# Checks that check_estimator does not run itself; scikit-learn's own test suite calls them.
-EXTRA_CHECKS = [
-    ec.check_dataframe_column_names_consistency,
-    ec.check_transformer_get_feature_names_out,
-    ec.check_transformer_get_feature_names_out_pandas,
-    ec.check_get_feature_names_out_error,
-    ec.check_set_output_transform,
-    ec.check_set_output_transform_pandas,
-    ec.check_global_output_transform_pandas,
-    ec.check_set_output_transform_polars,
-    ec.check_global_set_output_transform_polars,
-    ec.check_param_validation,
-    ec.check_inplace_ensure_writeable,
-]
 
 METHODS = {
     "center": dict(power=0),
