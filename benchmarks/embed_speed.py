@@ -49,7 +49,7 @@ def _child(args):
     if args.library == "st":
         from sentence_transformers import SentenceTransformer
 
-        from skflow._model_source import resolve_model_source
+        from skflow.embedding._model_source import resolve_model_source
 
         path = resolve_model_source("sentence-transformers/all-MiniLM-L6-v2", None).path_or_id
         kwargs = {"torch_dtype": torch.bfloat16} if args.dtype == "bfloat16" else {}
@@ -96,7 +96,7 @@ def main(argv=None):
 
     import torch
 
-    from skflow._encoding import resolve_dtype
+    from skflow.embedding._encoding import resolve_dtype
 
     results = {}
     for batch_size in args.batch_sizes:

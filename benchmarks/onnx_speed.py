@@ -18,9 +18,9 @@ import onnxruntime
 import torch
 
 from skflow import BertEmbedder, FlowGaussianizer
-from skflow._feature_scaling import FeatureScaling
-from skflow._flow_arrays import LatentMap
 from skflow.datasets import load_sts
+from skflow.flow_estimator._arrays import LatentMap
+from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flows import Glow
 
 

@@ -23,8 +23,8 @@ import torch
 import transformers
 
 from skflow import BertEmbedder, __version__
-from skflow._encoding import resolve_dtype
 from skflow.datasets import STS_SETS
+from skflow.embedding._encoding import resolve_dtype
 from skflow.evaluation import SET_LABELS, evaluate, stderr_log
 
 # BERT-base, "wmean", Spearman x100, in STS_SETS order (reference notes, section 2).

@@ -17,7 +17,7 @@ from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.metrics import PROTOCOLS
-from skflow.outputs import check_output_file, write_text_atomically
+from skflow.utils import check_output_file, write_text_atomically
 
 
 class _OneLineErrors(argparse.ArgumentParser):

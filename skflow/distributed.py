@@ -9,7 +9,7 @@ given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
 
 Everything that can be checked is checked on the driver before Ray starts
 (options, model, every input file, the output); an output appears complete
-or not at all and replaces only what skflow wrote (:mod:`skflow.outputs`).
+or not at all and replaces only what skflow wrote (:mod:`skflow.utils._outputs`).
 See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
@@ -18,17 +18,26 @@ import os
 import re
 from collections.abc import Sequence
 
-from skflow._corpus_checks import check_embeddings, check_texts
-from skflow._corpus_files import InputError, input_files
-from skflow._device import resolve_device
-from skflow._encoding import load_config, n_hidden_layers, resolve_pooling
-from skflow._model_files import load_model, looks_like_model_file, save_model
-from skflow._model_source import resolve_model_source
-from skflow._ray_data import read_dataset, vectors_array, vectors_column, written_rows
-from skflow._ray_session import RayClusterError, actor_cpus, ray_session
 from skflow.embedder import BertEmbedder
+from skflow.embedding import load_config, n_hidden_layers, resolve_model_source, resolve_pooling
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.outputs import OutputFolder, OutputPathError, check_output_file
+from skflow.ray_jobs import (
+    InputError,
+    RayClusterError,
+    actor_cpus,
+    check_embeddings,
+    check_texts,
+    input_files,
+    load_model,
+    looks_like_model_file,
+    ray_session,
+    read_dataset,
+    save_model,
+    vectors_array,
+    vectors_column,
+    written_rows,
+)
+from skflow.utils import OutputFolder, OutputPathError, check_output_file, resolve_device
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 

@@ -9,20 +9,28 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from skflow import _encoding
-from skflow._device import resolve_device
-from skflow._embedding_cache import EmbeddingCache
-from skflow._encoding import DTYPES, POOLING_ALIASES, POOLINGS
-from skflow._model_source import (
+from skflow.embedding import (
     DEFAULT_MODEL,
+    DTYPES,
+    POOLING_ALIASES,
+    POOLINGS,
+    EmbeddingCache,
     EncoderChangedError,
     EncoderNotFoundError,
     ModelSource,
+    encode_ids,
+    hidden_size,
+    load_config,
+    load_encoder,
+    n_hidden_layers,
     pinned_model_source,
+    resolve_dtype,
     resolve_model_source,
+    resolve_pooling,
+    tokenize,
+    validate_texts,
 )
-from skflow._progress import progress_bar
-from skflow._texts import validate_texts
+from skflow.utils import progress_bar, resolve_device
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -276,7 +284,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     def _model(self) -> tuple:
         """The encoder's source (see `_source`) and its config."""
         source = self._source()
-        return source, _encoding.load_config(*source)
+        return source, load_config(*source)
 
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
@@ -289,10 +297,10 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 FutureWarning,
                 stacklevel=3,
             )
-        n_layers = _encoding.n_hidden_layers(config)
-        reduction, layers = _encoding.resolve_pooling(self.pooling, self.layers, n_layers)
+        n_layers = n_hidden_layers(config)
+        reduction, layers = resolve_pooling(self.pooling, self.layers, n_layers)
         device = resolve_device(self.device)
-        dtype = _encoding.resolve_dtype(self.dtype, device)
+        dtype = resolve_dtype(self.dtype, device)
         dtype_name = str(dtype).removeprefix("torch.")
         max_positions = getattr(config, "max_position_embeddings", None)
         if isinstance(max_positions, int) and self.max_length > max_positions:
@@ -306,7 +314,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             "dtype": dtype_name,
             "reduction": reduction,
             "layers": layers,
-            "dim": _encoding.hidden_size(config),
+            "dim": hidden_size(config),
             "cache_key": {
                 "model": source.identity,
                 "reduction": reduction,
@@ -318,10 +326,10 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         }
 
     def _encode(self, texts: list[str], settings: dict) -> np.ndarray:
-        tokenizer, model = _encoding.load_encoder(
+        tokenizer, model = load_encoder(
             *settings["source"], settings["device"], settings["dtype"], max(settings["layers"])
         )
-        ids, n_truncated = _encoding.tokenize(tokenizer, texts, self.max_length)
+        ids, n_truncated = tokenize(tokenizer, texts, self.max_length)
         if n_truncated:
             warnings.warn(
                 f"BertEmbedder: {n_truncated} of {len(texts)} texts are longer than "
@@ -334,7 +342,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             show = logger.getEffectiveLevel() <= logging.INFO
         n_batches = -(-len(texts) // self.batch_size)
         with progress_bar("BertEmbedder", n_batches, enabled=show) as update:
-            vectors = _encoding.encode_ids(
+            vectors = encode_ids(
                 model,
                 ids,
                 pad_token_id=tokenizer.pad_token_id or 0,
@@ -360,7 +368,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        dim = _encoding.hidden_size(self._model()[1])
+        dim = hidden_size(self._model()[1])
         return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):

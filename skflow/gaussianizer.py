@@ -10,14 +10,19 @@ from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from skflow._base import BaseFlow
-from skflow._device import resolve_device
-from skflow._feature_scaling import ConstantFeaturesWarning, FeatureScaling
-from skflow._flow_arrays import validate_embeddings
-from skflow._progress import progress_bar
+from skflow.flow_estimator import (
+    BaseFlow,
+    ConstantFeaturesWarning,
+    FeatureScaling,
+    FlowTrainer,
+    InMemoryRows,
+    NonFiniteLossError,
+    n_batches,
+    train_epochs,
+    training_rows,
+)
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.flows.batches import InMemoryRows, n_batches, training_rows
-from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
+from skflow.utils import progress_bar, resolve_device, validate_embeddings
 
 __all__ = ["ConstantFeaturesWarning", "FlowGaussianizer"]
 

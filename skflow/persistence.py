@@ -4,11 +4,11 @@
 reads one back, trusting exactly skflow's own estimators and the types that
 skops trusts by default (scikit-learn's estimators, numpy arrays, builtins).
 Before skops reads any array, the file's declared sizes are checked against
-what its content needs (`skflow._skops_checks`); a file that names any other
+what its content needs (`skflow.saved_models._skops`); a file that names any other
 type is refused before anything in it is built, with a message naming the
 type. What is restored is checked before it is used: a FlowGaussianizer's
-state against its configuration (`skflow._flow_state`), every estimator
-inside the model, however nested (`skflow._estimator_checks`). See
+state against its configuration (`skflow.flow_estimator._state`), every estimator
+inside the model, however nested (`skflow.saved_models._estimators`). See
 ``docs/serving.md`` for the threat model.
 """
 
@@ -18,11 +18,10 @@ from pathlib import Path
 
 from sklearn.base import BaseEstimator
 
-from skflow._estimator_checks import check_estimators
-from skflow._flow_state import InvalidModelError
-from skflow._skops_checks import check_skops_archive
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
+from skflow.saved_models import check_estimators, check_skops_archive
+from skflow.utils import InvalidModelError, UntrustedTypeError
 from skflow.whitening import Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
@@ -30,10 +29,6 @@ __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "l
 # skflow's classes that a .skops file may hold, and their names as skops gives them.
 _SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, Whitener)
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
-
-
-class UntrustedTypeError(InvalidModelError):
-    """The file holds a type that skflow does not trust; nothing in it was built."""
 
 
 def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
@@ -64,7 +59,7 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
     """
     import skops.io
 
-    from skflow._atomic import replaced_atomically
+    from skflow.utils import replaced_atomically
 
     path = Path(path).expanduser()
     with replaced_atomically(path) as tmp:  # the path holds the old file or the whole new one, never a part
@@ -113,7 +108,7 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     >>> skflow.load(path)
     Traceback (most recent call last):
     ...
-    skflow._flow_state.InvalidModelError: ...crafted.skops: schema.json declares 33554432 bytes, more than 16777216 ...
+    skflow.flow_estimator._state.InvalidModelError: ...crafted.skops: schema.json declares 33554432 bytes, more than 16777216 ...
     """
     import skops.io
 

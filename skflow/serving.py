@@ -9,7 +9,7 @@ tokenizer, truncating at the embedder's ``max_length``), then either
   ``normalize=True``) and ``Dense`` (identity activation; the whitening as
   its weight and bias), so plain ``SentenceTransformer(path)`` loads it
   without ``trust_remote_code`` and servers that run only stock modules
-  serve it (see ``skflow._st_stock``);
+  serve it (see ``skflow.saved_models._st_stock``);
 - otherwise :class:`FlowPooling`, skflow's module, which pools exactly as
   the embedder does (``first_last_avg``, ``last_two_avg`` or the ``layers``
   option, which sentence-transformers' ``Pooling`` cannot express) and
@@ -38,13 +38,28 @@ from sentence_transformers.base.modules.transformer import Transformer
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
-from skflow import _encoding, persistence
-from skflow._model_source import pinned_model_source
-from skflow._st_folder import REDUCTIONS, check_folder, check_pooling_config
-from skflow._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
+from skflow import persistence
 from skflow.embedder import BertEmbedder
+from skflow.embedding import (
+    hidden_size,
+    load_config,
+    mean_of_layers,
+    n_hidden_layers,
+    pinned_model_source,
+    pool,
+    quiet_transformers,
+    resolve_pooling,
+)
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.outputs import folder_created_atomically
+from skflow.saved_models import (
+    REDUCTIONS,
+    check_folder,
+    check_pooling_config,
+    load_stock_modules,
+    stock_modules,
+    write_interoperable_configs,
+)
+from skflow.utils import folder_created_atomically
 from skflow.whitening import Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
@@ -73,7 +88,7 @@ class FlowPooling(Module):
 
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
-        if reduction not in REDUCTIONS:  # _encoding.pool would mean-pool anything but "cls"
+        if reduction not in REDUCTIONS:  # pool would mean-pool anything but "cls"
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         self.reduction = reduction
         self.layers = None if layers is None else [int(layer) for layer in layers]
@@ -85,8 +100,8 @@ class FlowPooling(Module):
         if self.layers is None:
             hidden = features["token_embeddings"].float()
         else:
-            hidden = _encoding.mean_of_layers(features["all_layer_embeddings"], self.layers)
-        vectors = _encoding.pool(hidden, mask, self.reduction)
+            hidden = mean_of_layers(features["all_layer_embeddings"], self.layers)
+        vectors = pool(hidden, mask, self.reduction)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
         if self.flow is not None:
@@ -181,15 +196,15 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise FileExistsError(f"{out}: exists and is not an empty folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None))
-    config = _encoding.load_config(*source)
-    n_hidden, width = _encoding.n_hidden_layers(config), _encoding.hidden_size(config)
+    config = load_config(*source)
+    n_hidden, width = n_hidden_layers(config), hidden_size(config)
     if post.n_features_in_ != width:
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
-    reduction, layers = _encoding.resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
+    reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
     stock = last and isinstance(post, Whitener)
     pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
-    with _encoding.quiet_transformers():
+    with quiet_transformers():
         transformer = Transformer(
             source.path_or_id,
             max_seq_length=embedder.max_length,
@@ -254,7 +269,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     >>> load_sentence_transformer(tempfile.mkdtemp())
     Traceback (most recent call last):
     ...
-    skflow._flow_state.InvalidModelError: .../modules.json: missing; not a folder written by ...
+    skflow.flow_estimator._state.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:
@@ -270,7 +285,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         raise persistence.InvalidModelError(f"{folder.pooling / FLOW_FILE}: missing; FlowPooling needs its flow")
     post = _load_post_processing(folder.pooling / FLOW_FILE)
     transformer = _load_transformer(folder.transformer, hidden_states=config["layers"] is not None)
-    n_hidden = _encoding.n_hidden_layers(transformer.auto_model.config)
+    n_hidden = n_hidden_layers(transformer.auto_model.config)
     if config["layers"] is not None and max(config["layers"]) > n_hidden:
         raise persistence.InvalidModelError(
             f"{folder.pooling / 'config.json'}: layers {config['layers']} do not exist; the encoder has "
@@ -299,7 +314,7 @@ def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
     """The encoder and tokenizer in ``folder``, loaded so that nothing in the folder can make transformers run code."""
     never = {"trust_remote_code": False, "local_files_only": True}
     try:
-        with _encoding.quiet_transformers():
+        with quiet_transformers():
             return Transformer(
                 str(folder),
                 model_kwargs={**never, "use_safetensors": True},  # no pickled .bin weights

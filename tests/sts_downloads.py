@@ -4,7 +4,7 @@ import io
 import urllib.error
 import zipfile
 
-from skflow import _sts_download
+from skflow.datasets import _download as _sts_download
 
 
 def zip_bytes(members: dict[str, bytes]) -> bytes:

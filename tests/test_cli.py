@@ -158,7 +158,7 @@ def _one_line_error(capsys) -> str:
     ],
 )
 def test_user_errors_are_one_line_and_exit_2_before_any_encoding(tmp_path, capsys, monkeypatch, option, message):
-    from skflow import _encoding
+    from skflow.embedding import _encoding as _encoding
 
     monkeypatch.setattr(_encoding, "encode_ids", lambda *a, **k: pytest.fail("encoded before the check"))
     (tmp_path / "file").write_text("x")
@@ -215,7 +215,7 @@ def test_usage_errors_are_one_line_too(capsys):
 
 
 def test_every_set_is_verified_before_anything_is_embedded(sts_data_home, tmp_path, capsys, monkeypatch):
-    from skflow import _encoding
+    from skflow.embedding import _encoding as _encoding
 
     for folder in ("STS12-en-test", "STS16-en-test"):
         shutil.copytree(sts_data_home / folder, tmp_path / folder)

@@ -9,6 +9,7 @@ MODULES = [
     "skflow.gaussianizer",
     "skflow.embedder",
     "skflow.datasets",
+    "skflow.datasets._sts",
     "skflow.metrics",
     "skflow.synthetic",
     "skflow.flows.glow",

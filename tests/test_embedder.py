@@ -31,11 +31,12 @@ from sklearn.utils.estimator_checks import (
 )
 from transformers import AutoModel, AutoTokenizer
 
-from skflow import BertEmbedder, FlowGaussianizer, _encoding
-from skflow._embedding_cache import EmbeddingCache
-from skflow._model_source import DEFAULT_MODEL, resolve_model_source
+from skflow import BertEmbedder, FlowGaussianizer
 from skflow.datasets import load_sts
 from skflow.embedder import EncoderNotFoundError
+from skflow.embedding import _encoding as _encoding
+from skflow.embedding._cache import EmbeddingCache
+from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 
 SENTENCES = [
     "A man is playing a guitar.",

@@ -17,8 +17,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from skflow import BertEmbedder
-from skflow._embedding_cache import EmbeddingCache
-from skflow._model_source import DEFAULT_MODEL, EncoderChangedError, folder_fingerprint, resolve_model_source
+from skflow.embedding._cache import EmbeddingCache
+from skflow.embedding._model_source import DEFAULT_MODEL, EncoderChangedError, folder_fingerprint, resolve_model_source
 
 TEXTS = ["A man is playing a guitar.", "Two dogs run in the snow.", "Stocks fell sharply today.", ""]
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def test_an_unreadable_entry_is_recomputed_with_a_warning():
         cache = EmbeddingCache(folder, {"k": 1}, dim=4)
         code = (
             "import numpy as np, sys\n"
-            "from skflow._embedding_cache import EmbeddingCache\n"
+            "from skflow.embedding._cache import EmbeddingCache\n"
             f"cache = EmbeddingCache({str(folder)!r}, {{'k': 1}}, dim=4)\n"
             "if sys.argv[1] == 'write':\n"
             "    cache.put_many(['a', 'b'], np.arange(8, dtype=np.float32).reshape(2, 4))\n"
@@ -251,7 +251,7 @@ def test_nothing_is_read_or_written_through_a_symlinked_subfolder(tmp_path):
 
 
 def test_a_cache_dir_that_cannot_be_used_is_an_error_before_any_encoding(tmp_path, monkeypatch):
-    from skflow import _encoding
+    from skflow.embedding import _encoding as _encoding
 
     monkeypatch.setattr(_encoding, "encode_ids", lambda *a, **k: pytest.fail("encoded before checking the cache"))
     (tmp_path / "file").write_text("x")
@@ -267,7 +267,7 @@ def test_a_cache_dir_that_cannot_be_used_is_an_error_before_any_encoding(tmp_pat
 WRITER = """
 import sys
 import numpy as np
-from skflow._embedding_cache import EmbeddingCache
+from skflow.embedding._cache import EmbeddingCache
 cache = EmbeddingCache(sys.argv[1], {"k": "kill"}, dim=384)
 vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
 texts = [f"text {i}" for i in range(len(vectors))]

@@ -297,7 +297,7 @@ def test_manual_gradient_refuses_other_flows():
 
 
 def test_clip_grad_norm_matches_torch():
-    from skflow.flows.training import clip_grad_norm
+    from skflow.flow_estimator._trainer import clip_grad_norm
 
     for scale in (0.01, 10.0):
         grad = torch.randn(100, generator=torch.Generator().manual_seed(0)) * scale

@@ -22,10 +22,10 @@ from transformers import AutoModel
 
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer
-from skflow._feature_scaling import FeatureScaling
-from skflow._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.datasets import load_sts
 from skflow.embedder import EncoderChangedError
+from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
+from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.gaussianizer import ConstantFeaturesWarning
 from skflow.metrics import UndefinedSpearmanWarning, make_sts_scorer, paired_cosine, sts_report, sts_spearman
 from skflow.synthetic import make_anisotropic_mixture

@@ -43,7 +43,7 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
 
 @pytest.mark.parametrize("make", [lambda: FlowGaussianizer(random_state=0), lambda: Whitener()], ids=["flow", "whitener"])
 def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path, rows, make, monkeypatch):
-    from skflow import _atomic
+    from skflow.utils import _atomic as _atomic
 
     model = make().fit(rows[:2000])
     path = model.to_onnx(tmp_path / "model.onnx")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from skflow import FlowGaussianizer
-from skflow.flows import batches
-from skflow.flows.batches import InMemoryRows, MemoryMappedRows, is_memory_mapped, training_rows
+from skflow.flow_estimator._rows import InMemoryRows, MemoryMappedRows, is_memory_mapped, training_rows
+from skflow.flow_estimator import _rows as batches
 
 
 def _memmap(tmp_path, X, name="X.f32"):

@@ -9,9 +9,9 @@ import zlib
 import joblib
 import pytest
 
-from skflow import outputs
-from skflow._model_files import looks_like_model_file
-from skflow.outputs import OutputFolder, OutputPathError
+from skflow.ray_jobs._model_files import looks_like_model_file
+from skflow.utils import _outputs as outputs
+from skflow.utils._outputs import OutputFolder, OutputPathError
 
 
 def _write_output(path, **files):

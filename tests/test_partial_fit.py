@@ -8,7 +8,7 @@ import torch
 from sklearn.exceptions import NotFittedError
 
 from skflow import FlowGaussianizer
-from skflow.flows.training import FlowTrainer
+from skflow.flow_estimator._trainer import FlowTrainer
 from skflow.synthetic import make_anisotropic_mixture
 
 

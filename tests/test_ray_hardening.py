@@ -30,7 +30,7 @@ import ray
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
-from skflow.outputs import MARKER, OutputFolder, replaced_atomically
+from skflow.utils._outputs import MARKER, OutputFolder, replaced_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -251,8 +251,8 @@ def _json_lines(path: Path, rows) -> None:
 
 
 def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_ray):
-    from skflow._corpus_checks import check_texts
-    from skflow._corpus_files import input_files
+    from skflow.ray_jobs._corpus_checks import check_texts
+    from skflow.ray_jobs._corpus_files import input_files
 
     def rows(*inputs):
         corpus = input_files(inputs)
@@ -312,7 +312,7 @@ def test_format_errors_name_the_file_and_the_row(tmp_path, capsys, no_ray):
 
 
 def test_text_lines_end_at_newline_only():
-    from skflow._corpus_files import text_rows
+    from skflow.ray_jobs._corpus_files import text_rows
 
     data = "one\x0ctwo\nthree\u2028four\r\nfive\x1cfive\u0085\n\n \t\n\ufeffsix\n".encode()
     assert text_rows("\ufeffbom\n".encode()) == ["bom"]
@@ -325,7 +325,7 @@ KILL_SCRIPT = textwrap.dedent('''
     import json, os, random, signal, sys, time
     import numpy as np
     from skflow import FlowGaussianizer
-    from skflow._model_files import load_model, save_model
+    from skflow.ray_jobs._model_files import load_model, save_model
     from skflow.synthetic import make_anisotropic_mixture
 
     path, rounds = sys.argv[1], int(sys.argv[2])
@@ -371,7 +371,7 @@ def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(t
     assert {outcome for outcome, _ in outcomes} <= {"old", "new"} and "new" in dict(outcomes), outcomes
     assert sum(left for _, left in outcomes) >= 3, outcomes  # kills that landed in the middle of a write
     save_model_again = subprocess.run(  # the next write removes what the killed writers left
-        [sys.executable, "-c", ("import sys; from skflow._model_files import save_model, load_model; "
+        [sys.executable, "-c", ("import sys; from skflow.ray_jobs._model_files import save_model, load_model; "
                                 "save_model(load_model(sys.argv[1]), sys.argv[1])"), tmp_path / "models" / name],
         capture_output=True, text=True, env=ENV, timeout=300, check=False)
     assert save_model_again.returncode == 0, save_model_again.stderr[-2000:]
@@ -403,9 +403,9 @@ def _embedder():
 
 
 def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
-    from skflow._corpus_checks import check_texts
-    from skflow._corpus_files import input_files
-    from skflow._ray_data import read_dataset
+    from skflow.ray_jobs._corpus_checks import check_texts
+    from skflow.ray_jobs._corpus_files import input_files
+    from skflow.ray_jobs._ray_data import read_dataset
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)

@@ -23,7 +23,7 @@ from transformers import AutoModel
 
 import skflow
 from skflow import BertEmbedder, EncoderChangedError, Whitener, export_sentence_transformer
-from skflow._model_source import DEFAULT_MODEL, resolve_model_source
+from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.metrics import sts_spearman
 from skflow.persistence import InvalidModelError, UntrustedTypeError
 from skflow.serving import load_sentence_transformer

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from sts_downloads import serve, zip_bytes
 
-from skflow import _sts_checksums, _sts_download, datasets
-from skflow._sts_files import STSDataError
+from skflow import datasets
 from skflow.cli import main
+from skflow.datasets import _checksums as _sts_checksums
+from skflow.datasets import _download as _sts_download
 from skflow.datasets import load_sts
+from skflow.datasets._files import STSDataError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,7 +152,7 @@ def test_sick_falls_back_to_its_zenodo_release_verified_and_flagged(tmp_path, mo
     monkeypatch.setattr(_sts_checksums, "ZENODO_SICK_SHA256", {})
     for name, text in rebuilt.items():
         monkeypatch.setitem(_sts_checksums.ZENODO_SICK_SHA256, f"SICK/{name}", hashlib.sha256(text.encode()).hexdigest())
-    monkeypatch.setattr("skflow._sts_files.ZENODO_SICK_SHA256", _sts_checksums.ZENODO_SICK_SHA256)
+    monkeypatch.setattr("skflow.datasets._files.ZENODO_SICK_SHA256", _sts_checksums.ZENODO_SICK_SHA256)
     fetched = serve(monkeypatch, {_sts_download.ZENODO_SICK_URLS[0]: zip_bytes({"SICK/SICK.txt": release})})
     with pytest.warns(UserWarning, match=r"Zenodo release \(9,840 pairs; test 4,906\).*not comparable"):
         data = load_sts("sickr", data_home=tmp_path)
@@ -194,7 +196,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 DOWNLOADER = """
 import dataclasses, sys
 from skflow import datasets
-from skflow._sts_download import Archive
+from skflow.datasets._download import Archive
 info = datasets._SETS["sts13"]
 datasets._SETS["sts13"] = dataclasses.replace(info, archives=(Archive((sys.argv[2],), "test-gs"),))
 print(len(datasets.load_sts("sts13", data_home=sys.argv[1]).scores))

@@ -1,13 +1,13 @@
-"""The resumable trainer of skflow.flows.training: its optimiser, its errors, its copies."""
+"""The resumable trainer of skflow.flow_estimator._trainer: its optimiser, its errors, its copies."""
 
 import math
 
 import pytest
 import torch
 
+from skflow.flow_estimator._rows import shuffled_batches
+from skflow.flow_estimator._trainer import FlowTrainer, NonFiniteLossError, train_epochs
 from skflow.flows import AdamWeightDecay, Glow, LUInvertibleLinear
-from skflow.flows.batches import shuffled_batches
-from skflow.flows.training import FlowTrainer, NonFiniteLossError, train_epochs
 
 
 def _trainer(coupling="additive", permutation="reverse", d=8, seed=0, **kwargs):

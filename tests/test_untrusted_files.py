@@ -27,8 +27,8 @@ from sklearn.preprocessing import StandardScaler
 
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer, export_sentence_transformer
-from skflow._flow_shapes import n_parameters, n_state_arrays, state_arrays
-from skflow._flow_state import GENERATOR_STATE_SIZE
+from skflow.flow_estimator._shapes import n_parameters, n_state_arrays, state_arrays
+from skflow.flow_estimator._state import GENERATOR_STATE_SIZE
 from skflow.flows import Glow
 from skflow.persistence import InvalidModelError, UntrustedTypeError
 from skflow.serving import FlowPooling, load_sentence_transformer

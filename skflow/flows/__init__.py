@@ -5,9 +5,10 @@ Every layer maps ``x -> (y, logdet)`` in ``forward``, has an exact
 ``log|det dy/dx|``: a 0-d tensor when it does not depend on the input, else
 one value per row. Training internals (the resumable trainer, the
 hand-written gradient of the official configuration) live in
-``skflow.flows.training`` and are not part of this API.
+``skflow.flow_estimator._trainer`` and are not part of this API.
 """
 
+from skflow.flows._official_gradient import OfficialGlowGradient, is_log_scale, is_official
 from skflow.flows.actnorm import ActNorm
 from skflow.flows.base import FlowLayer
 from skflow.flows.couplings import AdditiveCoupling, AffineCoupling, CouplingNet, ScaledLinear
@@ -27,8 +28,11 @@ __all__ = [
     "FlowStep",
     "Glow",
     "LUInvertibleLinear",
+    "OfficialGlowGradient",
     "RandomPermutation",
     "ReversePermutation",
     "ScaledLinear",
+    "is_log_scale",
+    "is_official",
     "level_sizes",
 ]

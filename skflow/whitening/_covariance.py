@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skflow._flow_state import InvalidModelError
-from skflow.outputs import replaced_atomically
+from skflow.utils import InvalidModelError, replaced_atomically
 
 # Rows read (and converted to float64) at once: 8192 x 384 float64 is 25 MB.
 CHUNK_ROWS = 8192

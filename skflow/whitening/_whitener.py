@@ -9,8 +9,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow._flow_arrays import pairs_or_likelihood_score, validate_embeddings
-from skflow._flow_state import InvalidModelError
+from skflow.utils import InvalidModelError, pairs_or_likelihood_score, validate_embeddings
 from skflow.whitening._covariance import (
     RunningMoments,
     affine_rows,

@@ -4,12 +4,12 @@ A saved FlowGaussianizer holds its flow as a configuration and a dict of
 numpy arrays. The state may come from a file somebody else wrote, so it is
 checked first: fitted attributes and weights come together or not at all;
 the configuration's keys, types and ranges; its sizes and number of arrays
-against the file's, by arithmetic (`skflow._flow_shapes`), before any array
+against the file's, by arithmetic (`skflow.flow_estimator._shapes`), before any array
 is compared or any module built; then every array's name, shape and dtype
 exactly, the values that must hold (finite, positive scales, permutations),
 and the optimiser state that ``partial_fit`` continues from. Only then is the
 flow built, from the arrays themselves (no second copy, no random
-initialisation). `skflow._skops_checks` applies the same size and shape
+initialisation). `skflow.saved_models._skops` applies the same size and shape
 rules to a ``.skops`` file before skops reads an array.
 """
 
@@ -18,8 +18,9 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from skflow._flow_shapes import ArraySpec, n_parameters, n_state_arrays, state_arrays
+from skflow.flow_estimator._shapes import ArraySpec, n_parameters, n_state_arrays, state_arrays
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
+from skflow.utils import InvalidModelError
 
 _CONFIG_INTS = ("n_features", "n_levels", "depth", "hidden_channels")
 GENERATOR_STATE_SIZE = torch.Generator().get_state().numel()  # bytes of torch's CPU generator state
@@ -27,10 +28,6 @@ TRAINER_KEYS = ("exp_avg", "exp_avg_sq", "n_steps", "generator", "reference_loss
 # What fit and partial_fit leave besides flow_; all present, or none of them.
 _FITTED = ("n_features_in_", "_flow_config", "mean_", "scale_", "constant_features_", "n_iter_", "loss_curve_",
            "n_samples_seen_", "validation_scores_", "best_validation_score_", "n_steps_", "_trainer_state")
-
-
-class InvalidModelError(ValueError):
-    """A saved model whose state is inconsistent or not what skflow writes."""
 
 
 def restore_flow(state: dict) -> Glow | None:
@@ -51,7 +48,7 @@ def restore_flow(state: dict) -> Glow | None:
         missing, extra = sorted(set(specs) - set(weights)), sorted(set(weights) - set(specs))
         raise InvalidModelError(f"the weights do not fit the configuration (missing {missing[:3]}, extra {extra[:3]})")
     for name, spec in specs.items():
-        check_array(("flow_", name), weights[name].shape, weights[name].dtype, spec)
+        check_saved_array(("flow_", name), weights[name].shape, weights[name].dtype, spec)
     n_features = state["n_features_in_"]
     check_n_features_in(n_features, config["n_features"])
     trainer = state["_trainer_state"]
@@ -61,7 +58,7 @@ def restore_flow(state: dict) -> Glow | None:
         array = state[key[0]] if len(key) == 1 else trainer[key[1]]
         if not isinstance(array, np.ndarray):
             raise InvalidModelError(f"{array_label(key)} must be a numpy array, got {type(array).__name__}")
-        check_array(key, array.shape, array.dtype, spec)
+        check_saved_array(key, array.shape, array.dtype, spec)
     _check_values(weights)
     _check_fitted_values(state, config["n_features"])
     with torch.device("meta"):  # shapes only; the saved arrays become the weights
@@ -118,7 +115,7 @@ def array_label(key: tuple[str, ...]) -> str:
     return key[0] if len(key) == 1 else f"the optimiser state's {key[1]}"
 
 
-def check_array(key: tuple[str, ...], shape: tuple, dtype: np.dtype, spec: ArraySpec) -> None:
+def check_saved_array(key: tuple[str, ...], shape: tuple, dtype: np.dtype, spec: ArraySpec) -> None:
     if tuple(shape) != spec.shape or dtype != spec.dtype:
         raise InvalidModelError(
             f"{array_label(key)} is {dtype}{list(shape)}, the configuration needs {spec.dtype}{list(spec.shape)}"

@@ -7,43 +7,24 @@ makes results independent of batch and device, and never copies a whole
 memory-mapped input.
 """
 
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_array, validate_data
+from sklearn.utils.validation import check_array
 from torch import nn
 
-from skflow._feature_scaling import FeatureScaling, check_float32_range
+from skflow.flow_estimator._scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
-from skflow.metrics import sts_spearman
+from skflow.utils import FLOAT_DTYPES
 
 # Rows per chunk at inference, to bound memory on large inputs.
 INFERENCE_CHUNK = 8192
-_FLOAT_DTYPES = [np.float64, np.float32]
-
-
-def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
-    """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape.
-
-    ``reset=True`` (fit) records ``n_features_in_`` and feature names on the
-    estimator, and needs at least two rows.
-    """
-    is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
-    min_samples = 2 if reset else 1
-    if not is_frame and _ndim(X) == 3:
-        X3 = check_array(X, dtype=_FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
-        rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
-        X2d = validate_data(estimator, rows, reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples)
-        return X2d, X3.shape
-    X2d = validate_data(estimator, X, reset=reset, dtype=_FLOAT_DTYPES, ensure_min_samples=min_samples)
-    return X2d, X2d.shape
 
 
 def validate_latents(X, n_features: int) -> np.ndarray:
     """Validate 2-D or 3-D latent vectors with ``n_features`` features (no feature names to check)."""
-    Z = check_array(X, dtype=_FLOAT_DTYPES, allow_nd=True, input_name="X")
+    Z = check_array(X, dtype=FLOAT_DTYPES, allow_nd=True, input_name="X")
     if Z.ndim not in (2, 3):
         raise ValueError(f"Expected a 2-D or 3-D array, got {Z.ndim}-D input instead.")
     if Z.shape[-1] != n_features:
@@ -55,7 +36,7 @@ def validate_latents(X, n_features: int) -> np.ndarray:
 
 class LatentMap(nn.Module):
     """The whole map of a fitted flow as one torch module: centring, the standardisation of the modelled
-    features, the flow, and the constant features passed through centred (see `skflow._feature_scaling`).
+    features, the flow, and the constant features passed through centred (see `skflow.flow_estimator._scaling`).
 
     ``transform``, ``score_samples`` and ``inverse_transform`` run it in
     float64; ``to_onnx`` exports its ``forward`` in float32.
@@ -128,38 +109,3 @@ def inverse(flow: Glow, scaling: FeatureScaling, Z2d: np.ndarray) -> np.ndarray:
 def _chunks(X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     for start in range(0, X.shape[0], INFERENCE_CHUNK):
         yield start, X[start : start + INFERENCE_CHUNK]
-
-
-def _ndim(X) -> int:
-    shape = getattr(X, "shape", None)
-    if shape is not None:
-        return len(shape)
-    try:
-        return np.ndim(np.asarray(X, dtype=object))
-    except (ValueError, TypeError):
-        return -1
-
-
-def pairs_or_likelihood_score(
-    name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable, log_prob_rows: Callable
-) -> float:
-    """The ``score`` of skflow's post-processings: STS Spearman for pairs with gold scores, else mean log-likelihood.
-
-    ``X2d`` and ``shape`` are what :func:`validate_embeddings` returned; the
-    callables map rows to output vectors and to log-likelihoods.
-    """
-    if len(shape) == 3 and y is not None:
-        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
-        if shape[1] != 2:
-            raise ValueError(
-                f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), got shape {shape}."
-            )
-        return sts_spearman(transform_rows(X2d).reshape(*shape[:-1], -1), y)
-    if y is not None:
-        warnings.warn(
-            f"{name}.score: y is ignored for input of shape {shape}; gold scores apply to sentence pairs of shape "
-            "(n_pairs, 2, n_features). Returning the mean log-likelihood.",
-            UserWarning,
-            stacklevel=3,
-        )
-    return float(np.mean(log_prob_rows(X2d)))

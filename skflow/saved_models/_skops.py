@@ -12,7 +12,7 @@ directory, ``schema.json`` and the first bytes of each member are read:
   declare exactly the member's size, and all of them together with the
   schema may declare at most ``max(64 MiB, 32 x the file's size)``;
 - each FlowGaussianizer's configuration is checked, then its number of
-  weight arrays and sizes against the file (`skflow._flow_state.check_sizes`,
+  weight arrays and sizes against the file (`skflow.flow_estimator._state.check_sizes`,
   arithmetic only), then every array's header against the shape and dtype the
   configuration gives it, the standardisation and optimiser state included.
   skops builds the first node of an ``__id__`` wherever that id appears, so
@@ -29,17 +29,17 @@ from math import prod
 
 import numpy as np
 
-from skflow._flow_shapes import state_arrays
-from skflow._flow_state import (
-    InvalidModelError,
+from skflow.flow_estimator import (
     array_label,
-    check_array,
     check_config,
     check_fitted_keys,
     check_n_features_in,
+    check_saved_array,
     check_sizes,
     fitted_arrays,
+    state_arrays,
 )
+from skflow.utils import InvalidModelError
 
 MIB = 2**20
 SCHEMA_FLOOR, SCHEMA_RATIO = 16 * MIB, 4
@@ -210,14 +210,14 @@ def _check_flow(node: dict, archive: zipfile.ZipFile, members: dict, headers: di
         missing, extra = sorted(set(specs) - set(shapes)), sorted(set(shapes) - set(specs))
         raise InvalidModelError(f"the weights do not fit the configuration (missing {missing[:3]}, extra {extra[:3]})")
     for name, spec in specs.items():
-        check_array(("flow_", name), *shapes[name], spec)
+        check_saved_array(("flow_", name), *shapes[name], spec)
     n_features = _plain_value(attributes.get("n_features_in_"), archive, members, "n_features_in_")
     check_n_features_in(n_features, config["n_features"])
     trainer = _dict_content(attributes.get("_trainer_state"), "the optimiser state")
     for key, spec in fitted_arrays(config, n_features).items():
         value = attributes.get(key[0]) if len(key) == 1 else trainer.get(key[1])
         if value is not None:  # a missing one is refused when the state is restored; it costs no memory
-            check_array(key, *_array_header(value, headers, array_label(key)), spec)
+            check_saved_array(key, *_array_header(value, headers, array_label(key)), spec)
 
 
 def _dict_content(node, what: str) -> dict:

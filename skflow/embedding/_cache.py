@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skflow.outputs import prove_writable
+from skflow.utils import prove_writable
 
 _MAGIC = b"SKFLEMB1"
 _HEADER = struct.Struct("<8sI32s")  # magic, dimension, sha256 of the text

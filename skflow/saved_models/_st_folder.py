@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from skflow._encoding import POOLINGS
-from skflow.persistence import InvalidModelError, UntrustedTypeError
+from skflow.embedding import POOLINGS
+from skflow.utils import InvalidModelError, UntrustedTypeError
 
 TRANSFORMER_TYPES = ("sentence_transformers.base.modules.transformer.Transformer",
                      "sentence_transformers.models.Transformer")

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from skflow._atomic import pid_is_running
-from skflow._sts_files import SICK_HEADER
+from skflow.datasets._files import SICK_HEADER
+from skflow.utils import pid_is_running
 
 MAX_ARCHIVE_BYTES = 256 << 20
 _STAGING = "-download-"

@@ -19,8 +19,8 @@ import torch
 from sentence_transformers.base.modules.module import Module
 from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-from skflow._st_folder import LEGACY_POOLING_MODES, ExportedFolder, read_dense_weights
-from skflow.persistence import InvalidModelError
+from skflow.saved_models._st_folder import LEGACY_POOLING_MODES, ExportedFolder, read_dense_weights
+from skflow.utils import InvalidModelError
 from skflow.whitening import Whitener
 
 

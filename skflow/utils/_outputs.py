@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from skflow._atomic import (
+from skflow.utils._atomic import (
     exchange,
     folder_created_atomically,
     fsync_path,

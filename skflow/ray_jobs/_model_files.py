@@ -18,10 +18,10 @@ from pathlib import Path
 import joblib
 
 from skflow import persistence
-from skflow._atomic import replaced_atomically
-from skflow._corpus_files import InputError
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
+from skflow.ray_jobs._corpus_files import InputError
+from skflow.utils import replaced_atomically
 
 _ZIP = b"PK\x03\x04"
 # joblib's compressed files, by their first bytes, and how to open them (zlib is handled on its own).

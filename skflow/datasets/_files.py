@@ -14,7 +14,7 @@ import hashlib
 import math
 from pathlib import Path
 
-from skflow._sts_checksums import SHA256, ZENODO_SICK_SHA256
+from skflow.datasets._checksums import SHA256, ZENODO_SICK_SHA256
 
 _verified: dict[tuple, str] = {}
 

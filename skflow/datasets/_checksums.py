@@ -59,7 +59,7 @@ SHA256 = {
 }
 
 # The same three files rebuilt from the SICK release on Zenodo (record 2787612) by
-# skflow._sts_download.sick_files_from_release: a different set of pairs, see there.
+# skflow.datasets._download.sick_files_from_release: a different set of pairs, see there.
 ZENODO_SICK_SHA256 = {
     "SICK/SICK_train.txt": "14a3a647d6eac5889b3323b8a5b9c40de50c1a9cc7d7ee5d2acc2d7b34002e57",
     "SICK/SICK_trial.txt": "c4bb93d69e875501f58cb4be0a3bcf19c6f686a89457073eb320898a7ec1b5f5",

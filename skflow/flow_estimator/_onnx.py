@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from skflow._feature_scaling import FeatureScaling
-from skflow._flow_arrays import LatentMap
+from skflow.flow_estimator._arrays import LatentMap
+from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
-from skflow.outputs import replaced_atomically
+from skflow.utils import replaced_atomically
 
 
 class FixedLinear(FlowLayer):

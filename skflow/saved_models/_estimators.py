@@ -21,7 +21,7 @@ from sklearn.base import BaseEstimator
 from sklearn.compose import ColumnTransformer
 from sklearn.pipeline import FeatureUnion, Pipeline
 
-from skflow._flow_state import InvalidModelError
+from skflow.utils import InvalidModelError
 
 _PLACEHOLDERS = ("drop", "passthrough")
 

@@ -3,7 +3,7 @@
 Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
 ``flow_`` (a float64 CPU :class:`~skflow.flows.Glow` in eval mode), its
 ``_flow_config``, ``n_features_in_`` and the standardisation before the flow
-(``mean_``, ``scale_``, ``constant_features_``; see `skflow._feature_scaling`); this base maps data to the latent
+(``mean_``, ``scale_``, ``constant_features_``; see `skflow.flow_estimator._scaling`); this base maps data to the latent
 space and back, scores, samples, and pickles to numpy arrays.
 """
 
@@ -14,15 +14,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from skflow._feature_scaling import FeatureScaling
-from skflow._flow_arrays import (
+from skflow.flow_estimator._arrays import (
     inverse,
     latent_and_log_prob,
-    pairs_or_likelihood_score,
-    validate_embeddings,
     validate_latents,
 )
-from skflow._flow_state import restore_flow
+from skflow.flow_estimator._scaling import FeatureScaling
+from skflow.flow_estimator._state import restore_flow
+from skflow.utils import pairs_or_likelihood_score, validate_embeddings
 
 
 class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -161,7 +160,7 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         True
         """
         check_is_fitted(self)
-        from skflow._onnx_export import export_onnx
+        from skflow.flow_estimator._onnx import export_onnx
 
         return export_onnx(self.flow_, self._flow_config, self._scaling(), path)
 

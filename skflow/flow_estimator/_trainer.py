@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from skflow.flows._official_gradient import OfficialGlowGradient, is_log_scale, is_official
+from skflow.flows import OfficialGlowGradient, is_log_scale, is_official
 from skflow.flows.glow import Glow
 from skflow.flows.optim import adam_weight_decay_update, flatten_parameters
 

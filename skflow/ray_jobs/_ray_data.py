@@ -1,9 +1,9 @@
 """Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
 
-Each format is read with the same parser as :mod:`skflow._corpus_files` uses
+Each format is read with the same parser as :mod:`skflow.ray_jobs._corpus_files` uses
 on the driver: Parquet, CSV (text column as strings) and JSON lines with
 pyarrow's readers through Ray's; text files as whole files whose lines are
-split by :func:`skflow._corpus_files.text_rows` (Ray's own ``read_text``
+split by :func:`skflow.ray_jobs._corpus_files.text_rows` (Ray's own ``read_text``
 splits at every Unicode line break and drops whitespace-only lines, so its
 counts differ). The compression of every file is given to Ray explicitly
 (Ray infers it from lower-case extensions only).
@@ -11,7 +11,7 @@ counts differ). The compression of every file is given to Ray explicitly
 
 import numpy as np
 
-from skflow._corpus_files import Corpus, csv_convert_options, text_rows
+from skflow.ray_jobs._corpus_files import Corpus, csv_convert_options, text_rows
 
 
 def _text_batch(batch):

@@ -6,7 +6,7 @@ checks), and raises :class:`InputError` naming the file and the row.
 
 import numpy as np
 
-from skflow._corpus_files import Corpus, InputError, column_names, read_table
+from skflow.ray_jobs._corpus_files import Corpus, InputError, column_names, read_table
 
 
 def is_string_type(t) -> bool:

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
-from skflow._sts_checksums import SHA256
-from skflow._sts_download import Archive, download, mirrored, zenodo_sick
-from skflow._sts_files import STSDataError, check_file, parse_semeval, parse_sick, parse_stsb
+from skflow.datasets._checksums import SHA256
+from skflow.datasets._download import Archive, download, mirrored, zenodo_sick
+from skflow.datasets._files import STSDataError, check_file, parse_semeval, parse_sick, parse_stsb
 
 __all__ = ["STS_SETS", "STSDataError", "get_data_home", "load_sts"]
 
@@ -41,7 +41,7 @@ class _SetInfo:
     parse: Callable[..., tuple[list, list]]  # the parts' files -> (pairs, scores)
     archives: tuple[Archive, ...]
     licence: str
-    fallback: Callable[[Path], None] | None = None  # another release of the whole set, see _sts_download
+    fallback: Callable[[Path], None] | None = None  # another release of the whole set, see skflow.datasets._download
 
     @property
     def splits(self) -> tuple[str, ...]:

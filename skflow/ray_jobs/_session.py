@@ -3,7 +3,7 @@
 - An address (``--address`` or ``RAY_ADDRESS``) is probed before ``ray.init``
   (which retries an unreachable one for minutes): a TCP connection and an
   HTTP/2 greeting, as Ray's GCS server (gRPC) answers, within 10 s each.
-- A local instance is started with a watchdog (:mod:`skflow._ray_watchdog`)
+- A local instance is started with a watchdog (:mod:`skflow.ray_jobs._watchdog`)
   that ends its processes once the driver is gone, even after SIGKILL.
 - Resources are checked against the cluster before anything is submitted:
   Ray would wait forever for GPUs or CPUs that no node has.
@@ -20,7 +20,7 @@ import socket
 import sys
 from collections.abc import Iterator
 
-from skflow._ray_watchdog import Watchdog
+from skflow.ray_jobs._watchdog import Watchdog
 
 PROBE_TIMEOUT_S = 10.0
 _HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # preface, SETTINGS

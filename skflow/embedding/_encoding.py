@@ -13,7 +13,7 @@ from numbers import Integral
 import numpy as np
 import torch
 
-from skflow._model_source import EncoderNotFoundError, not_found_message
+from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
 
 # Pooling name -> (token reduction, hidden_states indices). hidden_states[0] is
 # the embedding layer, so the first transformer block is index 1.
@@ -89,7 +89,7 @@ def load_config(source: str, revision: str | None, identity: str):
 def load_encoder(source: str, revision: str | None, identity: str, device: str, dtype: str, n_blocks: int | None):
     """Tokenizer and model in eval mode, shared by every estimator in the process.
 
-    ``identity`` (see `skflow._model_source`) is part of the registry's key, so
+    ``identity`` (see `skflow.embedding._model_source`) is part of the registry's key, so
     weights re-saved into the same folder are loaded again, not served stale.
 
     ``n_blocks`` drops the transformer blocks after the last one the pooling

@@ -1,0 +1,58 @@
+"""From text to sentence vectors: the model source, the encoder and its poolings, the embedding cache.
+
+:class:`skflow.BertEmbedder` is the estimator over these pieces; the
+sentence-transformers module (:mod:`skflow.serving`) and the Ray commands
+(:mod:`skflow.distributed`) use the same encoder and poolings.
+"""
+
+from skflow.embedding._cache import EmbeddingCache
+from skflow.embedding._encoding import (
+    DTYPES,
+    POOLING_ALIASES,
+    POOLINGS,
+    encode_ids,
+    hidden_size,
+    load_config,
+    load_encoder,
+    mean_of_layers,
+    n_hidden_layers,
+    pool,
+    quiet_transformers,
+    resolve_dtype,
+    resolve_pooling,
+    tokenize,
+)
+from skflow.embedding._model_source import (
+    DEFAULT_MODEL,
+    EncoderChangedError,
+    EncoderNotFoundError,
+    ModelSource,
+    pinned_model_source,
+    resolve_model_source,
+)
+from skflow.embedding._texts import validate_texts
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DTYPES",
+    "POOLINGS",
+    "POOLING_ALIASES",
+    "EmbeddingCache",
+    "EncoderChangedError",
+    "EncoderNotFoundError",
+    "ModelSource",
+    "encode_ids",
+    "hidden_size",
+    "load_config",
+    "load_encoder",
+    "mean_of_layers",
+    "n_hidden_layers",
+    "pinned_model_source",
+    "pool",
+    "quiet_transformers",
+    "resolve_dtype",
+    "resolve_model_source",
+    "resolve_pooling",
+    "tokenize",
+    "validate_texts",
+]

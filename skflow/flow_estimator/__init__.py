@@ -1,0 +1,49 @@
+"""What FlowGaussianizer is built from, around the pure-PyTorch flow of :mod:`skflow.flows`.
+
+The fitted map from embeddings to latents (:class:`LatentMap`: centring,
+standardisation, the flow), the feature scaling, the rows that training
+reads (in memory or memory-mapped), the trainer that ``fit`` and
+``partial_fit`` drive, the checked saved state, and the ONNX export.
+"""
+
+from skflow.flow_estimator._arrays import LatentMap, inverse, latent_and_log_prob, validate_latents
+from skflow.flow_estimator._base import BaseFlow
+from skflow.flow_estimator._rows import InMemoryRows, n_batches, training_rows
+from skflow.flow_estimator._scaling import ConstantFeaturesWarning, FeatureScaling
+from skflow.flow_estimator._shapes import state_arrays
+from skflow.flow_estimator._state import (
+    array_label,
+    check_config,
+    check_fitted_keys,
+    check_n_features_in,
+    check_saved_array,
+    check_sizes,
+    fitted_arrays,
+    restore_flow,
+)
+from skflow.flow_estimator._trainer import FlowTrainer, NonFiniteLossError, train_epochs
+
+__all__ = [
+    "BaseFlow",
+    "ConstantFeaturesWarning",
+    "FeatureScaling",
+    "FlowTrainer",
+    "InMemoryRows",
+    "LatentMap",
+    "NonFiniteLossError",
+    "array_label",
+    "check_config",
+    "check_fitted_keys",
+    "check_n_features_in",
+    "check_saved_array",
+    "check_sizes",
+    "fitted_arrays",
+    "inverse",
+    "latent_and_log_prob",
+    "n_batches",
+    "restore_flow",
+    "state_arrays",
+    "train_epochs",
+    "training_rows",
+    "validate_latents",
+]

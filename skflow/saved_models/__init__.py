@@ -1,0 +1,23 @@
+"""Files from elsewhere, checked before they are used: skops archives, estimator states, sentence-transformers folders.
+
+:mod:`skflow.persistence` (``skflow.load``) and :mod:`skflow.serving`
+(``load_sentence_transformer``) are the doors users take; the checks that
+make them safe for files somebody else wrote live here. See
+``docs/serving.md`` for the threat model.
+"""
+
+from skflow.saved_models._estimators import check_estimators
+from skflow.saved_models._skops import check_skops_archive
+from skflow.saved_models._st_folder import REDUCTIONS, check_folder, check_pooling_config
+from skflow.saved_models._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
+
+__all__ = [
+    "REDUCTIONS",
+    "check_estimators",
+    "check_folder",
+    "check_pooling_config",
+    "check_skops_archive",
+    "load_stock_modules",
+    "stock_modules",
+    "write_interoperable_configs",
+]

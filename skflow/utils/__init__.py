@@ -1,0 +1,43 @@
+"""Helpers every subsystem shares: writing files atomically, output paths, devices, progress, input checks.
+
+Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
+"""
+
+from skflow.utils._atomic import (
+    exchange,
+    folder_created_atomically,
+    pid_is_running,
+    replaced_atomically,
+    write_text_atomically,
+)
+from skflow.utils._device import resolve_device
+from skflow.utils._errors import InvalidModelError, UntrustedTypeError
+from skflow.utils._outputs import (
+    MARKER,
+    OutputFolder,
+    OutputPathError,
+    check_output_file,
+    prove_writable,
+)
+from skflow.utils._progress import progress_bar
+from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, validate_embeddings
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "MARKER",
+    "InvalidModelError",
+    "OutputFolder",
+    "OutputPathError",
+    "UntrustedTypeError",
+    "check_output_file",
+    "exchange",
+    "folder_created_atomically",
+    "pairs_or_likelihood_score",
+    "pid_is_running",
+    "progress_bar",
+    "prove_writable",
+    "replaced_atomically",
+    "resolve_device",
+    "validate_embeddings",
+    "write_text_atomically",
+]
