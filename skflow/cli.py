@@ -13,11 +13,16 @@ import numpy as np
 
 from skflow import __version__
 from skflow.datasets import STS_SETS
-from skflow.embedder import DEFAULT_MODEL, DTYPES, POOLINGS, BertEmbedder
+from skflow.embedder import DTYPES, POOLINGS, BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.flows import COUPLINGS, PERMUTATIONS
+from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 from skflow.utils import check_output_file, write_text_atomically
+
+# The defaults the commands show and pass on are the estimators' own, read once.
+_EMBEDDER = BertEmbedder().get_params()
+_FLOW = FlowGaussianizer().get_params()
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -91,14 +96,16 @@ def _non_negative(text: str) -> float:
 
 def _add_encoder_arguments(sub) -> None:
     """The BertEmbedder options that ``evaluate`` and ``embed`` share."""
-    sub.add_argument("--model", default=DEFAULT_MODEL,
+    sub.add_argument("--model", default=_EMBEDDER["model_name_or_path"],
                      help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
-    sub.add_argument("--pooling", default="first_last_avg", choices=sorted(POOLINGS), metavar="POOLING",
+    sub.add_argument("--pooling", default=_EMBEDDER["pooling"], choices=sorted(POOLINGS), metavar="POOLING",
                      help="cls, mean, first_last_avg (the paper's 'last2avg'), last_two_avg (default: %(default)s; "
                      "last2avg is a deprecated alias of last_two_avg)")
-    sub.add_argument("--max-length", type=int, default=128, help="tokens per sentence (default: %(default)s)")
-    sub.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: %(default)s)")
-    sub.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    sub.add_argument("--max-length", type=int, default=_EMBEDDER["max_length"],
+                     help="tokens per sentence (default: %(default)s)")
+    sub.add_argument("--batch-size", type=int, default=_EMBEDDER["batch_size"],
+                     help="texts per forward pass (default: %(default)s)")
+    sub.add_argument("--dtype", default=_EMBEDDER["dtype"], choices=["auto", *DTYPES])
 
 
 def _add_scale_commands(commands) -> None:
@@ -132,16 +139,13 @@ def _add_scale_commands(commands) -> None:
     fi.add_argument("input_dir", metavar="INPUT_DIR")
     fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding")
-    fi.add_argument("--epochs", type=_count(1), default=1)
-    fi.add_argument("--batch-size", type=int, default=64)
-    fi.add_argument("--learning-rate", type=float, default=1e-3)
-    fi.add_argument("--weight-decay", type=float, default=0.01)
-    fi.add_argument("--n-levels", type=int, default=3)
-    fi.add_argument("--depth", type=int, default=3)
-    fi.add_argument("--hidden-channels", type=int, default=32)
-    fi.add_argument("--coupling", default="additive", choices=sorted(COUPLINGS))
-    fi.add_argument("--permutation", default="reverse", choices=PERMUTATIONS)
-    fi.add_argument("--device", default="auto")
+    fi.add_argument("--epochs", type=_count(1), default=_FLOW["max_epochs"])
+    for flag, kind in (("batch-size", int), ("learning-rate", float), ("weight-decay", float), ("n-levels", int),
+                       ("depth", int), ("hidden-channels", int)):
+        fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")])
+    fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS))
+    fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS)
+    fi.add_argument("--device", default=_FLOW["device"])
     fi.add_argument("--seed", type=int, default=0)
     common(fi, workers=False)
 

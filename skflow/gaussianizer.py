@@ -1,6 +1,5 @@
 """FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
 
-import contextlib
 import math
 from numbers import Integral, Real
 
@@ -22,7 +21,7 @@ from skflow.flow_estimator import (
     training_rows,
 )
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.utils import progress_bar, resolve_device, validate_embeddings
+from skflow.utils import progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
 
 __all__ = ["ConstantFeaturesWarning", "FlowGaussianizer"]
 
@@ -250,33 +249,27 @@ class FlowGaussianizer(BaseFlow):
         self : object
             The fitted estimator.
         """
-        with _unchanged_on_failure(self):
+        with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d)
             rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
-            n_held_out = 0
+            flow, generator = self._new_flow(scaling, device)
+            held_out = None
             if self.early_stopping:
-                n_held_out = math.ceil(self.validation_fraction * len(rows))
-                if len(rows) - n_held_out < 2:
-                    raise ValueError(
-                        f"early_stopping holds out {n_held_out} of {len(rows)} rows "
-                        f"(validation_fraction={self.validation_fraction}), leaving fewer than 2 to train "
-                        "on; lower validation_fraction or pass more rows."
-                    )
-            trainer, rows, held_out = self._start(rows, scaling, device, n_held_out)
+                rows, held_out = rows.split(self._n_held_out(len(rows)), generator)
+            trainer = self._initialised_trainer(flow, generator, rows, scaling)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,
                 lambda: rows.batches(batch_size, trainer.generator),
                 max_epochs=self.max_epochs,
                 n_batches=n_batches(len(rows), batch_size, drop_last=True),
-                validation_score=None if held_out is None else lambda: held_out.mean_log_prob(trainer),
+                validation_rows=held_out,
                 tol=self.tol,
                 n_iter_no_change=self.n_iter_no_change,
             )
             self._keep_scaling(scaling)
-            history = scaling.in_data_units(history)
             self.n_iter_, self.loss_curve_, self.n_samples_seen_ = len(history.loss_curve), history.loss_curve, history.n_rows
             self.validation_scores_ = history.validation_scores
             self.best_validation_score_ = history.best_validation_score
@@ -309,12 +302,15 @@ class FlowGaussianizer(BaseFlow):
             The estimator, trained on ``X`` as well.
         """
         first = not hasattr(self, "flow_")
-        with _unchanged_on_failure(self):
+        with unchanged_on_failure(self, also=self.__dict__.get("_trainer")):
             X2d, _ = validate_embeddings(self, X, reset=first)
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d) if first else self._scaling()
             rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))
-            trainer = self._start(rows, scaling, device)[0] if first else self._resume(device)
+            if first:
+                trainer = self._initialised_trainer(*self._new_flow(scaling, device), rows, scaling)
+            else:
+                trainer = self._resume(device)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,
@@ -326,27 +322,36 @@ class FlowGaussianizer(BaseFlow):
                 self._keep_scaling(scaling)
                 self.n_iter_, self.loss_curve_, self.n_samples_seen_ = 0, [], 0
                 self.validation_scores_ = self.best_validation_score_ = None
-            history = scaling.in_data_units(history)
             self.n_iter_ += 1
             self.loss_curve_ = self.loss_curve_ + history.loss_curve
             self.n_samples_seen_ += history.n_rows
             self._keep(trainer)
         return self
 
-    def _start(self, rows, scaling: FeatureScaling, device: torch.device, n_held_out: int = 0):
-        """A new flow initialised from a sample of ``rows``, its trainer, and the training and held-out rows."""
+    def _new_flow(self, scaling: FeatureScaling, device: torch.device) -> tuple[Glow, torch.Generator]:
+        """A randomly initialised flow for the modelled features, and the generator of every later draw."""
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
         self._flow_config = dict(
             n_features=scaling.n_modelled, n_levels=self.n_levels, depth=self.depth, hidden_channels=self.hidden_channels,
             coupling=self.coupling, permutation=self.permutation,
         )
-        flow = Glow(**self._flow_config, generator=generator).to(device)
-        held_out = None
-        if n_held_out:
-            rows, held_out = rows.split(n_held_out, generator)
+        return Glow(**self._flow_config, generator=generator).to(device), generator
+
+    def _n_held_out(self, n_rows: int) -> int:
+        n_held_out = math.ceil(self.validation_fraction * n_rows)
+        if n_rows - n_held_out < 2:
+            raise ValueError(
+                f"early_stopping holds out {n_held_out} of {n_rows} rows (validation_fraction="
+                f"{self.validation_fraction}), leaving fewer than 2 to train on; lower validation_fraction or pass "
+                "more rows."
+            )
+        return n_held_out
+
+    def _initialised_trainer(self, flow: Glow, generator: torch.Generator, rows, scaling: FeatureScaling):
+        """The trainer of ``flow``, after the data-dependent initialisation on a sample of ``rows``."""
         flow.data_init(rows.sample(_INIT_SAMPLES, generator))
-        return FlowTrainer(flow, generator=generator, **self._optimiser_params()), rows, held_out
+        return FlowTrainer(flow, generator=generator, log_det=scaling.log_det, **self._optimiser_params())
 
     def _resume(self, device: torch.device) -> FlowTrainer:
         """The trainer of the last fit, on ``device``, with the current optimiser parameters."""
@@ -355,7 +360,7 @@ class FlowGaussianizer(BaseFlow):
             flow = Glow(**self._flow_config).to(device)
             flow.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in self.flow_.state_dict().items()})
             state = self._trainer_state if trainer is None else trainer.state()
-            trainer = FlowTrainer.restore(flow, state, **self._optimiser_params())
+            trainer = FlowTrainer.restore(flow, state, log_det=self._scaling().log_det, **self._optimiser_params())
         for name, value in self._optimiser_params().items():
             setattr(trainer, name, value)
         return trainer
@@ -380,25 +385,16 @@ class FlowGaussianizer(BaseFlow):
         scaling.warn_constant(type(self).__name__, stacklevel=4)  # _keep_scaling < fit < _fit_context < caller
         self.mean_, self.scale_, self.constant_features_ = scaling.mean, scaling.scale, scaling.constant
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        trainer = state.pop("_trainer", None)
+        if trainer is not None:  # numpy arrays only: partial_fit continues after unpickling, on any device
+            state["_trainer_state"] = trainer.state()
+        return state
+
     def _keep(self, trainer: FlowTrainer) -> None:
         self._trainer = trainer
         self.__dict__.pop("_trainer_state", None)
         self.flow_ = trainer.inference_copy()
         self.n_steps_ = trainer.n_steps
 
-
-@contextlib.contextmanager
-def _unchanged_on_failure(estimator: FlowGaussianizer):
-    """Leave ``estimator`` exactly as it was if the block raises or is interrupted (Ctrl-C included)."""
-    before = estimator.__dict__.copy()
-    trainer = before.get("_trainer")
-    saved = (trainer.weights(), trainer.state()) if trainer is not None else None
-    try:
-        yield
-    except BaseException:
-        estimator.__dict__.clear()
-        estimator.__dict__.update(before)
-        if saved is not None:  # partial_fit trains the kept trainer in place
-            trainer.load_weights(saved[0])
-            trainer.load_state(saved[1])
-        raise

@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle, no reach into another module's private names, small files."""
+"""The package's shape: subsystems that import only the ones below them, through their front doors; no import
+cycle, no reach into another module's private names, small files, few top-level modules."""
 
 import ast
 from pathlib import Path
@@ -9,6 +10,35 @@ import skflow
 
 PACKAGE = Path(skflow.__file__).parent
 MAX_LINES = 400
+MAX_TOP_LEVEL_MODULES = 12
+SUBPACKAGES = ("datasets", "embedding", "flow_estimator", "flows", "ray_jobs", "saved_models", "utils", "whitening")
+
+# What each subsystem (a subpackage, or a module at the top) may import: the README's story read bottom-up,
+# text -> embeddings -> flow -> evaluation, serving, scale. Pure PyTorch (flows) and the metrics import nothing.
+_ESTIMATORS = {"skflow.embedder", "skflow.gaussianizer", "skflow.whitening"}
+ALLOWED = {
+    "skflow.metrics": set(),
+    "skflow.flows": set(),
+    "skflow.synthetic": set(),
+    "skflow.utils": {"skflow.metrics"},
+    "skflow.datasets": {"skflow.utils"},
+    "skflow.embedding": {"skflow.utils"},
+    "skflow.whitening": {"skflow.utils", "skflow.metrics"},
+    "skflow.flow_estimator": {"skflow.flows", "skflow.utils", "skflow.metrics"},
+    "skflow.embedder": {"skflow.embedding", "skflow.utils"},
+    "skflow.gaussianizer": {"skflow.flow_estimator", "skflow.flows", "skflow.utils"},
+    "skflow.saved_models": {"skflow.flow_estimator", "skflow.flows", "skflow.embedding", "skflow.whitening",
+                            "skflow.utils"},
+    "skflow.persistence": {"skflow.saved_models", "skflow.utils"} | _ESTIMATORS,
+    "skflow.serving": {"skflow.persistence", "skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
+    "skflow.evaluation": {"skflow.datasets", "skflow.metrics"} | _ESTIMATORS,
+    "skflow.ray_jobs": {"skflow.persistence", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
+    "skflow.distributed": {"skflow.ray_jobs", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
+    "skflow.cli": {"skflow", "skflow.datasets", "skflow.distributed", "skflow.evaluation", "skflow.flows",
+                   "skflow.metrics", "skflow.utils"} | _ESTIMATORS,
+    "skflow": {"skflow.metrics", "skflow.persistence", "skflow.serving"} | _ESTIMATORS,
+    "skflow.__main__": {"skflow.cli"},
+}
 
 
 def _module_name(path: Path) -> str:
@@ -102,6 +132,54 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+def subsystem(module: str) -> str:
+    """The subpackage a module belongs to, or the module itself when it sits at the top."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] in SUBPACKAGES else module
+
+
+def boundary_problems(graph: dict[str, set[str]]) -> list[str]:
+    """Imports across subsystems that ALLOWED does not list, or that pass a subpackage's front door."""
+    problems = []
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            source, destination = subsystem(module), subsystem(target)
+            if source == destination:
+                continue
+            if destination not in ALLOWED.get(source, set()):
+                problems.append(f"{module} imports {target}: {source} may not import {destination}")
+            if any(_is_private(part) for part in target.split(".")[2:]) and destination != target:
+                problems.append(f"{module} imports {target}, behind the front door of {destination}")
+    return problems
+
+
+def test_subsystems_import_only_those_below_them_through_their_front_doors():
+    graph, _ = analyse(_sources())
+    assert set(ALLOWED) == {subsystem(m) for m in graph}, "a new subsystem: place it in ALLOWED"
+    assert boundary_problems(graph) == []
+
+
+def test_the_boundary_check_catches_what_it_is_for():
+    graph = {
+        "skflow.flows.glow": {"skflow.utils"},
+        "skflow.embedder": {"skflow.embedding._encoding", "skflow.embedding"},
+        "skflow.embedding._cache": {"skflow.embedding._encoding"},
+    }
+    assert boundary_problems(graph) == [
+        "skflow.embedder imports skflow.embedding._encoding, behind the front door of skflow.embedding",
+        "skflow.flows.glow imports skflow.utils: skflow.flows may not import skflow.utils",
+    ]
+
+
+def test_the_top_of_the_package_holds_few_modules_and_each_subpackage_has_a_front_door():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+    for name in SUBPACKAGES:
+        door = ast.parse((PACKAGE / name / "__init__.py").read_text(encoding="utf-8"))
+        exported = [n for n in door.body if isinstance(n, ast.Assign) and n.targets[0].id == "__all__"]
+        assert exported and ast.get_docstring(door), f"skflow.{name}: a docstring and __all__"
 
 
 def test_no_import_cycle():

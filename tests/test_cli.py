@@ -225,3 +225,20 @@ def test_every_set_is_verified_before_anything_is_embedded(sts_data_home, tmp_pa
     code = main(["evaluate", "--sets", "sts12", "sts16", "--data-home", str(tmp_path), "--output", str(tmp_path / "r"),
                  "--quiet"])
     assert code == 2 and "STS.gs.headlines.txt: sha256" in capsys.readouterr().err
+
+
+def test_command_defaults_are_the_estimators_defaults():
+    """The Ray commands show and pass on BertEmbedder's and FlowGaussianizer's own defaults (no copies)."""
+    from skflow import FlowGaussianizer
+    from skflow.cli import _parser
+
+    embed = vars(_parser().parse_args(["embed", "in.txt", "--output", "out"]))
+    fit = vars(_parser().parse_args(["fit", "emb", "--output", "m.skops"]))
+    embedder, flow = BertEmbedder().get_params(), FlowGaussianizer().get_params()
+    assert embed["model"] == embedder["model_name_or_path"]
+    for key in ("pooling", "max_length", "batch_size", "dtype"):
+        assert embed[key] == embedder[key], key
+    assert fit["epochs"] == flow["max_epochs"]
+    for key in ("batch_size", "learning_rate", "weight_decay", "n_levels", "depth", "hidden_channels", "coupling",
+                "permutation", "device"):
+        assert fit[key] == flow[key], key

@@ -13,6 +13,7 @@ MODULES = [
     "skflow.metrics",
     "skflow.synthetic",
     "skflow.flows.glow",
+    "skflow.flows.optim",
     "skflow.whitening",
     "skflow.evaluation",
 ]

@@ -106,3 +106,47 @@ def test_state_round_trip_resumes_exactly():
     torch.testing.assert_close(restored.parameters, original.parameters, rtol=0, atol=0)
     with pytest.raises(ValueError, match="optimiser state has 5 entries"):
         FlowTrainer.restore(flow, {**state, "exp_avg": state["exp_avg"][:5]}, learning_rate=1e-2, weight_decay=0.0, clip_grad_norm=None)
+
+
+def _steps(trainer, reference, optimizer, x, n=5):
+    for step in range(n):
+        batch = x[step * 32 : (step + 1) * 32]
+        trainer.step(batch)
+        optimizer.zero_grad()
+        nll = -reference.flow.log_prob(batch).mean()
+        (nll / (8 * math.log(2.0))).backward()
+        torch.nn.utils.clip_grad_norm_(reference.flow.parameters(), 1.0)
+        optimizer.step()
+
+
+def test_adam_weight_decay_given_the_flow_learns_as_the_trainer_does():
+    """AdamWeightDecay(flow) honours the layers' step_scales (LU factors at lr / n_features); a plain
+    parameter list trains them at the full rate, which is not what the estimator does."""
+    trainer, x = _trainer("affine", "lu")
+    reference, _ = _trainer("affine", "lu")
+    optimizer = AdamWeightDecay(reference.flow, lr=1e-2, weight_decay=0.01)
+    assert sorted(group["lr_scale"] for group in optimizer.param_groups) == [1 / 8, 1 / 4, 1.0]
+    _steps(trainer, reference, optimizer, x)
+    for p, q in zip(trainer.flow.parameters(), reference.flow.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+    trainer, x = _trainer("affine", "lu")
+    plain, _ = _trainer("affine", "lu")
+    _steps(trainer, plain, AdamWeightDecay(plain.flow.parameters(), lr=1e-2, weight_decay=0.01), x)
+    lu = [name for name, _ in plain.flow.named_parameters() if name.endswith("lower")][0]
+    gap = (dict(trainer.flow.named_parameters())[lu] - dict(plain.flow.named_parameters())[lu]).abs().max()
+    assert gap > 1e-3
+
+
+def test_losses_and_scores_are_reported_in_the_data_units():
+    """With the log-det of the standardisation, the trainer reports the data's NLL and log-likelihood."""
+    plain, x = _trainer()
+    shifted, _ = _trainer(log_det=2.5)
+    assert shifted.step(x[:32]) == pytest.approx(plain.step(x[:32]) - 2.5, rel=1e-6)
+
+    class Rows:
+        def tensors(self):
+            return iter([x[:100], x[100:]])
+
+    assert shifted.mean_log_prob(Rows()) == pytest.approx(plain.mean_log_prob(Rows()) + 2.5, rel=1e-9)
+    assert plain.mean_log_prob(Rows()) == pytest.approx(float(plain.flow.log_prob(x).double().mean()), rel=1e-6)

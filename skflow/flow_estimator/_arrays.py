@@ -7,8 +7,6 @@ makes results independent of batch and device, and never copies a whole
 memory-mapped input.
 """
 
-from collections.abc import Iterator
-
 import numpy as np
 import torch
 from sklearn.utils.validation import check_array
@@ -16,10 +14,7 @@ from torch import nn
 
 from skflow.flow_estimator._scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
-from skflow.utils import FLOAT_DTYPES
-
-# Rows per chunk at inference, to bound memory on large inputs.
-INFERENCE_CHUNK = 8192
+from skflow.utils import FLOAT_DTYPES, row_chunks
 
 
 def validate_latents(X, n_features: int) -> np.ndarray:
@@ -87,8 +82,7 @@ def latent_and_log_prob(flow: Glow, scaling: FeatureScaling, X2d: np.ndarray) ->
     latent_map = LatentMap(flow, scaling)
     Z = np.empty(X2d.shape, dtype=np.float64)
     log_prob = np.empty(X2d.shape[0], dtype=np.float64)
-    for start, part in _chunks(X2d):
-        part = np.asarray(part, dtype=np.float64)
+    for start, part in row_chunks(X2d, np.float64):
         check_float32_range(part, start, "transform")  # what fit refuses, transform refuses too
         z, lp = latent_map.latent_and_log_prob(torch.tensor(part, dtype=torch.float64))
         Z[start : start + len(part)] = z.numpy()
@@ -101,11 +95,6 @@ def inverse(flow: Glow, scaling: FeatureScaling, Z2d: np.ndarray) -> np.ndarray:
     """Data-space rows of 2-D latent rows, in float64."""
     latent_map = LatentMap(flow, scaling)
     X = np.empty(Z2d.shape, dtype=np.float64)
-    for start, part in _chunks(Z2d):
+    for start, part in row_chunks(Z2d):
         X[start : start + len(part)] = latent_map.inverse(torch.tensor(part, dtype=torch.float64)).numpy()
     return X
-
-
-def _chunks(X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    for start in range(0, X.shape[0], INFERENCE_CHUNK):
-        yield start, X[start : start + INFERENCE_CHUNK]

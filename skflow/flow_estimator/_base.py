@@ -1,10 +1,12 @@
-"""The scikit-learn surface of a fitted flow, shared by the flow estimators.
+"""The scikit-learn surface of a fitted flow: what `FlowGaussianizer` does once fitted.
 
-Like scikit-learn's ``_BasePCA`` and ``BaseMixture``: a subclass fits
-``flow_`` (a float64 CPU :class:`~skflow.flows.Glow` in eval mode), its
-``_flow_config``, ``n_features_in_`` and the standardisation before the flow
-(``mean_``, ``scale_``, ``constant_features_``; see `skflow.flow_estimator._scaling`); this base maps data to the latent
-space and back, scores, samples, and pickles to numpy arrays.
+Like scikit-learn's ``_BasePCA``: the estimator fits ``flow_`` (a float64
+CPU :class:`~skflow.flows.Glow` in eval mode), its ``_flow_config``,
+``n_features_in_`` and the standardisation before the flow (``mean_``,
+``scale_``, ``constant_features_``; see `skflow.flow_estimator._scaling`);
+this base maps data to the latent space and back, scores, samples, exports
+to ONNX, and pickles the flow as numpy arrays (checked when read back). How
+the flow is trained is the estimator's own business.
 """
 
 from numbers import Integral
@@ -177,9 +179,6 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         flow = state.pop("flow_", None)
         if flow is not None:
             state["flow_"] = {name: t.numpy() for name, t in flow.state_dict().items()}
-        trainer = state.pop("_trainer", None)
-        if trainer is not None:  # numpy arrays only: partial_fit continues after unpickling, on any device
-            state["_trainer_state"] = trainer.state()
         return state
 
     def __setstate__(self, state):

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-# Rows read from a memory-mapped array at once, and chunks shuffled together.
-CHUNK_ROWS = 8192
+from skflow.utils import CHUNK_ROWS
+
+# Chunks of a memory-mapped array shuffled together.
 BUFFER_CHUNKS = 4
 # Memory-mapped arrays at least this large (in float32) are streamed; smaller ones are loaded, so that
 # joblib's automatic memmapping of worker inputs (GridSearchCV(n_jobs=...)) does not change results.
@@ -91,8 +92,10 @@ class InMemoryRows:
     def batches(self, batch_size: int, generator: torch.Generator, *, drop_last: bool = True) -> Iterator[torch.Tensor]:
         return shuffled_batches(self.data, batch_size, generator, drop_last=drop_last)
 
-    def mean_log_prob(self, trainer) -> float:
-        return trainer.mean_log_prob(self.data)
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """The rows in order, ``CHUNK_ROWS`` at a time (for scoring without gradients)."""
+        for start in range(0, len(self.data), CHUNK_ROWS):
+            yield self.data[start : start + CHUNK_ROWS]
 
 
 class MemoryMappedRows:
@@ -157,6 +160,7 @@ class MemoryMappedRows:
         if not drop_last and carry is not None and len(carry):
             yield carry
 
-    def mean_log_prob(self, trainer) -> float:
-        """Mean log-likelihood of these rows under ``trainer``'s flow, a chunk at a time."""
-        return sum(trainer.sum_log_prob(self._chunk(int(c))) for c in self.chunks) / len(self)
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """The rows of this set, a chunk at a time, in file order (for scoring without gradients)."""
+        for index in self.chunks:
+            yield self._chunk(int(index))

@@ -30,16 +30,16 @@ refusing it: the model does not depend on the data's scale, so ``X / c``
 fits the same model.
 """
 
-import dataclasses
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from skflow.utils import row_chunks
+
 CONSTANT_RELATIVE_STD = 1e-6
 # The largest magnitude whose square is finite in float32 (about 1.8e19).
 MAX_ABS_VALUE = float(np.sqrt(np.finfo(np.float32).max))
-_CHUNK_ROWS = 8192
 _N_LISTED = 20
 
 
@@ -73,8 +73,7 @@ class FeatureScaling:
         """Mean and standard deviation of the rows of ``X`` (any array, memory-mapped too), in float64 chunks."""
         n_rows, n_features = X.shape
         mean, m2, count = np.zeros(n_features), np.zeros(n_features), 0
-        for start in range(0, n_rows, _CHUNK_ROWS):  # Chan et al.'s pairwise merge of chunk moments
-            chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)
+        for start, chunk in row_chunks(X, np.float64):  # Chan et al.'s pairwise merge of chunk moments
             check_float32_range(chunk, start)
             chunk_mean = chunk.mean(axis=0)
             chunk_m2 = np.square(chunk - chunk_mean).sum(axis=0)
@@ -123,8 +122,7 @@ class FeatureScaling:
         """The modelled features of the rows ``X``, standardised (computed in float64, returned as ``dtype``)."""
         active = ~self.constant
         out = np.empty((X.shape[0], self.n_modelled), dtype=dtype)
-        for start in range(0, X.shape[0], _CHUNK_ROWS):
-            chunk = np.asarray(X[start : start + _CHUNK_ROWS], dtype=np.float64)
+        for start, chunk in row_chunks(X, np.float64):
             check_float32_range(chunk, start, "partial_fit")
             standardised = (chunk[:, active] - self.mean[active]) / self.scale[active]
             too_large = ~(np.abs(standardised) <= MAX_ABS_VALUE)
@@ -137,18 +135,8 @@ class FeatureScaling:
                     f"{standardised[row, column]:.4g} standard deviations from the fitted mean (the float32 limit "
                     f"is {MAX_ABS_VALUE:.3g}). Rescale X as the data of the first call were, or fit again."
                 )
-            out[start : start + _CHUNK_ROWS] = standardised
+            out[start : start + len(chunk)] = standardised
         return out
-
-    def in_data_units(self, history):
-        """A `TrainingHistory` of standardised rows, its losses and log-likelihoods made the data's."""
-        scores, best = history.validation_scores, history.best_validation_score
-        return dataclasses.replace(
-            history,
-            loss_curve=[loss - self.log_det for loss in history.loss_curve],
-            validation_scores=None if scores is None else [score + self.log_det for score in scores],
-            best_validation_score=None if best is None else best + self.log_det,
-        )
 
 
 def typical_std(std: np.ndarray) -> float:

@@ -1,23 +1,24 @@
 """Maximum-likelihood training of a Glow that can stop and resume: weights, optimiser state, step count.
 
 `FlowTrainer` is what `FlowGaussianizer.fit` runs (and what ``partial_fit``
-continues). It is an internal of the estimator, not part of the model API in
-``skflow.flows``.
+continues); `train_epochs` adds epochs and early stopping. The flow trains
+on standardised rows, but every loss and log-likelihood the trainer reports
+is in the data's own units (``log_det``), so the estimator keeps them as they
+come.
 """
 
 import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from skflow.flows import OfficialGlowGradient, is_log_scale, is_official
 from skflow.flows.glow import Glow
-from skflow.flows.optim import adam_weight_decay_update, flatten_parameters
+from skflow.flows.optim import adam_weight_decay_update, flatten_parameters, step_scales
 
-# Rows per forward pass when scoring without gradients, to bound memory.
-SCORING_CHUNK = 8192
 # A batch loss this many nats per feature (plus a margin for tiny flows) above the first step's means
 # that the fit diverges, finite or not.
 EXPLOSION_NATS_PER_FEATURE = 10.0
@@ -121,6 +122,11 @@ class FlowTrainer:
         Source of every shuffle of the training data (a CPU generator).
     learning_rate, weight_decay : float
     clip_grad_norm : float or None
+    log_det : float, default=0.0
+        ``log|det|`` of the map from the data to the rows trained on (the
+        standardisation): losses are reported as NLL and scores as
+        log-likelihood of the data, in nats per row. The divergence check
+        and the optimiser see only the flow's own loss.
     """
 
     def __init__(
@@ -131,8 +137,10 @@ class FlowTrainer:
         learning_rate: float,
         weight_decay: float,
         clip_grad_norm: float | None,
+        log_det: float = 0.0,
     ) -> None:
         self.flow = flow
+        self.log_det = log_det
         self.generator = generator
         official = is_official(flow)
         self.parameters = flatten_parameters(flow, first=is_log_scale if official else None)
@@ -143,12 +151,12 @@ class FlowTrainer:
         self.weight_decay = weight_decay
         self.clip_grad_norm = clip_grad_norm
         self._bits_per_nat = 1.0 / (flow.n_features * math.log(2.0))
-        self._lr_scales = _step_scales(flow, self.parameters)
+        self._lr_scales = _flat_step_scales(flow, self.parameters)
         self.n_steps = 0
         self.reference_loss: float | None = None
 
     def step(self, batch: torch.Tensor) -> float:
-        """One optimiser step on ``batch``; returns its mean NLL per row in nats."""
+        """One optimiser step on ``batch``; returns its mean NLL per row of the data, in nats."""
         if self._official_gradient is not None:
             nll = self._official_gradient(batch, self._bits_per_nat)
         else:
@@ -174,7 +182,7 @@ class FlowTrainer:
             lr_scales=[self._lr_scales],
         )
         self.n_steps += 1
-        return value
+        return value - self.log_det
 
     def run(
         self,
@@ -196,17 +204,13 @@ class FlowTrainer:
         return result
 
     @torch.no_grad()
-    def mean_log_prob(self, data: torch.Tensor) -> float:
-        """Mean log-likelihood per row of ``data``, in nats."""
-        return self.sum_log_prob(data) / len(data)
-
-    @torch.no_grad()
-    def sum_log_prob(self, data: torch.Tensor) -> float:
-        """Summed log-likelihood of the rows of ``data``, in nats (float64 accumulation)."""
-        total = 0.0
-        for start in range(0, len(data), SCORING_CHUNK):
-            total += float(self.flow.log_prob(data[start : start + SCORING_CHUNK]).double().sum())
-        return total
+    def mean_log_prob(self, rows: "Rows") -> float:
+        """Mean log-likelihood per row of the data behind ``rows``, in nats (float64 accumulation)."""
+        total, count = 0.0, 0
+        for chunk in rows.tensors():
+            total += float(self.flow.log_prob(chunk).double().sum())
+            count += len(chunk)
+        return total / count + self.log_det
 
     def weights(self) -> torch.Tensor:
         """A copy of every parameter, flat."""
@@ -247,6 +251,14 @@ class FlowTrainer:
         self.reference_loss = state.get("reference_loss")
         self.generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8))
 
+    def snapshot(self) -> tuple[torch.Tensor, dict]:
+        """The weights and :meth:`state`, for :meth:`rollback` (see ``skflow.utils.unchanged_on_failure``)."""
+        return self.weights(), self.state()
+
+    def rollback(self, snapshot: tuple[torch.Tensor, dict]) -> None:
+        self.load_weights(snapshot[0])
+        self.load_state(snapshot[1])
+
     @classmethod
     def restore(cls, flow: Glow, state: dict, **params) -> "FlowTrainer":
         """A trainer that continues from ``flow``'s weights and a :meth:`state`."""
@@ -259,17 +271,21 @@ class FlowTrainer:
         return trainer
 
 
-def _step_scales(flow: Glow, flat: torch.Tensor) -> torch.Tensor | None:
+def _flat_step_scales(flow: Glow, flat: torch.Tensor) -> torch.Tensor | None:
     """Per-entry learning-rate multipliers of the flat parameter vector from the layers' ``step_scales``."""
     scales = None
-    for module in flow.modules():
-        for name, scale in getattr(module, "step_scales", dict)().items():
-            parameter = getattr(module, name)
-            if scales is None:
-                scales = torch.ones_like(flat)
-            offset = (parameter.data_ptr() - flat.data_ptr()) // flat.element_size()
-            scales[offset : offset + parameter.numel()] = scale
+    for parameter, scale in step_scales(flow):
+        if scales is None:
+            scales = torch.ones_like(flat)
+        offset = (parameter.data_ptr() - flat.data_ptr()) // flat.element_size()
+        scales[offset : offset + parameter.numel()] = scale
     return scales
+
+
+class Rows(Protocol):
+    """Training rows (``skflow.flow_estimator._rows``) as the trainer scores them."""
+
+    def tensors(self) -> Iterator[torch.Tensor]: ...
 
 
 @dataclass
@@ -288,22 +304,22 @@ def train_epochs(
     *,
     max_epochs: int,
     n_batches: int | None = None,
-    validation_score: Callable[[], float] | None = None,
+    validation_rows: Rows | None = None,
     tol: float = 0.0,
     n_iter_no_change: int = 1,
     on_step: Callable[[int, float], None] | None = None,
 ) -> TrainingHistory:
-    """Up to ``max_epochs`` passes over ``make_batches()``; with ``validation_score``, early
+    """Up to ``max_epochs`` passes over ``make_batches()``; with ``validation_rows``, early
     stopping that keeps the best epoch.
 
-    After each epoch ``validation_score()`` (a held-out mean log-likelihood)
-    is called; the loop stops once it has not improved by ``tol`` for
+    After each epoch the held-out ``validation_rows`` are scored (their mean
+    log-likelihood, :meth:`FlowTrainer.mean_log_prob`); the loop stops once it has not improved by ``tol`` for
     ``n_iter_no_change`` epochs, and the weights of the best epoch are
     restored. A non-finite loss raises :class:`NonFiniteLossError` naming the
     epoch and step, and so do non-finite weights at the end.
     """
     history = TrainingHistory()
-    if validation_score is not None:
+    if validation_rows is not None:
         history.validation_scores = []
         best_score, best_weights, epochs_without_gain = -math.inf, None, 0
     for epoch in range(max_epochs):
@@ -316,9 +332,9 @@ def train_epochs(
             raise
         history.loss_curve.append(result.mean_loss)
         history.n_rows += result.n_rows
-        if validation_score is None:
+        if validation_rows is None:
             continue
-        score = validation_score()
+        score = trainer.mean_log_prob(validation_rows)
         history.validation_scores.append(score)
         if score > best_score + tol:
             best_score, best_weights, epochs_without_gain = score, trainer.weights(), 0
@@ -326,7 +342,7 @@ def train_epochs(
             epochs_without_gain += 1
             if epochs_without_gain >= n_iter_no_change:
                 break
-    if validation_score is not None:
+    if validation_rows is not None:
         trainer.load_weights(best_weights)
         history.best_validation_score = best_score
     if not trainer.weights_are_finite():

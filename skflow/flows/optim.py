@@ -5,6 +5,15 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 
+def step_scales(module: torch.nn.Module) -> list[tuple[torch.nn.Parameter, float]]:
+    """The parameters of ``module`` whose layers ask for a learning-rate multiplier (``FlowLayer.step_scales``)."""
+    return [
+        (getattr(layer, name), scale)
+        for layer in module.modules()
+        for name, scale in getattr(layer, "step_scales", dict)().items()
+    ]
+
+
 @torch.no_grad()
 def adam_weight_decay_update(
     params: Sequence[torch.Tensor],
@@ -43,23 +52,43 @@ def adam_weight_decay_update(
 class AdamWeightDecay(torch.optim.Optimizer):
     r"""Adam with decoupled weight decay and, like BERT's original, no bias correction.
 
-    ``p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)``. Without bias
+    ``p -= lr * s * (m / (sqrt(v) + eps) + weight_decay * p)``. Without bias
     correction the first steps are several times ``lr``; the official flow
     was trained this way. ``bias_correction=True`` gives torch's AdamW update
     (up to where ``eps`` enters).
+
+    ``s`` is a parameter group's ``lr_scale`` (1 by default). Given a module
+    instead of parameters (``AdamWeightDecay(flow)``), the parameters are
+    grouped by their layers' ``step_scales``: an LU layer's factors learn at
+    ``lr / n_features``, as in skflow's own training (at the full rate they
+    diverge). A plain parameter list trains every entry at ``lr``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skflow.flows import AdamWeightDecay, Glow
+    >>> flow = Glow(8, n_levels=1, depth=2, hidden_channels=8, permutation="lu")
+    >>> optimizer = AdamWeightDecay(flow, lr=1e-3)
+    >>> sorted({group["lr_scale"] for group in optimizer.param_groups})
+    [0.125, 1.0]
+    >>> loss = -flow.log_prob(torch.randn(64, 8)).mean()
+    >>> loss.backward()
+    >>> optimizer.step()
     """
 
     def __init__(
         self,
-        params: Iterable[torch.nn.Parameter],
+        params: Iterable[torch.nn.Parameter] | Iterable[dict] | torch.nn.Module,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
         weight_decay: float = 0.01,
         bias_correction: bool = False,
     ) -> None:
+        if isinstance(params, torch.nn.Module):
+            params = _groups_by_step_scale(params)
         defaults = dict(
-            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction, lr_scale=1.0
         )
         super().__init__(params, defaults)
 
@@ -77,7 +106,7 @@ class AdamWeightDecay(torch.optim.Optimizer):
                     state["m"] = torch.zeros_like(p)
                     state["v"] = torch.zeros_like(p)
                 state["step"] += 1
-            lr = group["lr"]
+            lr = group["lr"] * group["lr_scale"]
             if group["bias_correction"]:
                 beta1, beta2 = group["betas"]
                 t = states[0]["step"]
@@ -93,6 +122,15 @@ class AdamWeightDecay(torch.optim.Optimizer):
                 weight_decay=group["weight_decay"],
             )
         return loss
+
+
+def _groups_by_step_scale(module: torch.nn.Module) -> list[dict]:
+    scaled = {id(parameter): scale for parameter, scale in step_scales(module)}
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for parameter in module.parameters():
+        if parameter.requires_grad:
+            groups.setdefault(scaled.get(id(parameter), 1.0), []).append(parameter)
+    return [{"params": params, "lr_scale": scale} for scale, params in groups.items()]
 
 
 def flatten_parameters(module: torch.nn.Module, first: Callable[[str], bool] | None = None) -> torch.Tensor:

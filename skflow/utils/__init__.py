@@ -1,4 +1,5 @@
-"""Helpers every subsystem shares: writing files atomically, output paths, devices, progress, input checks.
+"""Helpers every subsystem shares: writing files atomically, output paths, devices, progress,
+input checks, row chunks, and undoing a failed fit.
 
 Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
 """
@@ -10,6 +11,7 @@ from skflow.utils._atomic import (
     replaced_atomically,
     write_text_atomically,
 )
+from skflow.utils._chunks import CHUNK_ROWS, row_chunks
 from skflow.utils._device import resolve_device
 from skflow.utils._errors import InvalidModelError, UntrustedTypeError
 from skflow.utils._outputs import (
@@ -20,9 +22,11 @@ from skflow.utils._outputs import (
     prove_writable,
 )
 from skflow.utils._progress import progress_bar
+from skflow.utils._unchanged import unchanged_on_failure
 from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, validate_embeddings
 
 __all__ = [
+    "CHUNK_ROWS",
     "FLOAT_DTYPES",
     "MARKER",
     "InvalidModelError",
@@ -38,6 +42,8 @@ __all__ = [
     "prove_writable",
     "replaced_atomically",
     "resolve_device",
+    "row_chunks",
+    "unchanged_on_failure",
     "validate_embeddings",
     "write_text_atomically",
 ]

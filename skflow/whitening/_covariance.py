@@ -3,7 +3,7 @@ the ONNX graph of an affine map ``z = (x - mean) @ W``.
 
 `Whitener` fits from these moments: ``fit`` streams its input (a
 ``numpy.memmap`` too) through `RunningMoments.update` a chunk of
-``CHUNK_ROWS`` rows at a time, and ``partial_fit`` merges each call's rows
+``skflow.utils.CHUNK_ROWS`` rows at a time, and ``partial_fit`` merges each call's rows
 into the moments kept on the estimator. Chunks are merged with the pairwise
 update of Chan, Golub and LeVeque (1979): each chunk's own mean and scatter
 are computed around the chunk's mean, then combined with the running ones,
@@ -12,16 +12,12 @@ does not depend (beyond rounding) on how the rows were cut.
 """
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from skflow.utils import InvalidModelError, replaced_atomically
-
-# Rows read (and converted to float64) at once: 8192 x 384 float64 is 25 MB.
-CHUNK_ROWS = 8192
+from skflow.utils import InvalidModelError, replaced_atomically, row_chunks
 
 
 @dataclass(frozen=True)
@@ -39,7 +35,7 @@ class RunningMoments:
     def update(self, X: np.ndarray) -> "RunningMoments":
         """These moments merged with those of the rows of ``X`` (any 2-D array), read a chunk at a time."""
         moments = self
-        for _, part in chunks(X):
+        for _, part in row_chunks(X, np.float64):
             moments = moments._merge(part)
         return moments
 
@@ -101,7 +97,7 @@ class RunningMoments:
             raise ValueError("The rows fitted on are all equal: there is no density to score with.")
         constant = X.shape[1] * np.log(2 * np.pi) + np.log(variances).sum()
         log_prob = np.empty(X.shape[0])
-        for start, part in chunks(X):
+        for start, part in row_chunks(X, np.float64):
             projected = (part - self.mean) @ directions.T
             log_prob[start : start + len(part)] = -0.5 * (constant + (projected**2 / variances).sum(axis=1))
         return log_prob
@@ -110,16 +106,9 @@ class RunningMoments:
 def affine_rows(X: np.ndarray, weights: np.ndarray, *, shift_in=0.0, shift_out=0.0) -> np.ndarray:
     """``(X - shift_in) @ weights + shift_out`` computed in float64 a chunk at a time, in ``X``'s dtype."""
     out = np.empty((X.shape[0], weights.shape[1]), dtype=X.dtype)
-    for start, part in chunks(X):
+    for start, part in row_chunks(X, np.float64):
         out[start : start + len(part)] = (part - shift_in) @ weights + shift_out
     return out
-
-
-def chunks(X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows)``: the rows of ``X`` in float64, at most ``CHUNK_ROWS`` at a time; a memory map is
-    never read whole."""
-    for start in range(0, X.shape[0], CHUNK_ROWS):
-        yield start, np.asarray(X[start : start + CHUNK_ROWS], dtype=np.float64)
 
 
 def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.PathLike) -> Path:
