@@ -135,7 +135,8 @@ def markdown(out: dict, command: str, figure: str | None) -> str:
         picks = result["picks"]
         lines += [
             "",
-            f"- best dev Spearman ({100 * picks['spearman']['spearman']:.2f}): {_describe(picks['spearman']['params'])}",
+            f"- best dev Spearman ({100 * picks['spearman']['spearman']:.2f}): "
+            f"{_describe(picks['spearman']['params'])}",
             f"- best held-out likelihood ({picks['loglik']['loglik']:.1f} nats): {_describe(picks['loglik']['params'])}"
             f" (its dev Spearman: {100 * picks['loglik']['spearman']:.2f})",
             f"- across the grid, Spearman correlation of held-out likelihood with dev Spearman: "
@@ -189,7 +190,8 @@ def recommendation(out: dict) -> str:
         )
     sets = list(next(iter(out.values()))["sts"]["none"])
     if len(sets) < 7:
-        lines.append(f"- The averages are over the {len(sets)} sets present ({', '.join(SET_LABELS[x] for x in sets)}); "
+        present = ", ".join(SET_LABELS[x] for x in sets)
+        lines.append(f"- The averages are over the {len(sets)} sets present ({present}); "
                      "the others' files were not on the machine that ran the study.")
     if raw_best:
         lines.append(

@@ -95,7 +95,9 @@ def build_normflows_glow(d: int, n_levels: int, depth: int, hidden: int, couplin
             ]
         flows.append(level)
     q0 = [nf.distributions.DiagGaussian(sizes[-1], trainable=False)]
-    q0 += [nf.distributions.DiagGaussian(sizes[j] - sizes[j + 1], trainable=False) for j in reversed(range(len(sizes) - 1))]
+    q0 += [
+        nf.distributions.DiagGaussian(sizes[j] - sizes[j + 1], trainable=False) for j in reversed(range(len(sizes) - 1))
+    ]
     merges = [nf.flows.Merge() for _ in range(len(sizes) - 1)]
     return nf.MultiscaleFlow(q0, flows, merges, class_cond=False)
 

@@ -74,8 +74,8 @@ def main() -> None:
     for name, run in (("onnx", run_onnx), ("torch32", run_torch32)):
         got = np.concatenate(run()[:2])
         print(f"{name}: max |z - transform| / max |z| = {np.abs(got - expected).max() / np.abs(expected).max():.2e}")
-    seconds = {name: _best(run, args.repeats) for name, run in
-               (("onnxruntime float32", run_onnx), ("torch float32", run_torch32), ("transform float64", run_transform))}
+    runs = (("onnxruntime float32", run_onnx), ("torch float32", run_torch32), ("transform float64", run_transform))
+    seconds = {name: _best(run, args.repeats) for name, run in runs}
     print(f"\n{args.n_vectors:,} vectors of 384, chunks of {args.chunk}, {args.threads} threads, "
           f"coupling={args.coupling}, permutation={args.permutation}\n")
     print("| method | vectors/s | ratio onnxruntime / method |")

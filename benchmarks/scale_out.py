@@ -179,7 +179,8 @@ def fit_part(args) -> None:
                 rows.append((kind, _median([_run(args, kind, path) for _ in range(args.repeats)])))
             os.remove(path)
     reference = next(r for kind, r in rows if kind == "memory")["rows_per_s"]
-    print("| input | rows | GB | fit throughput (rows / s) | vs in-memory | anonymous memory increase (MB) | held-out loglik |")
+    print("| input | rows | GB | fit throughput (rows / s) | vs in-memory | anonymous memory increase (MB) "
+          "| held-out loglik |")
     print("|---|---|---|---|---|---|---|")
     for kind, r in rows:
         print(f"| {'numpy array' if kind == 'memory' else 'numpy.memmap'} | {r['rows']:,.0f} | {r['gb']:.2f} | "
@@ -192,10 +193,13 @@ def ray_part(args) -> None:
           "Ray driver's anonymous memory increase (MB) |")
     print("|---|---|---|---|---|")
     for n in args.ray_sentences:
-        pairs = [(_run(args, "inprocess", n_sentences=n), _run(args, "ray", n_sentences=n)) for _ in range(args.repeats)]
+        pairs = [
+            (_run(args, "inprocess", n_sentences=n), _run(args, "ray", n_sentences=n)) for _ in range(args.repeats)
+        ]
         local, distributed = _median([p[0] for p in pairs]), _median([p[1] for p in pairs])
         ratios = ", ".join(f"{b['per_s'] / a['per_s']:.2f}x" for a, b in pairs)
-        print(f"| {n:,} | {local['per_s']:,.0f} | {distributed['per_s']:,.0f} | {distributed['per_s'] / local['per_s']:.2f}x "
+        speedup = distributed["per_s"] / local["per_s"]
+        print(f"| {n:,} | {local['per_s']:,.0f} | {distributed['per_s']:,.0f} | {speedup:.2f}x "
               f"(runs: {ratios}) | {distributed['driver_anon_increase_mb']:.0f} |")
 
 
@@ -208,7 +212,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each measurement; medians are reported")
     parser.add_argument("--ray-sentences", type=int, nargs="+", default=[10_000, 20_000])
     parser.add_argument("--dtype", default="auto", help="BertEmbedder dtype on both sides (default: auto)")
-    parser.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs for the Ray actor (give 1 on a GPU machine)")
+    parser.add_argument("--gpus-per-worker", type=float, default=0,
+                        help="GPUs for the Ray actor (give 1 on a GPU machine)")
     parser.add_argument("--cluster", choices=["warm", "fresh"], default="warm",
                         help="warm: Ray Data has run a job on the instance before (its service actors are up); "
                              "fresh: the timed job is the instance's first")

@@ -56,7 +56,8 @@ def _child(path: str, n_rows: int, dim: int) -> dict:
         "rows": n_rows, "dim": dim, "file_mb": round(X.nbytes / 2**20, 1),
         "fit_peak_mb": round(fit_memory.mb, 1), "fit_seconds": round(fit_seconds, 2),
         "transform_peak_mb": round(transform_memory.mb, 1), "transform_output_mb": round(Z.nbytes / 2**20, 1),
-        "transform_seconds": round(transform_seconds, 2), "floored": int((whitener.scale_ == whitener.scale_.max()).sum()),
+        "transform_seconds": round(transform_seconds, 2),
+        "floored": int((whitener.scale_ == whitener.scale_.max()).sum()),
     }
 
 

@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
-    ev.add_argument("--device", default="auto", help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
+    ev.add_argument("--device", default="auto",
+                    help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
     ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
@@ -134,7 +135,8 @@ def _add_scale_commands(commands) -> None:
 
     fi = commands.add_parser("fit", help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
                              description="Stream the embeddings of Parquet shards (random block order, local "
-                             "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops with skops (safe "
+                             "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
+                             "with skops (safe "
                              "to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR")
     fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")

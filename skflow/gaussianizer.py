@@ -1,6 +1,5 @@
 """FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -17,6 +16,7 @@ from skflow.flow_estimator import (
     InMemoryRows,
     NonFiniteLossError,
     n_batches,
+    n_held_out,
     train_epochs,
     training_rows,
 )
@@ -257,7 +257,7 @@ class FlowGaussianizer(BaseFlow):
             flow, generator = self._new_flow(scaling, device)
             held_out = None
             if self.early_stopping:
-                rows, held_out = rows.split(self._n_held_out(len(rows)), generator)
+                rows, held_out = rows.split(n_held_out(len(rows), self.validation_fraction), generator)
             trainer = self._initialised_trainer(flow, generator, rows, scaling)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
@@ -270,7 +270,8 @@ class FlowGaussianizer(BaseFlow):
                 n_iter_no_change=self.n_iter_no_change,
             )
             self._keep_scaling(scaling)
-            self.n_iter_, self.loss_curve_, self.n_samples_seen_ = len(history.loss_curve), history.loss_curve, history.n_rows
+            self.n_iter_, self.loss_curve_ = len(history.loss_curve), history.loss_curve
+            self.n_samples_seen_ = history.n_rows
             self.validation_scores_ = history.validation_scores
             self.best_validation_score_ = history.best_validation_score
             self._keep(trainer)
@@ -333,20 +334,10 @@ class FlowGaussianizer(BaseFlow):
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
         self._flow_config = dict(
-            n_features=scaling.n_modelled, n_levels=self.n_levels, depth=self.depth, hidden_channels=self.hidden_channels,
-            coupling=self.coupling, permutation=self.permutation,
+            n_features=scaling.n_modelled, n_levels=self.n_levels, depth=self.depth,
+            hidden_channels=self.hidden_channels, coupling=self.coupling, permutation=self.permutation,
         )
         return Glow(**self._flow_config, generator=generator).to(device), generator
-
-    def _n_held_out(self, n_rows: int) -> int:
-        n_held_out = math.ceil(self.validation_fraction * n_rows)
-        if n_rows - n_held_out < 2:
-            raise ValueError(
-                f"early_stopping holds out {n_held_out} of {n_rows} rows (validation_fraction="
-                f"{self.validation_fraction}), leaving fewer than 2 to train on; lower validation_fraction or pass "
-                "more rows."
-            )
-        return n_held_out
 
     def _initialised_trainer(self, flow: Glow, generator: torch.Generator, rows, scaling: FeatureScaling):
         """The trainer of ``flow``, after the data-dependent initialisation on a sample of ``rows``."""
@@ -358,7 +349,8 @@ class FlowGaussianizer(BaseFlow):
         trainer = self.__dict__.get("_trainer")
         if trainer is None or trainer.parameters.device != device:
             flow = Glow(**self._flow_config).to(device)
-            flow.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in self.flow_.state_dict().items()})
+            weights = self.flow_.state_dict().items()
+            flow.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in weights})
             state = self._trainer_state if trainer is None else trainer.state()
             trainer = FlowTrainer.restore(flow, state, log_det=self._scaling().log_det, **self._optimiser_params())
         for name, value in self._optimiser_params().items():
@@ -366,7 +358,9 @@ class FlowGaussianizer(BaseFlow):
         return trainer
 
     def _optimiser_params(self) -> dict:
-        return dict(learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm)
+        return dict(
+            learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm
+        )
 
     def _train(self, trainer: FlowTrainer, make_batches, *, max_epochs: int, n_batches: int, **params):
         with progress_bar("FlowGaussianizer", max_epochs * n_batches, enabled=bool(self.verbose)) as update:

@@ -1,4 +1,7 @@
+import json
 import os
+import sys
+import threading
 
 # The array API check of check_estimator runs only with this set before scipy loads.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
@@ -8,6 +11,47 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true",
+        help="run every test, the ones marked slow or ray too (what .ci/run and the README's test command run)",
+    )
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1] / "skflow")
+_CALLED: set[str] = set()
+
+
+def _record_call(frame, event, arg):
+    code = frame.f_code
+    if event == "call" and code.co_name != "<module>" and code.co_filename.startswith(_PACKAGE_DIR):
+        _CALLED.add(code.co_filename)
+
+
+def pytest_configure(config):
+    """With ``SKFLOW_TRACE_MODULES=FILE``, record which skflow files had a function called (tests/test_fast_loop.py)."""
+    if os.environ.get("SKFLOW_TRACE_MODULES"):
+        sys.setprofile(_record_call)
+        threading.setprofile(_record_call)
+
+
+def pytest_unconfigure(config):
+    if path := os.environ.get("SKFLOW_TRACE_MODULES"):
+        sys.setprofile(None)
+        Path(path).write_text(json.dumps(sorted(_CALLED)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default loop leaves out the tests marked ``slow`` or ``ray``; ``--full`` or any ``-m`` runs what it says."""
+    if config.getoption("--full") or config.getoption("markexpr"):
+        return
+    left_out = [item for item in items if item.get_closest_marker("slow") or item.get_closest_marker("ray")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        kept = set(items) - set(left_out)
+        items[:] = [item for item in items if item in kept]
 
 
 # The sets the tests read; SICK-R is tested on a fixture of its own.

@@ -110,7 +110,8 @@ def _defined_names(tree: ast.AST) -> set[str]:
     """Functions, classes, attributes and module variables that a module defines."""
     names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-    return names | {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assigned = (t for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets)
+    return names | {t.id for t in assigned if isinstance(t, ast.Name)}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -208,8 +209,10 @@ def test_the_checks_catch_what_they_are_for():
     sources = {
         "skflow": "",
         "skflow.a": "from skflow.b import helper, _secret\nimport skflow.b\n",
-        "skflow.b": "from skflow import a\nfrom skflow import _c\nx = _c._hidden\ndef helper(step, est):\n    est._validate_params()\n    return step._flag\n",
-        "skflow._c": "import torch\ny = torch._foreach_add\n_hidden = 1\nclass C:\n    def f(self):\n        self._own = self._flag = 1\n        return self._own\n",
+        "skflow.b": "from skflow import a\nfrom skflow import _c\nx = _c._hidden\n"
+        "def helper(step, est):\n    est._validate_params()\n    return step._flag\n",
+        "skflow._c": "import torch\ny = torch._foreach_add\n_hidden = 1\n"
+        "class C:\n    def f(self):\n        self._own = self._flag = 1\n        return self._own\n",
     }
     graph, problems = analyse(sources)
     assert find_cycle(graph) == ["skflow.a", "skflow.b", "skflow.a"]

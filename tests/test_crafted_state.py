@@ -65,7 +65,7 @@ def _npy(array) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def X():
+def X():  # noqa: N802 - the name scikit-learn gives samples
     return make_anisotropic_mixture(300, 8, random_state=0)
 
 

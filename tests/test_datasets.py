@@ -60,7 +60,8 @@ def test_sick_fixture_in_its_exact_format(tmp_path):
     folder.mkdir()
     header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
     rows = {
-        "SICK_train.txt": ["1\tA group of kids is playing in a yard \tA group of boys in a yard is playing\t4.5\tNEUTRAL",
+        "SICK_train.txt": ["1\tA group of kids is playing in a yard \tA group of boys in a yard is playing\t4.5"
+                           "\tNEUTRAL",
                            "2\tA man is cutting a tomato\tA woman is slicing a potato\t2.2\tCONTRADICTION"],
         "SICK_trial.txt": ["4\tThe dog runs\tA dog is running\t4.9\tENTAILMENT"],
         "SICK_test_annotated.txt": ["6\tA cat sleeps\tNobody is sleeping\t1.0\tCONTRADICTION",

@@ -128,7 +128,8 @@ def test_data_init_normalises_every_actnorm_input_in_one_pass(permutation):
     x = torch.randn(500, 10, dtype=torch.float64, generator=gen) * torch.linspace(0.1, 5, 10, dtype=torch.float64) + 3
     flow.data_init(x)
     inputs = []
-    hooks = [m.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for m in flow.modules() if isinstance(m, ActNorm)]
+    actnorms = [m for m in flow.modules() if isinstance(m, ActNorm)]
+    hooks = [m.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for m in actnorms]
     flow(x)
     for hook in hooks:
         hook.remove()
@@ -220,10 +221,11 @@ def test_layer_backward_helpers_have_the_gradients_of_autograd():
 
     def linear_backward(out, grad_out, inputs):
         h, w, b, s = inputs
-        grads = torch.empty(3, 6, dtype=torch.float64), torch.empty(3, dtype=torch.float64), torch.empty(3, dtype=torch.float64)
+        grads = tuple(torch.empty(*shape, dtype=torch.float64) for shape in ((3, 6), (3,), (3,)))
         return scaled_linear_backward(grad_out, out, h, w, torch.exp(s), grads), *grads
 
-    check(lambda h, w, b, s: scaled_linear(h, w, b, torch.exp(s)), linear_backward, (rand(5, 6), rand(3, 6), rand(3), rand(3)))
+    linear = lambda h, w, b, s: scaled_linear(h, w, b, torch.exp(s))  # noqa: E731
+    check(linear, linear_backward, (rand(5, 6), rand(3, 6), rand(3), rand(3)))
 
     def net(x, *params):
         return coupling_net(x, [(params[i], params[i + 1], torch.exp(params[i + 2])) for i in (0, 3, 6)])[0]

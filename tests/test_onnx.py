@@ -41,7 +41,9 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
         FlowGaussianizer().to_onnx(tmp_path / "x.onnx")
 
 
-@pytest.mark.parametrize("make", [lambda: FlowGaussianizer(random_state=0), lambda: Whitener()], ids=["flow", "whitener"])
+@pytest.mark.parametrize(
+    "make", [lambda: FlowGaussianizer(random_state=0), lambda: Whitener()], ids=["flow", "whitener"]
+)
 def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path, rows, make, monkeypatch):
     from skflow.utils import _atomic as _atomic
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from skflow import FlowGaussianizer
-from skflow.flow_estimator._rows import InMemoryRows, MemoryMappedRows, is_memory_mapped, training_rows
 from skflow.flow_estimator import _rows as batches
+from skflow.flow_estimator._rows import InMemoryRows, MemoryMappedRows, is_memory_mapped, training_rows
 
 
 def _memmap(tmp_path, X, name="X.f32"):
@@ -43,7 +43,8 @@ def test_an_epoch_visits_every_row_once_in_shuffled_chunks(tmp_path):
 
 def test_held_out_chunks_and_samples_come_from_the_right_rows(tmp_path):
     X = _memmap(tmp_path, np.arange(5_000, dtype=np.float32)[:, None])
-    train, held_out = MemoryMappedRows(X, torch.device("cpu"), chunk_rows=100).split(480, torch.Generator().manual_seed(0))
+    rows = MemoryMappedRows(X, torch.device("cpu"), chunk_rows=100)
+    train, held_out = rows.split(480, torch.Generator().manual_seed(0))
     assert len(held_out) == 500 and len(train) == 4_500  # whole chunks: 5 of 100 rows
     assert set(train.chunks.tolist()).isdisjoint(held_out.chunks.tolist())
     sample = train.sample(1_000, torch.Generator().manual_seed(1)).long().ravel()

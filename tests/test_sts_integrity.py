@@ -49,7 +49,8 @@ def test_a_damaged_file_is_an_error_naming_it_never_fewer_pairs(sts13, damage):
         inputs.write_bytes(inputs.read_bytes().replace(b"\n", b"\r\n"))
     else:
         gold.write_bytes(gold.read_bytes().replace(b"4.4", b"1.4", 1))
-    with pytest.raises(STSDataError, match=r"STS.(gs|input).headlines.txt: sha256 [0-9a-f]{64} is not that of the file"):
+    message = r"STS.(gs|input).headlines.txt: sha256 [0-9a-f]{64} is not that of the file"
+    with pytest.raises(STSDataError, match=message):
         load_sts("sts13", data_home=sts13.parent)
     assert isinstance(STSDataError("x"), ValueError)
 
@@ -65,12 +66,14 @@ def test_a_modified_copy_is_read_only_on_purpose_and_said_so(sts13):
     "file, content, message",
     [
         ("STS.gs.FNWN.txt", b"", r"STS.gs.FNWN.txt: the file is empty"),
-        ("STS.input.FNWN.txt", b"a\tb\nc\td\n\xff\xfe\tx\n", r"STS.input.FNWN.txt:3: invalid UTF-8 \(byte 0xff at column 1\)"),
+        ("STS.input.FNWN.txt", b"a\tb\nc\td\n\xff\xfe\tx\n",
+         r"STS.input.FNWN.txt:3: invalid UTF-8 \(byte 0xff at column 1\)"),
         ("STS.input.FNWN.txt", b"a\tb\rc\td\re\tf\r", r"STS.input.FNWN.txt:1: a carriage return .* CR-only line ends"),
         ("STS.gs.FNWN.txt", b"1\n2\nhigh\n", r"STS.gs.FNWN.txt:3: the score 'high' is not a number"),
         ("STS.gs.FNWN.txt", b"1\n5.5\n2\n", r"STS.gs.FNWN.txt:2: the score '5.5' is outside \[0, 5\]"),
         ("STS.gs.FNWN.txt", b"nan\n1\n2\n", r"STS.gs.FNWN.txt:1: the score 'nan' is outside \[0, 5\]"),
-        ("STS.input.FNWN.txt", b"a\tb\nc d\ne\tf\n", r"STS.input.FNWN.txt:2: expected 2 or 4 tab-separated fields, got 1"),
+        ("STS.input.FNWN.txt", b"a\tb\nc d\ne\tf\n",
+         r"STS.input.FNWN.txt:2: expected 2 or 4 tab-separated fields, got 1"),
         ("STS.input.FNWN.txt", b"a\tb\nc\td\n", r"STS.input.FNWN.txt has 2 lines but .*STS.gs.FNWN.txt has 3"),
     ],
 )
@@ -151,7 +154,8 @@ def test_sick_falls_back_to_its_zenodo_release_verified_and_flagged(tmp_path, mo
     )
     monkeypatch.setattr(_sts_checksums, "ZENODO_SICK_SHA256", {})
     for name, text in rebuilt.items():
-        monkeypatch.setitem(_sts_checksums.ZENODO_SICK_SHA256, f"SICK/{name}", hashlib.sha256(text.encode()).hexdigest())
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        monkeypatch.setitem(_sts_checksums.ZENODO_SICK_SHA256, f"SICK/{name}", digest)
     monkeypatch.setattr("skflow.datasets._files.ZENODO_SICK_SHA256", _sts_checksums.ZENODO_SICK_SHA256)
     fetched = serve(monkeypatch, {_sts_download.ZENODO_SICK_URLS[0]: zip_bytes({"SICK/SICK.txt": release})})
     with pytest.warns(UserWarning, match=r"Zenodo release \(9,840 pairs; test 4,906\).*not comparable"):

@@ -105,7 +105,9 @@ def test_state_round_trip_resumes_exactly():
     _epochs(restored, x, max_epochs=1)
     torch.testing.assert_close(restored.parameters, original.parameters, rtol=0, atol=0)
     with pytest.raises(ValueError, match="optimiser state has 5 entries"):
-        FlowTrainer.restore(flow, {**state, "exp_avg": state["exp_avg"][:5]}, learning_rate=1e-2, weight_decay=0.0, clip_grad_norm=None)
+        FlowTrainer.restore(
+            flow, {**state, "exp_avg": state["exp_avg"][:5]}, learning_rate=1e-2, weight_decay=0.0, clip_grad_norm=None
+        )
 
 
 def _steps(trainer, reference, optimizer, x, n=5):

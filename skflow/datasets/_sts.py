@@ -118,7 +118,9 @@ _SETS = {
         "SICK",
         {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"},
         parse_sick,
-        tuple(Archive(mirrored(f"{_SICK_SITE}/sick_{split}.zip"), "") for split in ("train", "trial", "test_annotated")),
+        tuple(
+            Archive(mirrored(f"{_SICK_SITE}/sick_{split}.zip"), "") for split in ("train", "trial", "test_annotated")
+        ),
         "CC BY-NC-SA 3.0 Unported, University of Trento.",
         fallback=zenodo_sick,
     ),

@@ -8,7 +8,7 @@ reads (in memory or memory-mapped), the trainer that ``fit`` and
 
 from skflow.flow_estimator._arrays import LatentMap, inverse, latent_and_log_prob, validate_latents
 from skflow.flow_estimator._base import BaseFlow
-from skflow.flow_estimator._rows import InMemoryRows, n_batches, training_rows
+from skflow.flow_estimator._rows import InMemoryRows, n_batches, n_held_out, training_rows
 from skflow.flow_estimator._scaling import ConstantFeaturesWarning, FeatureScaling
 from skflow.flow_estimator._shapes import state_arrays
 from skflow.flow_estimator._state import (
@@ -41,6 +41,7 @@ __all__ = [
     "inverse",
     "latent_and_log_prob",
     "n_batches",
+    "n_held_out",
     "restore_flow",
     "state_arrays",
     "train_epochs",

@@ -40,7 +40,8 @@ def export_onnx(
     out = Path(path).expanduser()
     flow = Glow(**config)
     flow.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in fitted.state_dict().items()})
-    for fitted_step, step in zip((s for level in fitted.levels for s in level), (s for level in flow.levels for s in level)):
+    fitted_steps = (s for level in fitted.levels for s in level)
+    for fitted_step, step in zip(fitted_steps, (s for level in flow.levels for s in level)):
         if isinstance(fitted_step.permutation, LUInvertibleLinear):
             step.permutation = FixedLinear(fitted_step.permutation)
     module = LatentMap(flow.eval(), scaling, torch.float32).eval()

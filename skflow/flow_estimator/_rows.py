@@ -8,6 +8,7 @@ a time, and shuffles the rows of those chunks together (a shuffle buffer of
 into the next group of chunks.
 """
 
+import math
 import mmap
 from collections.abc import Callable, Iterator
 
@@ -42,6 +43,17 @@ def training_rows(
     if is_memory_mapped(X) and X.shape[0] * X.shape[1] * 4 >= STREAM_MIN_BYTES:
         return MemoryMappedRows(X, device, preprocess=preprocess)
     return InMemoryRows.from_array(X, device, preprocess)
+
+
+def n_held_out(n_rows: int, validation_fraction: float) -> int:
+    """Rows that early stopping holds out; a ValueError if fewer than 2 would be left to train on."""
+    held_out = math.ceil(validation_fraction * n_rows)
+    if n_rows - held_out < 2:
+        raise ValueError(
+            f"early_stopping holds out {held_out} of {n_rows} rows (validation_fraction={validation_fraction}), "
+            "leaving fewer than 2 to train on; lower validation_fraction or pass more rows."
+        )
+    return held_out
 
 
 def n_batches(n_rows: int, batch_size: int, *, drop_last: bool) -> int:

@@ -164,8 +164,10 @@ def _check_fitted_values(state: dict, n_modelled: int) -> None:
     if not (np.isfinite(mean).all() and np.isfinite(scale).all() and (scale > 0).all()):
         raise InvalidModelError("mean_ and scale_ must be finite and scale_ positive")
     if np.abs(mean).max(initial=0) > 1e20 or scale.min(initial=1) < 1e-35 or scale.max(initial=1) > 1e20:
-        raise InvalidModelError("mean_ must be at most 1e20 in absolute value and scale_ from 1e-35 to 1e20 (fit refuses "
-                                "values whose squares overflow float32)")
+        raise InvalidModelError(
+            "mean_ must be at most 1e20 in absolute value and scale_ from 1e-35 to 1e20 (fit refuses values whose "
+            "squares overflow float32)"
+        )
     names = state.get("feature_names_in_")
     if names is not None and not (
         isinstance(names, np.ndarray) and names.shape == (state["n_features_in_"],)

@@ -84,7 +84,8 @@ class RunningMoments:
             # (1, 2, ..., d) on it, whose eigenvalues are far apart, so that rounding cannot reorder it.
             position = np.arange(1.0, span.shape[1] + 1)
             rows[floored] = np.linalg.eigh((span * position) @ span.T)[1].T @ span
-            eigenvalues[floored] = np.clip(np.einsum("ij,jk,ik->i", rows[floored], covariance, rows[floored]), 0.0, None)
+            quadratic = np.einsum("ij,jk,ik->i", rows[floored], covariance, rows[floored])
+            eigenvalues[floored] = np.clip(quadratic, 0.0, None)
         signs = np.sign(rows[np.arange(len(rows)), np.argmax(np.abs(rows), axis=1)])
         return eigenvalues, rows * np.where(signs == 0, 1.0, signs)[:, None], floor
 
@@ -218,8 +219,10 @@ def check_rebuilt_state(state: dict, rebuilt: dict) -> None:
     }
     components = state["components_"]
     covariance = state["scatter_"] / max(state["n_samples_seen_"] - 1, 1)
-    close["components_"] = np.abs(components).max() <= 1 + 1e-6 and np.allclose(components @ components.T, np.eye(len(components)), atol=1e-6) and np.allclose(
-        components @ covariance @ components.T, np.diag(state["explained_variance_"]), atol=1e-6 * top
+    close["components_"] = (
+        np.abs(components).max() <= 1 + 1e-6
+        and np.allclose(components @ components.T, np.eye(len(components)), atol=1e-6)
+        and np.allclose(components @ covariance @ components.T, np.diag(state["explained_variance_"]), atol=1e-6 * top)
     )
     wrong = [name for name, ok in close.items() if not ok]
     if wrong:

@@ -247,7 +247,8 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                 f"X has shape {Z.shape}, but Whitener.inverse_transform expects 2-D or 3-D input with "
                 f"{self.n_components_} features."
             )
-        X_original = affine_rows(Z.reshape(-1, Z.shape[-1]), self.components_ / self.scale_[:, None], shift_out=self.mean_)
+        weights = self.components_ / self.scale_[:, None]
+        X_original = affine_rows(Z.reshape(-1, Z.shape[-1]), weights, shift_out=self.mean_)
         return X_original.reshape(*Z.shape[:-1], self.n_features_in_)
 
     def score_samples(self, X):
