@@ -6,8 +6,10 @@ Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
 from skflow.utils._atomic import (
     exchange,
     folder_created_atomically,
+    is_stale_temporary,
     pid_is_running,
     replaced_atomically,
+    temporary_name,
     write_text_atomically,
 )
 from skflow.utils._device import resolve_device
@@ -32,12 +34,14 @@ __all__ = [
     "check_output_file",
     "exchange",
     "folder_created_atomically",
+    "is_stale_temporary",
     "pairs_or_likelihood_score",
     "pid_is_running",
     "progress_bar",
     "prove_writable",
     "replaced_atomically",
     "resolve_device",
+    "temporary_name",
     "validate_embeddings",
     "write_text_atomically",
 ]
