@@ -10,6 +10,9 @@ given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
 Everything that can be checked is checked on the driver before Ray starts
 (options, model, every input file, the output); an output appears complete
 or not at all and replaces only what skflow wrote (:mod:`skflow.utils._outputs`).
+Inputs, outputs and models may be object-store URIs (``s3://``, ``gs://``,
+...), checked through their filesystem by the same rules; what is atomic
+there is said in :mod:`skflow.ray_jobs._remote_outputs`.
 See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
@@ -26,18 +29,22 @@ from skflow.ray_jobs import (
     RayClusterError,
     actor_cpus,
     check_embeddings,
+    check_model_output,
     check_texts,
     input_files,
+    is_remote,
     load_model,
-    looks_like_model_file,
+    output_folder,
     ray_session,
     read_dataset,
     save_model,
+    scrub,
     vectors_array,
     vectors_column,
+    write_parquet,
     written_rows,
 )
-from skflow.utils import OutputFolder, OutputPathError, check_output_file, resolve_device
+from skflow.utils import resolve_device
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
@@ -135,6 +142,10 @@ def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
 def _check_encoder(embedder: BertEmbedder) -> None:
     """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
     embedder._validate_params()
+    if is_remote(str(embedder.model_name_or_path)):
+        shown = scrub(str(embedder.model_name_or_path).split("?", 1)[0])
+        raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
+                         "a local path (or give a Hugging Face hub id)")
     source = resolve_model_source(embedder.model_name_or_path, embedder.revision)
     config = load_config(*source)
     resolve_pooling(embedder.pooling, embedder.layers, n_hidden_layers(config))
@@ -162,18 +173,21 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     compute=_actor_pool(workers),
                     **options,
                 )
-                dataset.write_parquet(str(staging))
+                write_parquet(dataset, staging)
             except Exception as exc:  # a failed job is one line; the staging folder goes away
                 raise JobFailedError(f"the Ray job failed, nothing was written: {_one_line(exc)}") from exc
             written = written_rows(staging)
             if written != n_rows:
                 raise JobFailedError(f"the Ray job wrote {written:,} rows of {n_rows:,}; nothing was written")
-            target.commit(staging, command=command, rows=n_rows)
+            try:
+                target.commit(staging, command=command, rows=n_rows)
+            except OSError as exc:  # the store failed while the output was put in place: it was not
+                raise JobFailedError(f"{scrub(' '.join(str(exc).split()))}; nothing was written") from None
 
 
 def _one_line(exc: BaseException) -> str:
     """The error a Ray worker raised, as ``Type: message``, found in the traceback text Ray sends back."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    text = scrub(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)))
     raised = [m for m in _RAISED.finditer(text) if m["type"].rsplit(".", 1)[-1] not in _RAY_WRAPPERS]
     if raised:
         return f"{raised[-1]['type']}: {raised[-1]['message'].strip()}"
@@ -241,7 +255,7 @@ def embed(
     corpus = input_files(inputs)
     text_column = "text" if corpus.kind == "text" else text_column
     n_rows = check_texts(corpus, text_column, new_column=EMBEDDING_COLUMN)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
+    target = output_folder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
     threads = threads_per_worker or _threads(workers)
     actor = {"embedder": embedder, "text_column": text_column, "threads": threads}
     _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column, workers=workers,
@@ -281,16 +295,10 @@ def fit(
     if corpus.kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     check_embeddings(corpus.files, column)
-    out = check_output_file(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
-    if (out.exists() or out.is_symlink()) and not looks_like_model_file(out):
-        raise OutputPathError(
-            f"{out}: exists and is not a model file (skops or joblib); --overwrite replaces only those"
-        )
+    out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     with ray_session(address, quiet=quiet):
-        import ray
-
         actor_cpus(1)  # a cluster without a CPU would never read
-        dataset = ray.data.read_parquet(list(corpus.files), file_extensions=None).select_columns([column])
+        dataset = read_dataset(corpus).select_columns([column])
         for _ in range(epochs):
             for batch in dataset.randomize_block_order().iter_batches(
                 batch_size=ROWS_PER_PARTIAL_FIT,
@@ -339,7 +347,7 @@ def transform(
     else:
         input_column = "text" if corpus.kind == "text" else text_column
         n_rows = check_texts(corpus, input_column, new_column=output_column)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
+    target = output_folder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
     threads = threads_per_worker or _threads(workers)
     actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads}
     _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column, workers=workers,

@@ -14,6 +14,10 @@ before it is removed), so a form feed or U+2028 inside a text stays in it;
 empty and whitespace-only lines are skipped. The same function splits the
 lines here and in the Ray tasks, so the counts agree.
 
+An input may be a URI (``s3://bucket/corpus/``; :mod:`skflow.ray_jobs._uris`):
+it is listed, checked and read through its filesystem by the same rules
+(hidden names are those of any part of the key below the folder named).
+
 pyarrow (a dependency of Ray Data) is imported where needed.
 """
 
@@ -22,6 +26,8 @@ import re
 import stat
 from pathlib import Path
 from typing import NamedTuple
+
+from skflow.ray_jobs._uris import file_type, is_remote, list_files, local_path, missing, one_line, resolve
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -94,7 +100,10 @@ def input_files(inputs) -> Corpus:
     """
     files, skipped = [], []
     for item in inputs:
-        path = Path(item).expanduser()
+        if is_remote(item):
+            _remote_input(item, files, skipped)
+            continue
+        path = Path(local_path(item)).expanduser()
         if path.is_dir():
             found = []
             _walk(path, found, skipped, set())
@@ -115,7 +124,7 @@ def input_files(inputs) -> Corpus:
             f"{len(skipped)} file(s) in the input folders would not be read: {shown}. skflow reads {_KNOWN} "
             "(hidden names, starting with '.' or '_', are skipped); move the others away or name the files to read"
         )
-    unique = list({p.resolve(): p for p in files}.values())  # a file named twice is read once
+    unique = list({_identity(p): p for p in files}.values())  # a file named twice is read once
     formats = [file_format(p) for p in unique]
     kinds = sorted({kind for kind, _ in formats})
     if len(kinds) > 1:
@@ -124,6 +133,40 @@ def input_files(inputs) -> Corpus:
     if not unique:
         raise InputError("no input files")
     return Corpus(tuple(str(p) for p in unique), kinds[0], tuple(c for _, c in formats))
+
+
+def _identity(path) -> str:
+    return path if isinstance(path, str) else str(path.resolve())
+
+
+def _remote_input(item: str, files: list, skipped: list[str]) -> None:
+    """The data files of one URI (a file, or a prefix read as a folder) into ``files``; others into ``skipped``."""
+    remote = resolve(item, InputError)
+    kind = file_type(remote, InputError)
+    if kind == "missing":
+        raise missing(remote, InputError)
+    if kind == "file":
+        if file_format(remote.uri) is None:
+            raise InputError(f"{remote.uri}: unknown format; skflow reads {_KNOWN}")
+        files.append(remote.uri)
+        return
+    found = []
+    for name, _ in list_files(remote, InputError):
+        if any(_is_hidden(part) for part in name.split("/")):
+            continue
+        uri = remote.child(name).uri
+        (found if file_format(uri) is not None else skipped).append(uri)
+    if not found and not skipped:
+        raise InputError(f"{remote.uri}: no data files under this prefix (skflow reads {_KNOWN})")
+    files += found
+
+
+def _filesystem(path: str):
+    """``(filesystem, path in it)`` for a URI; ``(None, path)`` for a local file."""
+    if is_remote(path):
+        remote = resolve(path, InputError)
+        return remote.filesystem, remote.path
+    return None, path
 
 
 # ------------------------------------------------------------------ reading one file on the driver
@@ -163,11 +206,16 @@ def read_bytes(path: str, compression: str | None) -> bytes:
     """The content of ``path``, decompressed."""
     import pyarrow as pa
 
+    filesystem, where = _filesystem(path)
     try:
+        if filesystem is not None:
+            with filesystem.open_input_stream(where, compression=compression) as stream:
+                return stream.read()
         with pa.input_stream(path, compression=compression) as stream:
             return stream.read()
     except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"{path}: cannot be read{' as ' + compression if compression else ''} ({exc})") from None
+        how = f" as {compression}" if compression else ""
+        raise InputError(f"{path}: cannot be read{how} ({one_line(exc)})") from None
 
 
 def csv_convert_options(text_column: str | None):
@@ -189,7 +237,8 @@ def read_table(path: str, kind: str, compression: str | None, *, text_column: st
 
     try:
         if kind == "parquet":
-            return pq.read_table(path, columns=columns)
+            filesystem, where = _filesystem(path)
+            return pq.read_table(where, columns=columns, filesystem=filesystem)
         data = read_bytes(path, compression)
         if kind == "text":
             return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
@@ -200,7 +249,7 @@ def read_table(path: str, kind: str, compression: str | None, *, text_column: st
     except InputError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        reason = " ".join(str(exc).split())
+        reason = one_line(exc)
         row = re.search(r" in row (\d+)$", reason)  # pyarrow's JSON reader counts rows from 0
         if row:
             reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
@@ -215,10 +264,11 @@ def column_names(path: str, kind: str, compression: str | None, text_column: str
     if kind == "text":
         return ["text"]
     if kind == "parquet":
+        filesystem, where = _filesystem(path)
         try:
-            return pq.read_schema(path).names
+            return pq.read_schema(where, filesystem=filesystem).names
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise InputError(f"{path}: cannot be read as Parquet ({' '.join(str(exc).split())})") from None
+            raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
     return read_table(path, kind, compression, text_column=text_column).column_names
 
 

@@ -5,12 +5,20 @@
 (runs whatever the file says: only for files you made). A file is recognised
 by its first bytes as well as its name, so a skops file named ``.joblib`` is
 said to be one rather than failing inside joblib.
+
+A model may be a URI (``s3://bucket/models/flow.skops``): it is downloaded to
+a temporary local file and read as above. It is written to a local
+temporary file, uploaded to a hidden temporary object beside the target,
+and copied onto the target in one server-side copy, so the target holds the
+old model or the whole new one; the temporary object is deleted.
 """
 
 import bz2
+import contextlib
 import gzip
 import lzma
 import os
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -21,7 +29,21 @@ from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus_files import InputError
-from skflow.utils import replaced_atomically
+from skflow.ray_jobs._remote_outputs import check_bucket_level, check_not_an_input
+from skflow.ray_jobs._uris import (
+    Remote,
+    delete,
+    file_type,
+    is_remote,
+    local_path,
+    missing,
+    no_bucket,
+    one_line,
+    prove_writable,
+    read_bytes,
+    resolve,
+)
+from skflow.utils import OutputPathError, check_output_file, replaced_atomically, temporary_name
 
 _ZIP = b"PK\x03\x04"
 # joblib's compressed files, by their first bytes, and how to open them (zlib is handled on its own).
@@ -77,8 +99,81 @@ def looks_like_model_file(path: str | os.PathLike) -> bool:
     return _is_skops_archive(path) if head.startswith(_ZIP) else _is_joblib_file(path, head)
 
 
-def save_model(model, path: str | os.PathLike) -> None:
+def check_model_output(path, *, overwrite: bool, inputs=()) -> Path | Remote:
+    """Where ``skflow fit`` may write its model: a local path or a URI, checked before any work; nothing written.
+
+    Raises
+    ------
+    OutputPathError
+        The output is a folder, exists without ``overwrite``, exists and is not
+        a model file (only those are replaced), is or lies inside an input, or
+        its folder (bucket) is missing or cannot be written.
+    """
+    inputs = [str(i) for i in inputs]
+    if not is_remote(str(path)):
+        out = check_output_file(local_path(path), overwrite=overwrite,
+                                inputs=[local_path(i) for i in inputs if not is_remote(i)])
+        if (out.exists() or out.is_symlink()) and not looks_like_model_file(out):
+            raise OutputPathError(
+                f"{out}: exists and is not a model file (skops or joblib); --overwrite replaces only those"
+            )
+        return out
+    out = resolve(str(path), OutputPathError)
+    check_bucket_level(out, "output file")
+    check_not_an_input(out, inputs, "output file")
+    kind = file_type(out, OutputPathError)
+    if kind == "folder":
+        raise OutputPathError(f"{out.uri}: is a folder (a prefix with objects under it); give a file name")
+    if kind == "file":
+        if not overwrite:
+            raise OutputPathError(f"{out.uri}: exists; pass --overwrite to replace it")
+        with _downloaded(out, OutputPathError) as local:
+            if not looks_like_model_file(local):
+                raise OutputPathError(
+                    f"{out.uri}: exists and is not a model file (skops or joblib); --overwrite replaces only those"
+                )
+    elif error := no_bucket(out, OutputPathError):
+        raise error
+    prove_writable(out.parent, OutputPathError)
+    return out
+
+
+@contextlib.contextmanager
+def _downloaded(remote: Remote, error: type[Exception]):
+    """A local copy of the object ``remote`` (same name) for the block."""
+    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+        local = Path(folder) / remote.name
+        try:
+            local.write_bytes(read_bytes(remote))
+        except Exception as exc:  # noqa: BLE001 - access denied, network: one line
+            raise error(f"{remote.uri}: cannot be read ({one_line(exc)})") from None
+        yield local
+
+
+def _upload(local: Path, remote: Remote) -> None:
+    """Put ``local`` at ``remote`` whole or not at all: a hidden temporary object, then one server-side copy."""
+    staging = remote.parent.child(temporary_name(remote.name))
+    try:
+        with open(local, "rb") as source, remote.filesystem.open_output_stream(staging.path) as stream:
+            while chunk := source.read(1 << 24):
+                stream.write(chunk)
+        remote.filesystem.copy_file(staging.path, remote.path)
+    except Exception as exc:  # noqa: BLE001 - the target is untouched
+        raise OSError(f"{remote.uri}: writing the model failed, it was not replaced ({one_line(exc)})") from None
+    finally:
+        with contextlib.suppress(Exception):
+            delete(staging)
+
+
+def save_model(model, path: str | os.PathLike | Remote) -> None:
     """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib."""
+    if isinstance(path, Remote) or is_remote(str(path)):
+        remote = path if isinstance(path, Remote) else resolve(str(path), OutputPathError)
+        with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+            local = Path(folder) / remote.name
+            save_model(model, local)
+            _upload(local, remote)
+        return
     path = Path(path)
     if is_skops_name(path):
         persistence.dump(model, path)
@@ -97,11 +192,25 @@ def load_model(path: str | os.PathLike):
         named otherwise, or a ``.skops`` name on another file), unreadable, or
         holds something else.
     """
+    if is_remote(str(path)):
+        remote = resolve(str(path), InputError)
+        kind = file_type(remote, InputError)
+        if kind == "folder":
+            raise InputError(f"{remote.uri}: is a folder (a prefix); give the model file (.skops or joblib) that "
+                             "skflow fit wrote")
+        if kind == "missing":
+            raise missing(remote, InputError)
+        with _downloaded(remote, InputError) as local:
+            return _load_file(local, remote.uri)
+    return _load_file(Path(local_path(path)).expanduser(), path)
+
+
+def _load_file(file: Path, path):
+    """The model in the local ``file``; messages name it ``path``."""
     from sklearn.exceptions import NotFittedError
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
-    file = Path(path).expanduser()
     if file.is_dir():
         raise InputError(f"{path}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
     if not file.is_file():

@@ -6,12 +6,15 @@ pyarrow's readers through Ray's; text files as whole files whose lines are
 split by :func:`skflow.ray_jobs._corpus_files.text_rows` (Ray's own ``read_text``
 splits at every Unicode line break and drops whitespace-only lines, so its
 counts differ). The compression of every file is given to Ray explicitly
-(Ray infers it from lower-case extensions only).
+(Ray infers it from lower-case extensions only). Files named by URIs are
+read through the filesystem the driver checked them with, one read per
+filesystem (a mix of local files and URIs is read as their union).
 """
 
 import numpy as np
 
-from skflow.ray_jobs._corpus_files import Corpus, csv_convert_options, text_rows
+from skflow.ray_jobs._corpus_files import Corpus, InputError, csv_convert_options, text_rows
+from skflow.ray_jobs._uris import Remote, is_remote, list_files, resolve
 
 
 def _text_batch(batch):
@@ -24,22 +27,31 @@ def _text_batch(batch):
 
 
 def read_dataset(corpus: Corpus, text_column: str | None = None):
-    """A Ray dataset of every row of ``corpus`` (one read per compression, then their union)."""
+    """A Ray dataset of every row of ``corpus`` (one read per filesystem and compression, then their union)."""
     import ray
 
+    groups = {}
+    for file, compression in zip(corpus.files, corpus.compressions):
+        if is_remote(file):
+            remote = resolve(file, InputError)
+            key, filesystem, path = (file.split("/", 3)[:3], compression), remote.filesystem, remote.path
+        else:
+            key, filesystem, path = ("", compression), None, file
+        groups.setdefault(str(key), (filesystem, compression, []))[2].append(path)
     datasets = []
-    for compression in dict.fromkeys(corpus.compressions):
-        files = [f for f, c in zip(corpus.files, corpus.compressions) if c == compression]
+    for filesystem, compression, files in groups.values():
         stream = {"compression": compression}
+        where = {"file_extensions": None, "filesystem": filesystem}
         if corpus.kind == "parquet":
-            dataset = ray.data.read_parquet(files, file_extensions=None)
+            dataset = ray.data.read_parquet(files, **where)
         elif corpus.kind == "csv":
-            dataset = ray.data.read_csv(files, file_extensions=None, arrow_open_stream_args=stream,
+            dataset = ray.data.read_csv(files, **where, arrow_open_stream_args=stream,
                                         convert_options=csv_convert_options(text_column))
         elif corpus.kind == "json":  # lines=False: pyarrow's reader (JSON lines), as on the driver
-            dataset = ray.data.read_json(files, file_extensions=None, arrow_open_stream_args=stream)
+            dataset = ray.data.read_json(files, **where, arrow_open_stream_args=stream)
         else:
-            dataset = ray.data.read_binary_files(files, include_paths=True, arrow_open_stream_args=stream)
+            dataset = ray.data.read_binary_files(files, include_paths=True, filesystem=filesystem,
+                                                 arrow_open_stream_args=stream)
             dataset = dataset.map_batches(_text_batch, batch_format="pyarrow", batch_size=1)
         datasets.append(dataset)
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
@@ -62,10 +74,25 @@ def vectors_array(values) -> np.ndarray:
     return np.asarray(flat, dtype=np.float32).reshape(len(values), -1)
 
 
+def write_parquet(dataset, folder) -> None:
+    """Write ``dataset`` as Parquet shards into a local folder or a :class:`Remote` prefix."""
+    if isinstance(folder, Remote):
+        dataset.write_parquet(folder.path, filesystem=folder.filesystem)
+    else:
+        dataset.write_parquet(str(folder))
+
+
 def written_rows(folder) -> int:
-    """Rows in the Parquet files under ``folder`` (from their footers)."""
+    """Rows in the Parquet files under ``folder`` (a local folder or a :class:`Remote` prefix; from their footers)."""
     from pathlib import Path
 
     import pyarrow.parquet as pq
 
+    if isinstance(folder, Remote):
+        total = 0
+        for name, _ in list_files(folder):
+            if name.endswith(".parquet"):
+                with folder.filesystem.open_input_file(folder.child(name).path) as f:
+                    total += pq.ParquetFile(f).metadata.num_rows
+        return total
     return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(Path(folder).rglob("*.parquet")))

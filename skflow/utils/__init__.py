@@ -7,8 +7,10 @@ Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
 from skflow.utils._atomic import (
     exchange,
     folder_created_atomically,
+    is_stale_temporary,
     pid_is_running,
     replaced_atomically,
+    temporary_name,
     write_text_atomically,
 )
 from skflow.utils._chunks import CHUNK_ROWS, row_chunks
@@ -36,6 +38,7 @@ __all__ = [
     "check_output_file",
     "exchange",
     "folder_created_atomically",
+    "is_stale_temporary",
     "pairs_or_likelihood_score",
     "pid_is_running",
     "progress_bar",
@@ -43,6 +46,7 @@ __all__ = [
     "replaced_atomically",
     "resolve_device",
     "row_chunks",
+    "temporary_name",
     "unchanged_on_failure",
     "validate_embeddings",
     "write_text_atomically",

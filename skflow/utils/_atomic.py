@@ -46,12 +46,17 @@ def pid_is_running(pid: int) -> bool:
     return True
 
 
+def is_stale_temporary(entry: str, name: str) -> bool:
+    """Whether ``entry`` is a temporary sibling of ``name`` left by a process of this host that no longer runs."""
+    match = _TMP.match(entry)
+    return bool(match) and match["name"] == name and match["host"] == host() and not pid_is_running(int(match["pid"]))
+
+
 def remove_stale_temporaries(folder: Path, name: str) -> None:
     """Remove temporary siblings of ``name`` left by processes of this host that no longer run."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(folder):
-            match = _TMP.match(entry.name)
-            if not match or match["name"] != name or match["host"] != host() or pid_is_running(int(match["pid"])):
+            if not is_stale_temporary(entry.name, name):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):

@@ -1,0 +1,470 @@
+"""skflow embed | fit | transform from and to ``s3://``, against a real S3 API: moto's server on this machine.
+
+The server runs in a thread of the test process (``AWS_ENDPOINT_URL`` points at it, which pyarrow reads); the
+credentials are a recognisable secret that must appear in no output, error, log or written object. Ray runs one
+local instance of 2 CPUs, started after the environment is set so that its workers read the same endpoint and
+credentials; the command-line errors run ``python -m skflow`` in processes of their own, each with a timeout.
+"""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+import skflow
+from skflow import BertEmbedder, FlowGaussianizer, distributed
+from skflow.cli import main
+from skflow.ray_jobs import RemoteOutputFolder, input_files, load_model, save_model
+from skflow.ray_jobs._uris import resolve
+from skflow.utils import MARKER
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "SKFLOW-TEST-SECRET-4f1c9a-do-not-print"
+KEY_ID = "AKIASKFLOWTESTKEY001"
+BUCKET = "skflow-corpus"
+TOPICS = ["cats", "rain", "trains", "bread"] * 10
+SENTENCES = [f"Sentence number {i} is about {topic}." for i, topic in enumerate(TOPICS)]
+
+
+# ------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server, the environment that points at it, and a boto3 client; the bucket holds the corpus."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+            mp.delenv(key, raising=False)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=BUCKET)
+        half = len(SENTENCES) // 2
+        for part, rows in enumerate([range(0, half), range(half, len(SENTENCES))]):
+            table = pa.table({"id": list(rows), "text": [SENTENCES[i] for i in rows]})
+            _put(client, f"corpus/part-{part}.parquet", table)
+        client.put_object(Bucket=BUCKET, Key="texts/b.txt", Body="\n".join(SENTENCES[20:]).encode())
+        yield client, endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_instance(s3):
+    """Started once the S3 variables are set: Ray's workers inherit them, and PYTHONPATH (this tree)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield Path(ray._private.worker._global_node.get_session_dir_path())
+    ray.shutdown()
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started before the checks"))
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_output(capfd):
+    """Whatever a test prints (its own process, Ray's workers through the driver) never holds the secret."""
+    yield
+    out, err = capfd.readouterr()
+    assert SECRET not in out + err
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+
+
+# ------------------------------------------------------------------------------------- helpers
+def _put(client, key: str, table: pa.Table) -> None:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    client.put_object(Bucket=BUCKET, Key=key, Body=buffer.getvalue())
+
+
+def _keys(client, prefix: str = "") -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def _objects(client, prefix: str) -> dict[str, bytes]:
+    """The objects under ``prefix`` and their bytes (folder placeholders, ``name/``, left out)."""
+    return {k: client.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in _keys(client, prefix)
+            if not k.endswith("/")}
+
+
+def _s3_table(uri: str) -> pa.Table:
+    """The Parquet shards that the marker of an s3 output lists (how a reader should read one)."""
+    remote = resolve(uri)
+    with remote.filesystem.open_input_stream(remote.child(MARKER).path) as f:
+        files = json.loads(f.read())["files"]
+    return pa.concat_tables(pq.read_table(remote.child(name).path, filesystem=remote.filesystem) for name in files)
+
+
+def _sorted_vectors(table: pa.Table, column: str) -> tuple[list, np.ndarray]:
+    order = np.argsort(table.column("id").to_numpy())
+    vectors = np.stack(table.column(column).to_numpy(zero_copy_only=False)).astype(np.float32)
+    return table.column("id").to_numpy()[order].tolist(), vectors[order]
+
+
+def _embed_args(*args) -> list[str]:
+    return ["embed", *map(str, args), "--pooling", "cls", "--dtype", "float32", "--quiet"]
+
+
+def _refused(capfd, argv, code=2) -> str:
+    try:
+        got = main([str(a) for a in argv])
+    except SystemExit as exc:
+        got = exc.code
+    out, err = capfd.readouterr()
+    assert got == code, err
+    err = err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    assert SECRET not in err + out
+    return err
+
+
+def _embedder():
+    return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
+
+
+# --------------------------------------------------------------------------- the three steps on S3
+def test_the_workers_import_this_tree(ray_instance):
+    @ray.remote
+    def where():
+        import skflow as imported
+
+        return imported.__file__, os.environ.get("AWS_ENDPOINT_URL")
+
+    assert ray.get(where.remote(), timeout=120) == (skflow.__file__, os.environ["AWS_ENDPOINT_URL"])
+
+
+def test_embed_fit_transform_on_s3_give_the_vectors_of_local_files(ray_instance, s3, tmp_path):
+    client, _ = s3
+    local = tmp_path / "corpus"
+    local.mkdir()
+    for key, data in _objects(client, "corpus/").items():
+        (local / key.split("/")[-1]).write_bytes(data)
+    assert main(_embed_args(local, "--output", tmp_path / "emb")) == 0
+    assert main(_embed_args(f"s3://{BUCKET}/corpus/", "--output", f"s3://{BUCKET}/emb/")) == 0
+    ids, local_vectors = _sorted_vectors(pq.read_table(tmp_path / "emb"), "embedding")
+    s3_ids, s3_vectors = _sorted_vectors(_s3_table(f"s3://{BUCKET}/emb"), "embedding")
+    assert ids == s3_ids == list(range(40)) and s3_vectors.shape == (40, 384)
+    np.testing.assert_array_equal(s3_vectors, local_vectors)  # the same bytes in, the same vectors out
+
+    assert main(["fit", f"s3://{BUCKET}/emb", "--output", f"s3://{BUCKET}/models/flow.skops", "--epochs", "2",
+                 "--quiet"]) == 0
+    (tmp_path / "flow.skops").write_bytes(client.get_object(Bucket=BUCKET, Key="models/flow.skops")["Body"].read())
+    flow = skflow.load(tmp_path / "flow.skops")
+    assert isinstance(flow, FlowGaussianizer) and flow.n_samples_seen_ == 80
+
+    assert main(["transform", f"s3://{BUCKET}/emb/", "--model", f"s3://{BUCKET}/models/flow.skops",
+                 "--output", f"s3://{BUCKET}/z", "--quiet"]) == 0
+    assert main(["transform", str(tmp_path / "emb"), "--model", str(tmp_path / "flow.skops"),
+                 "--output", str(tmp_path / "z"), "--quiet"]) == 0
+    z_ids, z_s3 = _sorted_vectors(_s3_table(f"s3://{BUCKET}/z"), "z")
+    _, z_local = _sorted_vectors(pq.read_table(tmp_path / "z"), "z")
+    assert z_ids == ids
+    np.testing.assert_array_equal(z_s3, z_local)
+    np.testing.assert_allclose(z_s3, flow.transform(local_vectors), rtol=1e-5, atol=1e-5)
+    # Nothing but the outputs and their markers: no staging prefix, no probe, no pending record.
+    names = [k for k in _keys(client) if not k.endswith("/")]
+    assert not [k for k in names if ".skflow-tmp" in k or ".skflow-probe" in k or ".skflow-pending" in k], names
+    assert sorted(k.split("/")[0] for k in names if k.endswith(MARKER)) == ["emb", "z"]
+
+
+def test_local_and_s3_inputs_mix_and_a_transform_reads_the_model_from_s3(ray_instance, s3, tmp_path):
+    (tmp_path / "a.txt").write_text("\n".join(SENTENCES[:20]) + "\n", encoding="utf-8")
+    out = f"s3://{BUCKET}/mixed"
+    assert distributed.embed([tmp_path / "a.txt", f"s3://{BUCKET}/texts/b.txt"], out, embedder=_embedder(),
+                             quiet=True) == 40
+    table = _s3_table(out)
+    assert sorted(table.column("text").to_pylist()) == sorted(SENTENCES)
+    np.testing.assert_allclose(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)),
+                               _embedder().transform(table.column("text").to_pylist()), rtol=0, atol=1e-5)
+
+
+class FailingEmbedder(BertEmbedder):
+    """Loads like any embedder (its warm-up passes), then fails on the first real batch."""
+
+    def transform(self, X):
+        if len(X) > 1:
+            raise RuntimeError("the encoder broke on batch 1")
+        return super().transform(X)
+
+
+def test_a_failed_job_leaves_the_old_s3_output_whole_and_nothing_that_looks_complete(ray_instance, s3):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    client, _ = s3
+    before = _objects(client, "")
+    with pytest.raises(distributed.JobFailedError, match="the encoder broke on batch 1"):
+        distributed.embed([f"s3://{BUCKET}/corpus"], f"s3://{BUCKET}/emb", embedder=FailingEmbedder(pooling="cls"),
+                          overwrite=True, quiet=True)
+    assert _objects(client, "") == before
+
+
+class _FlakyFilesystem:
+    """A filesystem whose server-side copies fail after ``good`` of them (a store that stops mid-commit)."""
+
+    def __init__(self, filesystem, good: int) -> None:
+        self.filesystem, self.good = filesystem, good
+
+    def __getattr__(self, name):
+        return getattr(self.filesystem, name)
+
+    def copy_file(self, src, dest):
+        if self.good <= 0:
+            raise OSError("the store went away")
+        self.good -= 1
+        self.filesystem.copy_file(src, dest)
+
+
+def _staged_shards(staging, n=3):
+    for i in range(n):
+        pq.write_table(pa.table({"id": [i]}), staging.child(f"new-{i}.parquet").path, filesystem=staging.filesystem)
+
+
+def test_a_commit_that_fails_midway_leaves_the_old_output_or_nothing(s3):
+    client, _ = s3
+    new = RemoteOutputFolder(resolve(f"s3://{BUCKET}/commit-new"), overwrite=False)
+    with new.staged() as staging:
+        _staged_shards(staging)
+        new.remote = new.remote._replace(filesystem=_FlakyFilesystem(new.remote.filesystem, good=1))
+        with pytest.raises(OSError, match="writing the output failed"):
+            new.commit(staging, command="embed", rows=3)
+    assert _objects(client, "commit-new") == {}
+    assert not [k for k in _keys(client) if ".skflow-tmp" in k]
+
+    old = RemoteOutputFolder(resolve(f"s3://{BUCKET}/commit-old"), overwrite=False)
+    with old.staged() as staging:
+        pq.write_table(pa.table({"id": [9]}), staging.child("old.parquet").path, filesystem=staging.filesystem)
+        old.commit(staging, command="embed", rows=1)
+    before = _objects(client, "commit-old/")
+    again = RemoteOutputFolder(resolve(f"s3://{BUCKET}/commit-old"), overwrite=True)
+    with again.staged() as staging:
+        _staged_shards(staging)
+        again.remote = again.remote._replace(filesystem=_FlakyFilesystem(again.remote.filesystem, good=2))
+        with pytest.raises(OSError, match="writing the output failed"):
+            again.commit(staging, command="embed", rows=3)
+    assert _objects(client, "commit-old/") == before
+
+
+def test_a_run_killed_mid_commit_is_cleaned_up_by_the_next_overwrite(s3):
+    """Killed after copying a new shard beside the old output: the old marker still says what is complete, and
+    the pending record lets the next --overwrite delete the stray shard instead of refusing it as foreign."""
+    client, _ = s3
+    target = RemoteOutputFolder(resolve(f"s3://{BUCKET}/killed"), overwrite=False)
+    with target.staged() as staging:
+        pq.write_table(pa.table({"id": [1]}), staging.child("old.parquet").path, filesystem=staging.filesystem)
+        target.commit(staging, command="embed", rows=1)
+    client.put_object(Bucket=BUCKET, Key="killed/.skflow-pending", Body=json.dumps({"files": ["half.parquet"]}))
+    client.put_object(Bucket=BUCKET, Key="killed/half.parquet", Body=b"a shard copied before the kill")
+    assert _s3_table(f"s3://{BUCKET}/killed").column("id").to_pylist() == [1]  # the marker: still the old output
+    target = RemoteOutputFolder(resolve(f"s3://{BUCKET}/killed"), overwrite=True)
+    with target.staged() as staging:
+        pq.write_table(pa.table({"id": [2, 3]}), staging.child("new.parquet").path, filesystem=staging.filesystem)
+        target.commit(staging, command="embed", rows=2)
+    assert sorted(_objects(client, "killed/")) == ["killed/.skflow-output", "killed/new.parquet"]
+
+
+def test_a_model_upload_that_fails_leaves_the_old_model(s3, tmp_path):
+    client, _ = s3
+    X = np.random.RandomState(0).normal(size=(64, 4)).astype(np.float32)
+    save_model(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), f"s3://{BUCKET}/m/flow.joblib")
+    before = _objects(client, "m/")
+    remote = resolve(f"s3://{BUCKET}/m/flow.joblib")
+    with pytest.raises(OSError, match="writing the model failed, it was not replaced"):
+        save_model(FlowGaussianizer(max_epochs=1, random_state=1).fit(X),
+                   remote._replace(filesystem=_FlakyFilesystem(remote.filesystem, good=0)))
+    assert _objects(client, "m/") == before
+    assert isinstance(load_model(f"s3://{BUCKET}/m/flow.joblib"), FlowGaussianizer)
+
+
+# ------------------------------------------------------- errors through the command line, in processes of their own
+def _command(*argv, env=None, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **(env or {}))
+    run = subprocess.run([sys.executable, "-m", "skflow", *map(str, argv)], capture_output=True, text=True, env=env,
+                         timeout=timeout, check=False)
+    assert SECRET not in run.stdout + run.stderr
+    return run
+
+
+def _one_line(run) -> str:
+    err = run.stderr.strip()
+    assert run.returncode == 2 and err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def _auth(endpoint: str, count: str) -> None:
+    """moto checks signatures and access keys from now on ("0"), or never again ("inf")."""
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
+def test_a_missing_bucket_a_missing_key_and_bad_credentials_are_one_line_and_exit_2(s3, tmp_path):
+    client, endpoint = s3
+    run = _command("embed", "s3://skflow-no-such-bucket/corpus/", "--output", tmp_path / "out")
+    assert _one_line(run) == "error: s3://skflow-no-such-bucket/corpus: no such bucket 'skflow-no-such-bucket' " \
+                             "(or no access to it)"
+    run = _command("embed", f"s3://{BUCKET}/no-such-key.parquet", "--output", tmp_path / "out")
+    assert _one_line(run) == f"error: s3://{BUCKET}/no-such-key.parquet: no such file or folder"
+    (tmp_path / "a.txt").write_text("one text\n", encoding="utf-8")
+    run = _command("embed", tmp_path / "a.txt", "--output", "s3://skflow-no-such-bucket/emb")
+    assert "no such bucket" in _one_line(run)
+    _auth(endpoint, "0")
+    try:
+        for env in ({}, {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNKEY000001"}):  # a key moto's IAM never issued
+            run = _command("embed", f"s3://{BUCKET}/corpus/", "--output", tmp_path / "out", env=env)
+            err = _one_line(run)
+            assert err.startswith(f"error: s3://{BUCKET}/corpus: cannot be read (") and "AWS Error" in err, err
+            assert SECRET not in err
+    finally:
+        _auth(endpoint, "inf")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------- a careless or hostile user, before Ray
+def test_outputs_that_are_or_hold_or_lie_in_an_input_uri_are_refused(s3, capfd, no_ray, tmp_path):
+    corpus = f"s3://{BUCKET}/corpus"
+    for output, what in [(corpus, "is the input"), (corpus + "/", "is the input"), (corpus + "//", "is the input"),
+                         (f"{corpus}/out", "lies inside the input"), (f"{corpus}/part-0.parquet", "lies inside"),
+                         (f"s3://{BUCKET}/texts/b.txt", "exists and is not a folder (an object of that name)")]:
+        err = _refused(capfd, _embed_args(corpus + "/", "--output", output, "--overwrite"))
+        assert what in err, err
+    err = _refused(capfd, _embed_args(f"{corpus}/part-0.parquet", "--output", corpus, "--overwrite"))
+    assert err.endswith("contains the input s3://skflow-corpus/corpus/part-0.parquet; choose another output")
+    assert "is a whole bucket" in _refused(capfd, _embed_args(corpus, "--output", f"s3://{BUCKET}/"))
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/emb", "--output", f"s3://{BUCKET}/emb/flow.skops", "--quiet"])
+    assert "lies inside the input" in err
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/emb", "--model", f"s3://{BUCKET}/models/flow.skops",
+                           "--output", f"s3://{BUCKET}/models", "--overwrite", "--quiet"])
+    assert "contains the input s3://skflow-corpus/models/flow.skops" in err
+
+
+def test_file_uris_are_local_paths_under_the_local_rules(capfd, no_ray, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("one text\n", encoding="utf-8")
+    assert input_files([f"file://{corpus}/"]).files == (str(corpus / "a.txt"),)
+    err = _refused(capfd, _embed_args(f"file://{corpus}", "--output", f"file://{corpus}/out"))
+    assert err == f"error: {corpus}/out: the output folder lies inside the input {corpus}; choose another output"
+    err = _refused(capfd, ["fit", f"file://{corpus}", "--output", f"file://{corpus}/flow.skops", "--quiet"])
+    assert err.endswith("skflow fit reads Parquet shards (as written by skflow embed)")
+
+
+def test_overwrite_replaces_only_a_prefix_that_skflow_wrote(s3, capfd, no_ray):
+    client, _ = s3
+    _put(client, "foreign/data.parquet", pa.table({"id": [1]}))
+    err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign"))
+    assert "exists and is not empty; pass --overwrite" in err
+    err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign", "--overwrite"))
+    assert f"no valid {MARKER} object in it" in err
+    client.put_object(Bucket=BUCKET, Key=f"foreign/{MARKER}", Body=json.dumps({"files": []}))  # a forged marker
+    err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign/", "--overwrite"))
+    assert "holds objects that skflow did not write (data.parquet)" in err
+    assert sorted(_objects(client, "foreign/")) == ["foreign/.skflow-output", "foreign/data.parquet"]
+
+
+def test_bad_uris_are_one_line_and_never_repeat_credentials(s3, capfd, no_ray, tmp_path):
+    """Credentials or a query string in a URI, an unknown scheme, an invalid bucket: as input, output and model."""
+    cases = [
+        (f"s3://{KEY_ID}:{SECRET}@{BUCKET}/corpus", "s3://***@skflow-corpus/corpus: a URI must not hold credentials"),
+        (f"s3://{BUCKET}/corpus?secret_key={SECRET}&access_key={KEY_ID}",
+         "s3://skflow-corpus/corpus: a URI with a query string or fragment is not accepted"),
+        ("foo://bucket/corpus", "foo://bucket/corpus: unknown scheme 'foo'"),
+        ("s3://Skflow-Corpus/corpus", "s3://Skflow-Corpus/corpus: 'Skflow-Corpus' is not a valid S3 bucket name"),
+        ("s3://", "s3://: no bucket or host in the URI"),
+    ]
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("one text\n", encoding="utf-8")
+    emb = tmp_path / "emb"
+    emb.mkdir()
+    pq.write_table(pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(8, np.float32)), 4)}),
+                   emb / "part-0.parquet")
+    for uri, message in cases:
+        for argv in (_embed_args(uri, "--output", tmp_path / "out"),  # an input, an output, a model, a model output
+                     _embed_args(texts, "--output", uri),
+                     ["transform", emb, "--model", uri, "--output", tmp_path / "z", "--quiet"],
+                     ["fit", emb, "--output", uri, "--quiet"]):
+            err = _refused(capfd, argv)
+            assert err == f"error: {message}" or err.startswith(f"error: {message} ") or message in err, (argv, err)
+            assert KEY_ID not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "texts"]
+    err = _refused(capfd, _embed_args(texts, "--output", tmp_path / "out", "--model", f"s3://{BUCKET}/encoder"))
+    assert err == f"error: --model s3://{BUCKET}/encoder: an encoder on object storage is not supported; copy the " \
+                  "model folder to a local path (or give a Hugging Face hub id)"
+
+
+def test_models_on_s3_are_checked_like_local_ones(s3, capfd, no_ray, tmp_path):
+    client, _ = s3
+    _put(client, "emb8/part-0.parquet", pa.table({"id": [0, 1], "embedding": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.zeros(16, np.float32)), 8)}))
+    client.put_object(Bucket=BUCKET, Key="prefix/flow.skops/inside", Body=b"x")
+    client.put_object(Bucket=BUCKET, Key="notes/flow.joblib", Body=b"not a model")
+    z = tmp_path / "z"
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/emb8", "--model", f"s3://{BUCKET}/prefix/flow.skops",
+                           "--output", z, "--quiet"])
+    assert err == f"error: s3://{BUCKET}/prefix/flow.skops: is a folder (a prefix); give the model file (.skops " \
+                  "or joblib) that skflow fit wrote"
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/emb8", "--model", f"s3://{BUCKET}/models/none.skops",
+                           "--output", z, "--quiet"])
+    assert err == f"error: s3://{BUCKET}/models/none.skops: no such file or folder"
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/emb8", "--model", f"s3://{BUCKET}/notes/flow.joblib",
+                           "--output", z, "--quiet"])
+    assert err.startswith(f"error: s3://{BUCKET}/notes/flow.joblib: cannot read the model")
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/emb8", "--output", f"s3://{BUCKET}/prefix/flow.skops", "--quiet"])
+    assert "is a folder (a prefix with objects under it); give a file name" in err
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/emb8", "--output", f"s3://{BUCKET}/notes/flow.joblib", "--quiet"])
+    assert err.endswith("exists; pass --overwrite to replace it")
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/emb8", "--output", f"s3://{BUCKET}/notes/flow.joblib",
+                           "--overwrite", "--quiet"])
+    assert "exists and is not a model file (skops or joblib); --overwrite replaces only those" in err
+    assert _objects(client, "notes/") == {"notes/flow.joblib": b"not a model"}
+
+
+def test_a_scheme_that_only_fsspec_knows_is_listed_and_read_the_same_way(no_ray, capfd):
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/skflow-test/corpus/a.txt", "\n".join(SENTENCES[:3]).encode())
+    memory.pipe("/skflow-test/corpus/sub/b.txt.gz", __import__("gzip").compress(b"one\ntwo\n"))
+    memory.pipe("/skflow-test/corpus/_SUCCESS", b"")
+    memory.pipe("/skflow-test/corpus/.hidden/c.txt", b"never read")
+    corpus = input_files(["memory://skflow-test/corpus/"])
+    assert corpus.kind == "text" and corpus.files == ("memory://skflow-test/corpus/a.txt",
+                                                      "memory://skflow-test/corpus/sub/b.txt.gz")
+    from skflow.ray_jobs import check_texts
+
+    assert check_texts(corpus, "text") == 5
+    memory.pipe("/skflow-test/corpus/notes.md", b"x")
+    err = _refused(capfd, _embed_args("memory://skflow-test/corpus", "--output", "memory://skflow-test/out"))
+    assert "1 file(s) in the input folders would not be read: memory://skflow-test/corpus/notes.md" in err
+
+
+def test_no_log_and_no_written_object_holds_the_secret(ray_instance, s3, tmp_path):
+    """Last: Ray's logs of the whole module's jobs, and every object in the bucket."""
+    client, _ = s3
+    for path in ray_instance.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    for key, data in _objects(client, "").items():
+        assert SECRET.encode() not in data, key
