@@ -65,7 +65,8 @@ def test_embed_fit_transform_match_the_estimators_in_process(ray_instance, corpu
     expected = _embedder().transform([texts[i] for i in ids])
     np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-5)
 
-    assert main(["fit", str(tmp_path / "emb"), "--output", str(tmp_path / "flow.skops"), "--epochs", "2", "--quiet"]) == 0
+    fit = ["fit", str(tmp_path / "emb"), "--output", str(tmp_path / "flow.skops"), "--epochs", "2", "--quiet"]
+    assert main(fit) == 0
     flow = skflow.load(tmp_path / "flow.skops")  # skflow fit writes .skops
     assert isinstance(flow, FlowGaussianizer) and flow.n_samples_seen_ == 2 * N_SENTENCES and flow.n_iter_ == 2
 
@@ -188,7 +189,8 @@ def test_grid_search_on_the_ray_joblib_backend(ray_instance, sts_data_home, tmp_
                          FlowGaussianizer(random_state=0))
     grid = {"flowgaussianizer__learning_rate": [1e-3, 1e-4]}
     with joblib.parallel_backend("ray"):
-        search = GridSearchCV(pipe, grid, cv=2, scoring=make_sts_scorer(), n_jobs=-1).fit(dev.pairs[:200], dev.scores[:200])
+        search = GridSearchCV(pipe, grid, cv=2, scoring=make_sts_scorer(), n_jobs=-1)
+        search.fit(dev.pairs[:200], dev.scores[:200])
     serial = GridSearchCV(pipe, grid, cv=2, scoring=make_sts_scorer()).fit(dev.pairs[:200], dev.scores[:200])
     np.testing.assert_allclose(search.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"], atol=1e-3)
     assert all(0.5 < s < 0.95 for s in search.cv_results_["mean_test_score"])
@@ -206,28 +208,37 @@ def test_bad_inputs_fail_fast_with_one_line(corpus, tmp_path, capsys, monkeypatc
     folder, _ = corpus
     from skflow import distributed
 
-    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray used before the input was checked"))
-    assert "no column 'sentence' (columns: id, text)" in _error(capsys, ["embed", str(folder), "--text-column", "sentence", "--output", str(tmp_path / "o")])
+    never = lambda *a, **k: pytest.fail("Ray used before the input was checked")  # noqa: E731
+    monkeypatch.setattr(distributed, "ray_session", never)
+    embed = ["embed", str(folder), "--text-column", "sentence", "--output", str(tmp_path / "o")]
+    assert "no column 'sentence' (columns: id, text)" in _error(capsys, embed)
     bad = tmp_path / "bad"
     bad.mkdir()
     pq.write_table(pa.table({"text": ["a", None, "c"]}), bad / "x.parquet")
-    assert f"{bad / 'x.parquet'}: row 2 of column 'text' is empty" in _error(capsys, ["embed", str(bad), "--output", str(tmp_path / "o")])
+    embed_bad = ["embed", str(bad), "--output", str(tmp_path / "o")]
+    assert f"{bad / 'x.parquet'}: row 2 of column 'text' is empty" in _error(capsys, embed_bad)
     pq.write_table(pa.table({"text": [1, 2]}), bad / "x.parquet")
-    assert "holds int64 values, not strings (row 1: 1)" in _error(capsys, ["embed", str(bad), "--output", str(tmp_path / "o")])
+    assert "holds int64 values, not strings (row 1: 1)" in _error(capsys, embed_bad)
     empty = tmp_path / "empty"
     empty.mkdir()
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty / "x.parquet")
     assert "the input has no rows" in _error(capsys, ["embed", str(empty), "--output", str(tmp_path / "o")])
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "old.parquet").write_bytes(b"x")
-    assert "exists and is not empty; pass --overwrite" in _error(capsys, ["embed", str(folder), "--output", str(tmp_path / "full")])
+    embed_full = ["embed", str(folder), "--output", str(tmp_path / "full")]
+    assert "exists and is not empty; pass --overwrite" in _error(capsys, embed_full)
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     pq.write_table(pa.table({"embedding": pa.array([[1.0, 2.0], [1.0, 2.0, 3.0]])}), mixed / "x.parquet")
     assert "vectors of several lengths" in _error(capsys, ["fit", str(mixed), "--output", str(tmp_path / "m.joblib")])
     (tmp_path / "broken.joblib").write_bytes(b"not a model")
-    assert "broken.joblib: cannot read the model" in _error(capsys, ["transform", str(folder), "--model", str(tmp_path / "broken.joblib"), "--output", str(tmp_path / "o2")])
+    transform = ["transform", str(folder), "--output", str(tmp_path / "o2"), "--model"]
+    assert "broken.joblib: cannot read the model" in _error(capsys, [*transform, str(tmp_path / "broken.joblib")])
     joblib.dump({"a": 1}, tmp_path / "dict.joblib")
-    assert "holds a dict; expected a fitted FlowGaussianizer" in _error(capsys, ["transform", str(folder), "--model", str(tmp_path / "dict.joblib"), "--output", str(tmp_path / "o2")])
-    assert "no such file or folder" in _error(capsys, ["embed", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")])
+    expected = "holds a dict; expected a fitted FlowGaussianizer"
+    assert expected in _error(capsys, [*transform, str(tmp_path / "dict.joblib")])
+    assert "no such file or folder" in _error(
+        capsys,
+        ["embed", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")],
+    )
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
