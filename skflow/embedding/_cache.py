@@ -347,13 +347,13 @@ class EmbeddingCache:
         """Warn once per folder and process when the folder holds entries of the one-file-per-text layout."""
         if str(self.folder) in _legacy_noticed:
             return
-        _legacy_noticed.add(str(self.folder))
         with contextlib.suppress(OSError):
             if stat.S_ISLNK(os.lstat(self.folder).st_mode):
                 return
-            with os.scandir(self.folder) as entries:
+            with os.scandir(self.folder) as entries:  # a few entries: key.json, the store and its -wal, -shm
                 old = [e.name for e in entries if _LEGACY_SUBFOLDER.match(e.name) and e.is_dir(follow_symlinks=False)]
             if old:
+                _legacy_noticed.add(str(self.folder))
                 warnings.warn(
                     f"skflow: {self.folder} holds {len(old)} folders of the old one-file-per-text embedding cache, "
                     f"which is no longer read (its texts are encoded again once, into {STORE_NAME}); "
