@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -171,8 +172,8 @@ def _integrity(cache: EmbeddingCache) -> str:
         return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo", "symbolic link", "-wal link", "another user's"])
-def test_a_store_that_is_a_folder_fifo_link_or_another_users_is_recomputed_with_a_warning(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["folder", "fifo", "symbolic link", "hard link", "-wal link"])
+def test_a_store_that_is_a_folder_fifo_or_link_is_recomputed_with_a_warning(tmp_path, kind):
     """Each is left as it is, never read, never written through; the vectors are computed afresh."""
     embedder = _f32(cache_dir=tmp_path / "cache")
     expected = embedder.transform(TEXTS)
@@ -182,7 +183,7 @@ def test_a_store_that_is_a_folder_fifo_link_or_another_users_is_recomputed_with_
     outside = tmp_path / "outside.sqlite3"
     shutil.copyfile(planted.path, outside)
     before = outside.read_bytes()
-    if kind in ("folder", "fifo", "symbolic link", "another user's"):
+    if kind != "-wal link":
         cache.path.unlink()
     if kind == "folder":
         cache.path.mkdir()
@@ -190,23 +191,44 @@ def test_a_store_that_is_a_folder_fifo_link_or_another_users_is_recomputed_with_
         os.mkfifo(cache.path)  # must not block the reader
     elif kind == "symbolic link":
         cache.path.symlink_to(outside)
-    elif kind == "-wal link":
-        (cache.folder / "embeddings.sqlite3-wal").symlink_to(tmp_path / "outside.sqlite3-wal")
+    elif kind == "hard link":
+        os.link(outside, cache.path)
     else:
-        shutil.copyfile(outside, cache.path)
-        os.chown(cache.path, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root")
+        (cache.folder / "embeddings.sqlite3-wal").symlink_to(tmp_path / "outside.sqlite3-wal")
     reason = {
-        "folder": "embeddings.sqlite3 is not a regular file",
-        "fifo": "embeddings.sqlite3 is not a regular file",
+        "folder": "embeddings.sqlite3 is not a regular file of one link",
+        "fifo": "embeddings.sqlite3 is not a regular file of one link",
         "symbolic link": "embeddings.sqlite3 is a symbolic link",
+        "hard link": "embeddings.sqlite3 is not a regular file of one link",
         "-wal link": "embeddings.sqlite3-wal is a symbolic link",
-        "another user's": "embeddings.sqlite3 is owned by another user",
     }[kind]
     for _ in range(2):  # not repaired behind the user's back: the same warning each time
         with pytest.warns(RuntimeWarning, match=rf"\(4 unusable store: {reason}; delete it to cache again\)"):
             np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
     assert outside.read_bytes() == before and not (tmp_path / "outside.sqlite3-wal").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "outside.sqlite3", "planted"]
+
+
+def test_another_users_store_is_never_read_and_this_user_keeps_its_own_beside_it(tmp_path):
+    """A team sharing a cache_dir: no warning, no vector of another user's (who could have planted any)."""
+    embedder = _f32(cache_dir=tmp_path)
+    expected = embedder.transform(TEXTS)
+    cache = EmbeddingCache(tmp_path, embedder._settings()["cache_key"], expected.shape[1])
+    cache.path.unlink()
+    EmbeddingCache(tmp_path, cache.key, cache.dim).put_many(TEXTS, expected + 1)  # planted, valid entries
+    os.chown(cache.path, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root")
+    before = cache.path.read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
+    assert cache.path.read_bytes() == before and cache.path.stat().st_uid == 65534
+    own = EmbeddingCache(tmp_path, cache.key, cache.dim)
+    got, found = own.get_many(TEXTS)
+    assert found.all() and own.path.name == f"embeddings-uid{os.getuid()}.sqlite3" and not own.skipped
+    np.testing.assert_array_equal(got, expected)
+    os.chown(own.path, 65533, 65533)  # and another user's file in place of this user's own: recomputed, with a warning
+    with pytest.warns(RuntimeWarning, match=rf"4 unusable store: embeddings-uid{os.getuid()}.sqlite3 is owned by"):
+        np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
 
 
 def test_an_unreadable_or_read_only_store():

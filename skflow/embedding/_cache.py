@@ -5,22 +5,20 @@ has a folder named by the hash of its settings, holding ``key.json`` (the
 settings, for people) and ``embeddings.sqlite3``: one row per text, keyed by
 the text's SHA-256, in SQLite's write-ahead-log mode. Several processes read
 and write it at once: writers queue on SQLite's lock with a busy timeout,
-readers never wait for writers. Rows are written in transactions, so a writer
-killed at any instant (mid-commit included) leaves each transaction whole or
-absent. Each row carries its text's full hash and a checksum of hash and
-vector: a row damaged afterwards is detected, recomputed and rewritten. A
-vector comes back bit for bit as stored (little-endian float32).
+readers never wait. Rows are written in transactions: a writer killed at any
+instant leaves each one whole or absent. Each row carries its text's full hash
+and a checksum of hash and vector: a damaged row is detected, recomputed and
+rewritten. Vectors come back bit for bit (little-endian float32).
 
 Not trusted, and recomputed with a warning: a store (or its ``-wal``, ``-shm``
-or ``-journal`` file) that is a symbolic link, not a regular file, owned by
-another user (who could have planted any vector), not a database, damaged, or
-another program's database; such a file is never modified or deleted: the
-warning says to delete it. Nothing is read or written through a symbolically
-linked configuration folder. The store is created with the user's umask, and
-SQLite gives its ``-wal`` and ``-shm`` files the store's mode (a team can share
-a cache through group permissions). Failures to write (a full disk, a
-read-only store) are counted, never raised. Folders of the old
-one-file-per-text layout (``<2 hex>/<hash>.emb``) are not read: a one-line
+or ``-journal`` file) that is a symbolic or hard link, not a regular file, not
+a database, damaged, or another program's database; such a file is never
+modified or deleted: the warning says to delete it. A store owned by another
+user (who could have planted any vector) is never read: this user keeps its
+own beside it. Nothing goes through a symbolically linked configuration folder.
+The store has the user's umask, and SQLite gives its ``-wal`` and ``-shm``
+files the store's mode. Failed writes (a full disk) are counted, not raised.
+Folders of the old one-file-per-text layout are not read: a one-line
 ``UserWarning`` per folder and process says so and how to free their space.
 """
 
@@ -296,7 +294,7 @@ class EmbeddingCache:
         """Whether the store exists; _StoreError if it or a file SQLite opens beside it is not to be trusted."""
         exists = False
         for suffix in ("", *_SIDE_FILES):
-            name = STORE_NAME + suffix
+            name = self.path.name + suffix
             try:
                 info = os.lstat(self.folder / name)
             except FileNotFoundError:
@@ -304,9 +302,12 @@ class EmbeddingCache:
             exists = exists or not suffix
             if stat.S_ISLNK(info.st_mode):
                 raise _StoreError(_unusable(f"{name} is a symbolic link"))
-            if not stat.S_ISREG(info.st_mode):
-                raise _StoreError(_unusable(f"{name} is not a regular file"))
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link could lead outside cache_dir
+                raise _StoreError(_unusable(f"{name} is not a regular file of one link"))
             if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                if not suffix and self.path.name == STORE_NAME:  # another user's: never read; this user has its own
+                    self.path = self.folder / f"embeddings-uid{os.getuid()}.sqlite3"
+                    return self._check_files()
                 raise _StoreError(_unusable(f"{name} is owned by another user"))
         return exists
 
@@ -338,10 +339,8 @@ class EmbeddingCache:
     def _write_key(self) -> None:
         path = self.folder / "key.json"
         if not os.path.lexists(path):
-            try:
+            with contextlib.suppress(OSError):  # only a label for people browsing the cache
                 write_text_atomically(path, json.dumps(self.key, indent=1, sort_keys=True))
-            except OSError:
-                pass  # only a label for people browsing the cache
 
     def _notice_legacy_layout(self) -> None:
         """Warn once per folder and process when the folder holds entries of the one-file-per-text layout."""
@@ -373,28 +372,28 @@ def _unusable(what: str) -> str:
     return f"unusable store: {what}; delete it to cache again"
 
 
-def _write(db: sqlite3.Connection, rows: list) -> None:
-    """One transaction: all of ``rows`` or none (BEGIN IMMEDIATE takes the write lock first: no deadlock)."""
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """All of the block's statements or none; BEGIN IMMEDIATE takes the write lock first (no deadlock)."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+        yield
         db.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
         raise
+
+
+def _write(db: sqlite3.Connection, rows: list) -> None:
+    with _transaction(db):
+        db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
 
 
 def _create(db: sqlite3.Connection, is_ours: Callable[[sqlite3.Connection], bool]) -> None:
     """Create the table and mark the file as ours, unless another process just did."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with _transaction(db):
         if not is_ours(db):
             db.execute(_SCHEMA)
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {_FORMAT}")
-        db.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            db.execute("ROLLBACK")
-        raise
