@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -306,3 +307,24 @@ def test_folders_of_the_old_one_file_per_text_layout_are_ignored_with_one_notice
         warnings.simplefilter("error")
         fresh.transform(TEXTS[:1])  # once per process and folder
     assert old.exists()  # not deleted for the user
+
+
+def test_a_writer_stuck_in_a_transaction_delays_other_writers_a_bounded_time_and_never_readers(tmp_path, monkeypatch):
+    from skflow.embedding import _cache
+
+    monkeypatch.setattr(_cache, "_BUSY_TIMEOUT_S", 3.0)  # 5 minutes in use
+    cache, texts, vectors = _filled(tmp_path, n=100)
+    with contextlib.closing(sqlite3.connect(cache.path, isolation_level=None)) as stuck:
+        stuck.execute("BEGIN IMMEDIATE")  # holds the write lock, as a writer stopped (SIGSTOP) mid-transaction
+        stuck.execute("DELETE FROM embeddings")  # not committed: never seen
+        start = time.monotonic()
+        got, found = cache.get_many(texts)
+        assert found.all() and time.monotonic() - start < 2.0  # the reader did not wait
+        np.testing.assert_array_equal(got, vectors)
+        start = time.monotonic()
+        cache.put_many(["new"], _vectors(1))
+        assert 3.0 <= time.monotonic() - start < 30.0  # the writer waited its timeout, then gave up on caching
+        assert cache.problems() == "1 not written: database is locked"
+        stuck.execute("ROLLBACK")
+    cache.put_many(["new"], _vectors(1))
+    assert cache.get_many(["new"])[1].all()

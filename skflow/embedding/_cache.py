@@ -45,7 +45,7 @@ _SIDE_FILES = ("-wal", "-shm", "-journal")
 _APPLICATION_ID = 0x534B4645  # "SKFE" in the database header: this file is an skflow embedding store
 _FORMAT = 1  # PRAGMA user_version
 _PAGE_SIZE = 32768  # 21 rows of 384 float32 per page, 97% full (4 KiB pages: 2 rows, 75%); see benchmarks
-_BUSY_TIMEOUT_S = 300.0
+_BUSY_TIMEOUT_S = 300.0  # in all, for one statement: SQLite waits 30 s at a time, _retry tries again
 _READ_BATCH = 500  # under SQLite's 999 bound variables of old versions
 _WRITE_BATCH = 2048  # rows per transaction: other writers get their turn between them
 _COLUMNS = [("prefix", "INTEGER"), ("text_hash", "BLOB"), ("vector", "BLOB"), ("checksum", "BLOB")]
@@ -253,7 +253,7 @@ class EmbeddingCache:
             with contextlib.suppress(FileExistsError):  # created here so that the umask applies, not SQLite's 0644
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
             self._check_files()
-        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=min(30.0, _BUSY_TIMEOUT_S), isolation_level=None)
         try:
             try:
                 ready = self._prepare(db, create)
