@@ -114,7 +114,7 @@ class EmbeddingCache:
     folder : pathlib.Path
         The configuration's folder.
     path : pathlib.Path
-        The store, ``folder / "embeddings.sqlite3"``.
+        The store, ``folder / "embeddings.sqlite3"`` (``embeddings-uid<uid>.sqlite3`` if that is another's).
     skipped : collections.Counter
         Texts whose entry was ignored on reading or not written, by reason;
         see `problems`.
