@@ -1,9 +1,11 @@
 """BertEmbedder: pooling against transformers, input handling, cache, scikit-learn API, real data."""
 
+import contextlib
 import hashlib
 import io
 import logging
 import pickle
+import sqlite3
 import warnings
 from pathlib import Path
 
@@ -327,18 +329,19 @@ def test_cache_dir_expands_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _f32(cache_dir="~/emb-cache").transform(["a sentence"])
     assert not (tmp_path / "~").exists()
-    assert len(list((tmp_path / "home" / "emb-cache").rglob("*.emb"))) == 1
+    assert len(list((tmp_path / "home" / "emb-cache").rglob("embeddings.sqlite3"))) == 1
 
 
 def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
     embedder = _f32(cache_dir=tmp_path)
     expected = embedder.transform(SENTENCES[:3])
-    files = sorted(tmp_path.rglob("*.emb"))
-    assert len(files) == 3
-    data = bytearray(files[0].read_bytes())
-    data[40] ^= 0xFF
-    files[0].write_bytes(bytes(data))
-    files[1].write_bytes(files[1].read_bytes()[:100])
+    (store,) = tmp_path.rglob("embeddings.sqlite3")
+    with contextlib.closing(sqlite3.connect(store)) as db, db:
+        (vector,) = db.execute("SELECT vector FROM embeddings WHERE text_hash = ?", [_sha(SENTENCES[0])]).fetchone()
+        flipped = bytearray(vector)
+        flipped[40] ^= 0xFF
+        db.execute("UPDATE embeddings SET vector = ? WHERE text_hash = ?", [bytes(flipped), _sha(SENTENCES[0])])
+        db.execute("UPDATE embeddings SET vector = substr(vector, 1, 100) WHERE text_hash = ?", [_sha(SENTENCES[1])])
     counts = _count_encoded(monkeypatch)
     with pytest.warns(RuntimeWarning, match=r"\(2 corrupt or truncated\)"):
         again = embedder.transform(SENTENCES[:3])
@@ -349,11 +352,16 @@ def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
         np.testing.assert_array_equal(embedder.transform(SENTENCES[:3]), expected)  # rewritten intact
 
 
+def _sha(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
 def test_cache_entry_of_another_text_is_rejected(tmp_path):
     cache = EmbeddingCache(tmp_path, {"k": 1}, dim=4)
     cache.put_many(["a", "b"], np.arange(8, dtype=np.float32).reshape(2, 4))
-    path_a, path_b = (cache._path(hashlib.sha256(t.encode()).digest()) for t in "ab")
-    path_a.write_bytes(path_b.read_bytes())  # a valid entry, but for "b"
+    with contextlib.closing(sqlite3.connect(cache.path)) as db, db:  # a valid entry, but for "b"
+        db.execute("UPDATE embeddings SET (text_hash, vector, checksum) = (SELECT text_hash, vector, checksum "
+                   "FROM embeddings WHERE text_hash = ?) WHERE text_hash = ?", [_sha("b"), _sha("a")])
     vectors, found = cache.get_many(["a", "b"])
     assert found.tolist() == [False, True] and cache.n_corrupt == 1
     np.testing.assert_array_equal(vectors[1], [4, 5, 6, 7])
@@ -370,7 +378,9 @@ def test_cache_with_concurrent_writers(tmp_path):
     )
     for i, out in zip((0, 13, 27), results):
         np.testing.assert_allclose(np.roll(out, i, axis=0), results[0], atol=1e-6)
-    assert len(list(tmp_path.rglob("*.emb"))) == 40
+    (store,) = tmp_path.rglob("embeddings.sqlite3")
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        assert db.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 40
     assert not list(tmp_path.rglob(".tmp-*"))
     cached = _f32(cache_dir=tmp_path).transform(texts)
     np.testing.assert_allclose(cached, results[0], atol=1e-6)

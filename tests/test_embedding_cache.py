@@ -1,8 +1,10 @@
 """The embedding cache: keys that follow the weights, entries that are not trusted, permissions, a killed writer."""
 
+import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -156,42 +158,81 @@ print(json.dumps([float(np.abs(after - before).max()), float(np.abs(after - pinn
     assert len(keys) == 2 and any(f"someorg/moving@{old}" in k for k in keys) and any(new in k for k in keys)
 
 
-# ------------------------------------------------------------ untrusted entries
-def _entries(cache: EmbeddingCache, texts) -> list[Path]:
-    import hashlib
+# ------------------------------------------------------------ untrusted stores
+def _rows(cache: EmbeddingCache) -> int:
+    """Rows in the store; 0 where a writer was killed before it made the table."""
+    with contextlib.closing(sqlite3.connect(cache.path)) as db:
+        if not db.execute("SELECT name FROM sqlite_master WHERE name = 'embeddings'").fetchall():
+            return 0
+        return db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
 
-    return [cache._path(hashlib.sha256(t.encode()).digest()) for t in texts]
+
+def _integrity(cache: EmbeddingCache) -> str:
+    with contextlib.closing(sqlite3.connect(cache.path)) as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-def test_entries_that_are_folders_fifos_links_or_another_users_are_recomputed_with_a_warning(tmp_path):
+@pytest.mark.parametrize("kind", ["folder", "fifo", "symbolic link", "hard link", "-wal link"])
+def test_a_store_that_is_a_folder_fifo_or_link_is_recomputed_with_a_warning(tmp_path, kind):
+    """Each is left as it is, never read, never written through; the vectors are computed afresh."""
+    embedder = _f32(cache_dir=tmp_path / "cache")
+    expected = embedder.transform(TEXTS)
+    cache = EmbeddingCache(tmp_path / "cache", embedder._settings()["cache_key"], expected.shape[1])
+    planted = EmbeddingCache(tmp_path / "planted", cache.key, cache.dim)
+    planted.put_many(TEXTS, expected + 1)  # valid entries with other vectors
+    outside = tmp_path / "outside.sqlite3"
+    shutil.copyfile(planted.path, outside)
+    before = outside.read_bytes()
+    if kind != "-wal link":
+        cache.path.unlink()
+    if kind == "folder":
+        cache.path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(cache.path)  # must not block the reader
+    elif kind == "symbolic link":
+        cache.path.symlink_to(outside)
+    elif kind == "hard link":
+        os.link(outside, cache.path)
+    else:
+        (cache.folder / "embeddings.sqlite3-wal").symlink_to(tmp_path / "outside.sqlite3-wal")
+    reason = {
+        "folder": "embeddings.sqlite3 is not a regular file of one link",
+        "fifo": "embeddings.sqlite3 is not a regular file of one link",
+        "symbolic link": "embeddings.sqlite3 is a symbolic link",
+        "hard link": "embeddings.sqlite3 is not a regular file of one link",
+        "-wal link": "embeddings.sqlite3-wal is a symbolic link",
+    }[kind]
+    for _ in range(2):  # not repaired behind the user's back: the same warning each time
+        with pytest.warns(RuntimeWarning, match=rf"\(4 unusable store: {reason}; delete it to cache again\)"):
+            np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
+    assert outside.read_bytes() == before and not (tmp_path / "outside.sqlite3-wal").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "outside.sqlite3", "planted"]
+
+
+def test_another_users_store_is_never_read_and_this_user_keeps_its_own_beside_it(tmp_path):
+    """A team sharing a cache_dir: no warning, no vector of another user's (who could have planted any)."""
     embedder = _f32(cache_dir=tmp_path)
     expected = embedder.transform(TEXTS)
     cache = EmbeddingCache(tmp_path, embedder._settings()["cache_key"], expected.shape[1])
-    folder_entry, fifo_entry, link_entry, foreign_entry = _entries(cache, TEXTS)
-    folder_entry.unlink()
-    folder_entry.mkdir()
-    fifo_entry.unlink()
-    os.mkfifo(fifo_entry)  # reading it must not block
-    planted = tmp_path / "planted.emb"
-    shutil.copy(foreign_entry, planted)
-    link_entry.unlink()
-    link_entry.symlink_to(planted)
-    os.chown(foreign_entry, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root or see the next test")
-    with pytest.warns(RuntimeWarning) as record:
-        got = embedder.transform(TEXTS)
-    message = str(record[0].message)
-    for reason in ("2 not regular files", "1 symbolic links", "1 owned by another user", "1 not written"):
-        assert reason in message, message
-    np.testing.assert_allclose(got, expected, atol=1e-6)
-    assert foreign_entry.stat().st_uid == os.getuid() and not link_entry.is_symlink()  # replaced by ours
+    cache.path.unlink()
+    EmbeddingCache(tmp_path, cache.key, cache.dim).put_many(TEXTS, expected + 1)  # planted, valid entries
+    os.chown(cache.path, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root")
+    before = cache.path.read_bytes()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # only the folder entry is left to distrust
-        with pytest.raises(RuntimeWarning, match=r"\(1 not regular files, 1 not written: Is a directory\)"):
-            embedder.transform(TEXTS)
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
+    assert cache.path.read_bytes() == before and cache.path.stat().st_uid == 65534
+    own = EmbeddingCache(tmp_path, cache.key, cache.dim)
+    got, found = own.get_many(TEXTS)
+    assert found.all() and own.path.name == f"embeddings-uid{os.getuid()}.sqlite3" and not own.skipped
+    np.testing.assert_array_equal(got, expected)
+    os.chown(own.path, 65533, 65533)  # and another user's file in place of this user's own: recomputed, with a warning
+    with pytest.warns(RuntimeWarning, match=rf"4 unusable store: embeddings-uid{os.getuid()}.sqlite3 is owned by"):
+        np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
 
 
-def test_an_unreadable_entry_is_recomputed_with_a_warning():
-    """Read without the power to override file permissions (root has it): an entry of mode 000 cannot be opened."""
+def test_an_unreadable_or_read_only_store():
+    """Without the power to override file permissions (root has it): mode 000 is recomputed, 0444 is read."""
     folder = Path(tempfile.mkdtemp(prefix="skflow-cache-"))
     try:
         cache = EmbeddingCache(folder, {"k": 1}, dim=4)
@@ -203,51 +244,64 @@ def test_an_unreadable_entry_is_recomputed_with_a_warning():
             "    cache.put_many(['a', 'b'], np.arange(8, dtype=np.float32).reshape(2, 4))\n"
             "else:\n"
             "    vectors, found = cache.get_many(['a', 'b'])\n"
-            "    print(found.tolist(), cache.problems())\n"
+            "    cache.put_many(['c'], np.ones((1, 4), np.float32))\n"
+            "    print(found.tolist(), vectors[found].sum(), cache.problems())\n"
         )
         subprocess.run([sys.executable, "-c", code, "write"], check=True, cwd=ROOT, timeout=60)
-        os.chmod(_entries(cache, ["a"])[0], 0)
         drop = ["-dac_override,-dac_read_search"] * 2
         unprivileged = ["setpriv", "--bounding-set", drop[0], "--inh-caps", drop[1]] if os.getuid() == 0 else []
-        run = subprocess.run([*unprivileged, sys.executable, "-c", code, "read"], capture_output=True, text=True,
-                             cwd=ROOT, timeout=60)
-        assert run.returncode == 0, run.stderr
-        assert run.stdout.strip() == "[False, True] 1 unreadable"
+        outputs = []
+        for mode in (0, 0o444):
+            os.chmod(cache.path, mode)
+            run = subprocess.run([*unprivileged, sys.executable, "-c", code, "read"], capture_output=True, text=True,
+                                 cwd=ROOT, timeout=60)
+            assert run.returncode == 0, run.stderr
+            outputs.append(run.stdout.strip())
+        assert outputs == [
+            "[False, False] 0.0 2 not read: unable to open database file, 1 not written: unable to open database file",
+            "[True, True] 28.0 1 not written: attempt to write a readonly database",
+        ]
     finally:
         shutil.rmtree(folder)
 
 
 @pytest.mark.parametrize("umask", [0o002, 0o022])
-def test_entries_and_folders_are_created_with_the_users_umask(tmp_path, umask):
+def test_the_store_its_wal_and_shm_files_and_folders_are_created_with_the_users_umask(tmp_path, umask):
     old = os.umask(umask)
     try:
-        EmbeddingCache(tmp_path / "c", {"k": 1}, dim=4).put_many(["a"], np.ones((1, 4), np.float32))
+        cache = EmbeddingCache(tmp_path / "c", {"k": 1}, dim=4)
+        cache.put_many(["a"], np.ones((1, 4), np.float32))
     finally:
         os.umask(old)
-    entry = next((tmp_path / "c").rglob("*.emb"))
-    assert stat.S_IMODE(entry.stat().st_mode) == 0o666 & ~umask
-    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o777 & ~umask
-    assert stat.S_IMODE((entry.parent.parent / "key.json").stat().st_mode) == 0o666 & ~umask
+    old = os.umask(0o077)  # a later writer with a stricter umask: SQLite gives -wal and -shm the store's mode
+    try:
+        with contextlib.closing(sqlite3.connect(cache.path)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM embeddings").fetchone()  # holds the WAL open
+            cache.put_many(["b"], np.ones((1, 4), np.float32))
+            files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in cache.folder.iterdir()}
+    finally:
+        os.umask(old)
+    assert files == {name: 0o666 & ~umask for name in
+                     ["embeddings.sqlite3", "embeddings.sqlite3-shm", "embeddings.sqlite3-wal", "key.json"]}
+    assert stat.S_IMODE(cache.folder.stat().st_mode) == 0o777 & ~umask
+    assert cache.get_many(["a", "b"])[1].all() and not cache.skipped
 
 
-def test_nothing_is_read_or_written_through_a_symlinked_subfolder(tmp_path):
+def test_nothing_is_read_or_written_through_a_symlinked_configuration_folder(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     cache = EmbeddingCache(tmp_path / "c", {"k": 1}, dim=4)
-    entry = _entries(cache, ["a"])[0]
-    entry.parent.parent.mkdir(parents=True)
-    entry.parent.symlink_to(outside)  # the two-letter subfolder
+    (tmp_path / "c").mkdir()
+    cache.folder.symlink_to(outside, target_is_directory=True)
     cache.put_many(["a", "b"], np.ones((2, 4), np.float32))
     assert list(outside.iterdir()) == []
-    assert cache.skipped["not written: in a symbolically linked folder"] == 1
-    EmbeddingCache(tmp_path / "d", {"k": 1}, dim=4).put_many(["a"], np.ones((1, 4), np.float32))
-    shutil.copytree(tmp_path / "d", outside, dirs_exist_ok=True)  # a valid entry out there is not read
+    assert cache.skipped == {"in a symbolically linked folder": 2}
+    valid = EmbeddingCache(tmp_path / "d", {"k": 1}, dim=4)
+    valid.put_many(["a"], np.ones((1, 4), np.float32))
+    shutil.copytree(valid.folder, outside, dirs_exist_ok=True)  # a valid store out there is not read
     assert not cache.get_many(["a"])[1][0]
-    config_level = EmbeddingCache(tmp_path / "e", {"k": 1}, dim=4)
-    (tmp_path / "e").mkdir()
-    config_level.folder.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    config_level.put_many(["a"], np.ones((1, 4), np.float32))
-    assert not (tmp_path / "elsewhere").exists()
+    assert sorted(p.name for p in outside.iterdir()) == ["embeddings.sqlite3", "key.json"]  # nor written
 
 
 def test_a_cache_dir_that_cannot_be_used_is_an_error_before_any_encoding(tmp_path, monkeypatch):
@@ -263,7 +317,7 @@ def test_a_cache_dir_that_cannot_be_used_is_an_error_before_any_encoding(tmp_pat
         _f32(cache_dir="/proc/skflow-cache").transform(TEXTS)
 
 
-# ------------------------------------------------------------------ kill test
+# ------------------------------------------------------------------ kill tests
 WRITER = """
 import sys
 import numpy as np
@@ -271,28 +325,57 @@ from skflow.embedding._cache import EmbeddingCache
 cache = EmbeddingCache(sys.argv[1], {"k": "kill"}, dim=384)
 vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
 texts = [f"text {i}" for i in range(len(vectors))]
-for start in range(0, len(texts), 100):
-    cache.put_many(texts[start:start + 100], vectors[start:start + 100])
-    print(start + 100, flush=True)
+step = int(sys.argv[2])
+print(0, flush=True)
+for start in range(0, len(texts), step):
+    cache.put_many(texts[start:start + step], vectors[start:start + step])
+    print(start + step, flush=True)
 """
 
 
-def test_a_writer_killed_mid_write_leaves_only_whole_entries(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    for line in writer.stdout:
-        if int(line) >= 2000:
-            break
-    os.kill(writer.pid, signal.SIGKILL)  # by its own pid, in the middle of its writes
-    writer.wait(timeout=30)
-    writer.stdout.close()
+def _killed_writer(folder: Path, step: int, kill_after_rows: int = 0, kill_after_s: float = 0.0) -> None:
+    """Start a writer of ``step`` texts per call and SIGKILL it, by its pid, in the middle of its writes."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(step)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        for line in writer.stdout:
+            if int(line) >= kill_after_rows:
+                break
+        time.sleep(kill_after_s)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(timeout=30)
+    finally:
+        writer.kill()
+        writer.stdout.close()
     assert writer.returncode == -signal.SIGKILL
+
+
+def test_a_writer_killed_mid_write_leaves_only_whole_entries(tmp_path):
+    _killed_writer(tmp_path, step=100, kill_after_rows=2000)
     cache = EmbeddingCache(tmp_path, {"k": "kill"}, dim=384)
     vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
     texts = [f"text {i}" for i in range(len(vectors))]
     got, found = cache.get_many(texts)
-    n_files = len([p for p in tmp_path.rglob("*.emb") if not p.name.startswith(".tmp-")])
-    assert 2000 <= found.sum() == n_files < len(texts)  # every entry there is whole and right
-    assert not cache.skipped
-    np.testing.assert_array_equal(got[found], vectors[found])
+    n_rows = _rows(cache)
+    assert 2000 <= found.sum() == n_rows < len(texts) and found[:n_rows].all()  # every entry there is whole
+    assert n_rows % 100 == 0  # and each call's transaction all there or not at all
+    assert not cache.skipped and _integrity(cache) == "ok"
+    np.testing.assert_array_equal(got[found], vectors[found])  # and right, bit for bit
     cache.put_many([t for t, f in zip(texts, found) if not f][:500], vectors[~found][:500])
-    assert cache.get_many(texts)[1].sum() == n_files + 500
+    assert cache.get_many(texts)[1].sum() == n_rows + 500 and not cache.skipped
+
+
+@pytest.mark.parametrize("kill_after_s", [0.05, 0.4, 1.0])
+def test_a_writer_killed_inside_its_transactions_leaves_whole_transactions(tmp_path, kill_after_s):
+    """One call of 100,000 texts: 2,048 rows per transaction, killed at some instant inside that call."""
+    _killed_writer(tmp_path, step=100_000, kill_after_s=kill_after_s)
+    cache = EmbeddingCache(tmp_path, {"k": "kill"}, dim=384)
+    vectors = np.random.default_rng(0).standard_normal((100_000, 384)).astype(np.float32)
+    texts = [f"text {i}" for i in range(len(vectors))]
+    got, found = cache.get_many(texts)
+    n_rows = _rows(cache) if cache.path.exists() else 0
+    assert found.sum() == n_rows < len(texts) and n_rows % 2048 == 0 and found[:n_rows].all()
+    assert not cache.skipped and (n_rows == 0 or _integrity(cache) == "ok")
+    np.testing.assert_array_equal(got[found], vectors[found])
+    cache.put_many(texts[:5000], vectors[:5000])  # the next writer carries on
+    assert cache.get_many(texts)[1].sum() == max(n_rows, 5000) and not cache.skipped

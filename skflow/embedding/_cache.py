@@ -1,46 +1,98 @@
-"""A persistent on-disk cache of sentence embeddings, safe for concurrent writers.
+"""A persistent on-disk cache of sentence embeddings: one SQLite file per configuration, safe for concurrent writers.
 
-One file per text, under a folder named by the hash of everything that changes
-the vectors. Each file is written to a temporary name and renamed into place
-(atomic on POSIX and Windows), so readers never see half a file and concurrent
-writers of the same text simply replace one valid file with another; a writer
-killed mid-write leaves only a ``.tmp-*`` file that readers never look at.
-Each file carries a checksum, its text's hash and its length, so an entry that
-was truncated or corrupted afterwards is detected, recomputed and rewritten.
+Under ``cache_dir``, each configuration (everything that changes the vectors)
+has a folder named by the hash of its settings, holding ``key.json`` (the
+settings, for people) and ``embeddings.sqlite3``: one row per text, keyed by
+the text's SHA-256, in SQLite's write-ahead-log mode. Several processes read
+and write it at once: writers queue on SQLite's lock with a busy timeout,
+readers never wait. Rows are written in transactions: a writer killed at any
+instant leaves each one whole or absent. Each row carries its text's full hash
+and a checksum of hash and vector: a damaged row is detected, recomputed and
+rewritten. Vectors come back bit for bit (little-endian float32).
 
-What is not trusted, and recomputed with a warning: an entry that is not a
-regular file (a folder, a symbolic link), that cannot be read, or that another
-user owns (they could have planted any vector). Entries and folders are
-created with the user's umask, so a team can share a cache through group
-permissions; nothing is read or written through a symbolically linked
-subfolder, so the cache never writes outside ``cache_dir``.
+Not trusted, and recomputed with a warning: a store (or its ``-wal``, ``-shm``
+or ``-journal`` file) that is a symbolic or hard link, not a regular file, not
+a database, damaged, or another program's database; such a file is never
+modified or deleted: the warning says to delete it. A store owned by another
+user (who could have planted any vector) is never read: this user keeps its
+own beside it. Nothing goes through a symbolically linked configuration folder.
+The store has the user's umask, and SQLite gives its ``-wal`` and ``-shm``
+files the store's mode. Failed writes (a full disk) are counted, not raised.
+Folders of the old one-file-per-text layout are not read: a one-line
+``UserWarning`` per folder and process says so and how to free their space.
 """
 
+import contextlib
 import hashlib
 import json
 import os
-import secrets
+import re
+import sqlite3
 import stat
-import struct
+import time
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from skflow.utils import prove_writable
+from skflow.utils import prove_writable, write_text_atomically
 
-_MAGIC = b"SKFLEMB1"
-_HEADER = struct.Struct("<8sI32s")  # magic, dimension, sha256 of the text
-_DIGEST_SIZE = 16
+STORE_NAME = "embeddings.sqlite3"
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+_APPLICATION_ID = 0x534B4645  # "SKFE" in the database header: this file is an skflow embedding store
+_FORMAT = 1  # PRAGMA user_version
+_PAGE_SIZE = 32768  # 21 rows of 384 float32 per page, 97% full (4 KiB pages: 2 rows, 75%); see benchmarks
+_BUSY_TIMEOUT_S = 300.0  # in all, for one statement: SQLite waits 30 s at a time, _retry tries again
+_READ_BATCH = 500  # under SQLite's 999 bound variables of old versions
+_WRITE_BATCH = 2048  # rows per transaction: other writers get their turn between them
+_COLUMNS = [("prefix", "INTEGER"), ("text_hash", "BLOB"), ("vector", "BLOB"), ("checksum", "BLOB")]
+_FIELDS = "prefix, text_hash, vector, checksum"
+# rows are appended in write order, found by the index of prefixes (keyed by hash: 7x slower writes at 100,000)
+_SCHEMA = (
+    "CREATE TABLE embeddings (prefix INTEGER NOT NULL UNIQUE, text_hash BLOB NOT NULL, "
+    "vector BLOB NOT NULL, checksum BLOB NOT NULL)"
+)
+_LEGACY_SUBFOLDER = re.compile(r"^[0-9a-f]{2}$")
+_legacy_noticed: set[str] = set()
+_T = TypeVar("_T")
+
+
+class _StoreError(Exception):
+    """The store cannot be used at all (not a file of ours, a link, another user's): its reason, for the warning."""
 
 
 def _text_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_DIGEST_SIZE).digest()
+def _row_id(text_hash: bytes) -> int:
+    """The key of a text's row: the first 8 bytes of its hash, as a 64-bit integer."""
+    return int.from_bytes(text_hash[:8], "little", signed=True)
+
+
+def _digest(text_hash: bytes, vector: bytes) -> bytes:
+    return hashlib.blake2b(text_hash + vector, digest_size=16).digest()
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def _retry(operation: Callable[[], _T]) -> _T:
+    """Run ``operation``, again while SQLite says the store is busy (past its own busy timeout), for a while."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            return operation()
+        except sqlite3.Error as exc:
+            if not _is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.5)
 
 
 class EmbeddingCache:
@@ -51,32 +103,45 @@ class EmbeddingCache:
     root : path-like
         The user's ``cache_dir``; several configurations share it.
     key : dict
-        Everything that changes the vectors. Stored beside the entries as
-        ``key.json`` so a folder can be traced back to its settings.
+        Everything that changes the vectors. Its hash names the
+        configuration's folder; it is stored there as ``key.json`` so a folder
+        can be traced back to its settings.
     dim : int
         Length of each vector.
 
     Attributes
     ----------
+    folder : pathlib.Path
+        The configuration's folder.
+    path : pathlib.Path
+        The store, ``folder / "embeddings.sqlite3"`` (``embeddings-uid<uid>.sqlite3`` if that is another's).
     skipped : collections.Counter
-        Entries ignored on reading and writing, by reason; see `problems`.
+        Texts whose entry was ignored on reading or not written, by reason;
+        see `problems`.
+
+    Notes
+    -----
+    No connection is held between calls (each `get_many` and `put_many` opens
+    the store and closes it): threads may share an instance, and so may both
+    sides of a ``fork``.
     """
 
     def __init__(self, root: str | os.PathLike, key: dict, dim: int):
         blob = json.dumps(key, sort_keys=True).encode()
         self.root = Path(root).expanduser()
         self.folder = self.root / hashlib.sha256(blob).hexdigest()[:24]
+        self.path = self.folder / STORE_NAME
         self.key = key
         self.dim = dim
         self.skipped: Counter = Counter()
-        self._safe_folders: dict[Path, bool] = {}
 
     @property
     def n_corrupt(self) -> int:
+        """Entries found damaged (a wrong checksum, length or text hash) and ignored."""
         return self.skipped["corrupt or truncated"]
 
     def problems(self) -> str:
-        """What was ignored, for a warning: '2 corrupt or truncated, 1 owned by another user'; '' if nothing."""
+        """What was ignored, for a warning: '2 corrupt or truncated, 4 not written: ...'; '' if nothing."""
         return ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
 
     def check_writable(self) -> None:
@@ -89,124 +154,247 @@ class EmbeddingCache:
         except OSError as exc:
             raise type(exc)(f"cache_dir {str(self.root)!r} cannot be used: {exc.strerror or exc}") from None
 
-    def _path(self, digest: bytes) -> Path:
-        name = digest.hex()
-        return self.folder / name[:2] / f"{name}.emb"
-
-    def _in_cache(self, folder: Path) -> bool:
-        """Whether ``folder`` and the configuration folder above it are real folders (or absent), not links."""
-        if folder not in self._safe_folders:
-            safe = True
-            for part in (self.folder, folder):
-                try:
-                    safe = safe and not stat.S_ISLNK(os.lstat(part).st_mode)
-                except FileNotFoundError:
-                    pass
-            self._safe_folders[folder] = safe
-        return self._safe_folders[folder]
-
+    # ------------------------------------------------------------------ reading
     def get_many(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Cached vectors of ``texts`` and a mask of which were found intact and trusted."""
+        """Cached vectors of ``texts`` and a mask of which were found intact and trusted.
+
+        Parameters
+        ----------
+        texts : sequence of str
+
+        Returns
+        -------
+        vectors : ndarray of shape (len(texts), dim), float32
+            Zero where not found.
+        found : ndarray of shape (len(texts),), bool
+        """
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         found = np.zeros(len(texts), dtype=bool)
-        for i, text in enumerate(texts):
-            vector = self._read(_text_hash(text))
-            if vector is not None:
-                vectors[i] = vector
-                found[i] = True
+        if not len(texts):
+            return vectors, found
+        self._notice_legacy_layout()
+        hashes = [_text_hash(text) for text in texts]
+        try:
+            with self._connect(create=False) as db:
+                if db is None:
+                    return vectors, found
+                for start in range(0, len(hashes), _READ_BATCH):
+                    self._read_batch(db, hashes, start, vectors, found)
+        except _StoreError as exc:
+            self._count_store_problem(str(exc), len(texts))
+        except (sqlite3.Error, OSError) as exc:
+            self._count_store_problem(self._failure(exc, "not read"), len(texts) - int(found.sum()))
         return vectors, found
 
-    def _read(self, text_digest: bytes) -> np.ndarray | None:
-        path = self._path(text_digest)
-        if not self._in_cache(path.parent):
-            self.skipped["in a symbolically linked folder"] += 1
-            return None
-        data = self._read_trusted(path)
-        if data is None:
-            return None
-        expected = _HEADER.size + 4 * self.dim + _DIGEST_SIZE
-        body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
-        if len(data) != expected or _digest(body) != digest:
-            self.skipped["corrupt or truncated"] += 1
-            return None
-        magic, dim, stored_text_digest = _HEADER.unpack_from(body)
-        if magic != _MAGIC or dim != self.dim or stored_text_digest != text_digest:
-            self.skipped["corrupt or truncated"] += 1
-            return None
-        return np.frombuffer(body, dtype="<f4", offset=_HEADER.size).copy()
-
-    def _read_trusted(self, path: Path) -> bytes | None:
-        """The bytes of a regular file that this user owns; None (and a reason counted) otherwise."""
-        try:
-            # O_NONBLOCK: a FIFO planted as an entry must not hang the reader
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            self.skipped["symbolic links" if stat.S_ISLNK(_lstat_mode(path)) else _unreadable(exc)] += 1
-            return None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                self.skipped["not regular files"] += 1
-                return None
-            if hasattr(os, "getuid") and info.st_uid != os.getuid():
-                self.skipped["owned by another user"] += 1
-                return None
-            return os.read(fd, _HEADER.size + 4 * self.dim + _DIGEST_SIZE + 1)
-        except OSError as exc:
-            self.skipped[_unreadable(exc)] += 1
-            return None
-        finally:
-            os.close(fd)
-
-    def put_many(self, texts: Sequence[str], vectors: np.ndarray) -> None:
-        """Store vectors atomically; an existing entry is replaced. Entries that cannot be written are counted."""
-        self._write_key()
-        for text, vector in zip(texts, np.asarray(vectors, dtype="<f4")):
-            text_digest = _text_hash(text)
-            path = self._path(text_digest)
-            if not self._in_cache(path.parent):
-                self.skipped["not written: in a symbolically linked folder"] += 1
+    def _read_batch(self, db: sqlite3.Connection, hashes: list, start: int, vectors, found) -> None:
+        chunk = hashes[start : start + _READ_BATCH]
+        ids = [_row_id(h) for h in chunk]
+        query = f"SELECT {_FIELDS} FROM embeddings WHERE prefix IN ({','.join('?' * len(ids))})"
+        rows = {row[0]: row[1:] for row in _retry(lambda: db.execute(query, ids).fetchall())}
+        for i, (row_id, text_hash) in enumerate(zip(ids, chunk), start):
+            row = rows.get(row_id)
+            if row is None:
                 continue
-            body = _HEADER.pack(_MAGIC, self.dim, text_digest) + vector.tobytes()
+            stored_hash, vector, checksum = row
+            if not _intact(row_id, stored_hash, vector, checksum, 4 * self.dim):
+                self.skipped["corrupt or truncated"] += 1
+            elif stored_hash == text_hash:  # else another text whose hash starts alike: a miss
+                vectors[i] = np.frombuffer(vector, dtype="<f4")
+                found[i] = True
+
+    # ------------------------------------------------------------------ writing
+    def put_many(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Store the vectors of ``texts``, replacing existing entries; texts that cannot be stored are counted.
+
+        Parameters
+        ----------
+        texts : sequence of str
+        vectors : array-like of shape (len(texts), dim)
+            Stored as little-endian float32, returned bit for bit.
+        """
+        vectors = np.ascontiguousarray(vectors, dtype="<f4").reshape(len(texts), self.dim)
+        if not len(texts):
+            return
+        self._notice_legacy_layout()
+        rows = []
+        for text, vector in zip(texts, vectors):
+            text_hash, data = _text_hash(text), vector.tobytes()
+            rows.append((_row_id(text_hash), text_hash, data, _digest(text_hash, data)))
+        written = 0
+        try:
+            with self._connect(create=True) as db:
+                for start in range(0, len(rows), _WRITE_BATCH):
+                    batch = rows[start : start + _WRITE_BATCH]
+                    _retry(lambda batch=batch: _write(db, batch))
+                    written += len(batch)
+        except _StoreError as exc:
+            self._count_store_problem(str(exc), len(rows))
+        except (sqlite3.Error, OSError) as exc:
+            reason = self._failure(exc, "not written")
+            if reason.startswith("unusable store"):
+                self._count_store_problem(reason, len(rows))
+            else:
+                self.skipped[reason] += len(rows) - written
+
+    def _count_store_problem(self, reason: str, n: int) -> None:
+        self.skipped[reason] = max(self.skipped[reason], n)  # each text once, met reading, writing or both
+
+    # ------------------------------------------------------------------ the store
+    @contextlib.contextmanager
+    def _connect(self, create: bool) -> Iterator[sqlite3.Connection | None]:
+        """A connection to the checked store; None when reading a store that does not exist yet."""
+        if not self._folder_ready(create):
+            yield None
+            return
+        if not self._check_files():
+            if not create:
+                yield None
+                return
+            with contextlib.suppress(FileExistsError):  # created here so that the umask applies, not SQLite's 0644
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
+            self._check_files()
+        db = sqlite3.connect(self.path, timeout=min(30.0, _BUSY_TIMEOUT_S), isolation_level=None)
+        try:
             try:
-                _atomic_write(path, body + _digest(body))
-            except OSError as exc:
-                self.skipped[f"not written: {exc.strerror or type(exc).__name__}"] += 1
+                ready = self._prepare(db, create)
+            except sqlite3.DatabaseError as exc:
+                if not self._failure(exc, "").startswith("unusable store"):
+                    raise
+                raise _StoreError(self._failure(exc, "")) from None
+            yield db if ready else None
+        finally:
+            db.close()
+
+    def _failure(self, exc: Exception, doing: str) -> str:
+        """The reason to count for an error of SQLite or the system while ``doing`` ('not read', 'not written')."""
+        message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if "not a database" in message:
+            return _unusable(f"{self.path.name} is not a database")
+        if "malformed" in message:
+            return _unusable(f"{self.path.name} is damaged ({message})")
+        return f"{doing}: {message}"
+
+    def _folder_ready(self, create: bool) -> bool:
+        """Whether the configuration's folder exists (made if ``create``); _StoreError if it is a link or a file."""
+        try:
+            mode = os.lstat(self.folder).st_mode
+        except FileNotFoundError:
+            if not create:
+                return False
+            self.folder.mkdir(parents=True, exist_ok=True)
+            mode = os.lstat(self.folder).st_mode
+        if stat.S_ISLNK(mode):
+            raise _StoreError("in a symbolically linked folder")
+        if not stat.S_ISDIR(mode):
+            raise _StoreError(_unusable(f"{self.folder.name} is not a folder"))
+        if create:
+            self._write_key()
+        return True
+
+    def _check_files(self) -> bool:
+        """Whether the store exists; _StoreError if it or a file SQLite opens beside it is not to be trusted."""
+        exists = False
+        for suffix in ("", *_SIDE_FILES):
+            name = self.path.name + suffix
+            try:
+                info = os.lstat(self.folder / name)
+            except FileNotFoundError:
+                continue
+            exists = exists or not suffix
+            if stat.S_ISLNK(info.st_mode):
+                raise _StoreError(_unusable(f"{name} is a symbolic link"))
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link could lead outside cache_dir
+                raise _StoreError(_unusable(f"{name} is not a regular file of one link"))
+            if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                if not suffix and self.path.name == STORE_NAME:  # another user's: never read; this user has its own
+                    self.path = self.folder / f"embeddings-uid{os.getuid()}.sqlite3"
+                    return self._check_files()
+                raise _StoreError(_unusable(f"{name} is owned by another user"))
+        return exists
+
+    def _prepare(self, db: sqlite3.Connection, create: bool) -> bool:
+        """Check (and, for a writer, create) the table; False for a reader of a store not yet made."""
+        if not self._is_ours(db):
+            if not create:
+                return False
+            db.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # only takes effect before the first table
+            _retry(lambda: db.execute("PRAGMA journal_mode = WAL").fetchone())
+            _retry(lambda: _create(db, self._is_ours))
+        db.execute("PRAGMA synchronous = NORMAL")  # whole transactions survive a killed process; see docs
+        db.execute("PRAGMA cache_size = -65536")  # 64 MiB: pages of a batch are read once
+        return True
+
+    def _is_ours(self, db: sqlite3.Connection) -> bool:
+        """True for an skflow store of this format, False for an empty database; _StoreError for anything else."""
+        application_id = _retry(lambda: db.execute("PRAGMA application_id").fetchone()[0])
+        if application_id == 0 and not db.execute("SELECT name FROM sqlite_master").fetchall():
+            return False
+        if application_id != _APPLICATION_ID:
+            raise _StoreError(_unusable(f"{self.path.name} is another program's database"))
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        columns = [(row[1], row[2]) for row in db.execute("PRAGMA table_info(embeddings)")]
+        if version != _FORMAT or columns != _COLUMNS:
+            raise _StoreError(_unusable(f"{self.path.name} has format {version}, not {_FORMAT}"))
+        return True
 
     def _write_key(self) -> None:
         path = self.folder / "key.json"
-        if self._in_cache(self.folder) and not path.exists():
-            try:
-                _atomic_write(path, json.dumps(self.key, indent=1, sort_keys=True).encode())
-            except OSError:
-                pass  # only a label for people browsing the cache
+        if not os.path.lexists(path):
+            with contextlib.suppress(OSError):  # only a label for people browsing the cache
+                write_text_atomically(path, json.dumps(self.key, indent=1, sort_keys=True))
+
+    def _notice_legacy_layout(self) -> None:
+        """Warn once per folder and process when the folder holds entries of the one-file-per-text layout."""
+        if str(self.folder) in _legacy_noticed:
+            return
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.lstat(self.folder).st_mode):
+                return
+            with os.scandir(self.folder) as entries:  # a few entries: key.json, the store and its -wal, -shm
+                old = [e.name for e in entries if _LEGACY_SUBFOLDER.match(e.name) and e.is_dir(follow_symlinks=False)]
+            if old:
+                _legacy_noticed.add(str(self.folder))
+                warnings.warn(
+                    f"skflow: {self.folder} holds {len(old)} folders of the old one-file-per-text embedding cache, "
+                    f"which is no longer read (its texts are encoded again once, into {STORE_NAME}); "
+                    f"delete {self.folder / '??'} to free their space.",
+                    UserWarning,
+                    stacklevel=3,
+                )
 
 
-def _lstat_mode(path: Path) -> int:
+def _intact(row_id: int, text_hash, vector, checksum, size: int) -> bool:
+    if not all(isinstance(blob, bytes) for blob in (text_hash, vector, checksum)) or len(vector) != size:
+        return False
+    return len(text_hash) == 32 and _row_id(text_hash) == row_id and _digest(text_hash, vector) == checksum
+
+
+def _unusable(what: str) -> str:
+    return f"unusable store: {what}; delete it to cache again"
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """All of the block's statements or none; BEGIN IMMEDIATE takes the write lock first (no deadlock)."""
+    db.execute("BEGIN IMMEDIATE")
     try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
-
-
-def _unreadable(exc: OSError) -> str:
-    return "not regular files" if isinstance(exc, IsADirectoryError) else "unreadable"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a fresh temporary file (mode 0o666 less the umask) and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{secrets.token_hex(8)}{path.suffix}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        yield
+        db.execute("COMMIT")
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
         raise
+
+
+def _write(db: sqlite3.Connection, rows: list) -> None:  # a row of the same prefix is deleted, the new appended
+    with _transaction(db):
+        db.executemany(f"INSERT OR REPLACE INTO embeddings ({_FIELDS}) VALUES (?, ?, ?, ?)", rows)
+
+
+def _create(db: sqlite3.Connection, is_ours: Callable[[sqlite3.Connection], bool]) -> None:
+    """Create the table and mark the file as ours, unless another process just did."""
+    with _transaction(db):
+        if not is_ours(db):
+            db.execute(_SCHEMA)
+            db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {_FORMAT}")
