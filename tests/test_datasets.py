@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from sts_downloads import serve, zip_bytes
 
-from skflow import datasets
 from skflow.datasets import STS_SETS, get_data_home, load_sts
+from skflow.datasets import _sts as datasets
 
 COUNTS = {
     "sts12": {"MSRpar": 750, "MSRvid": 750, "SMTeuroparl": 459, "surprise.OnWN": 750, "surprise.SMTnews": 399},

@@ -8,7 +8,6 @@ import pytest
 MODULES = [
     "skflow.gaussianizer",
     "skflow.embedder",
-    "skflow.datasets",
     "skflow.datasets._sts",
     "skflow.metrics",
     "skflow.synthetic",

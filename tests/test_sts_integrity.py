@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from sts_downloads import serve, zip_bytes
 
-from skflow import datasets
 from skflow.cli import main
 from skflow.datasets import _checksums as _sts_checksums
 from skflow.datasets import _download as _sts_download
+from skflow.datasets import _sts as datasets
 from skflow.datasets import load_sts
 from skflow.datasets._files import STSDataError
 
@@ -199,7 +199,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 DOWNLOADER = """
 import dataclasses, sys
-from skflow import datasets
+from skflow.datasets import _sts as datasets
 from skflow.datasets._download import Archive
 info = datasets._SETS["sts13"]
 datasets._SETS["sts13"] = dataclasses.replace(info, archives=(Archive((sys.argv[2],), "test-gs"),))
