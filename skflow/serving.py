@@ -41,7 +41,9 @@ from sklearn.utils.validation import check_is_fitted
 from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
+    check_model_kwargs,
     hidden_size,
+    hub_kwargs,
     load_config,
     mean_of_layers,
     n_hidden_layers,
@@ -53,6 +55,7 @@ from skflow.embedding import (
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import (
     REDUCTIONS,
+    STOCK_MODES,
     check_folder,
     check_pooling_config,
     load_stock_modules,
@@ -65,6 +68,7 @@ from skflow.whitening import Whitener
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
 FLOW_FILE = "flow.skops"
+PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
 
 
 class FlowPooling(Module):
@@ -72,8 +76,10 @@ class FlowPooling(Module):
 
     Parameters
     ----------
-    reduction : {"cls", "mean"}
-        The first token, or the mean over real tokens (padding excluded).
+    reduction : {"cls", "mean", "last_token", "max"}
+        The first real token, the mean over real tokens, the last real token,
+        or the per-dimension maximum over real tokens (padding excluded, on
+        either side).
     layers : list of int or None
         ``hidden_states`` indices to average (0 is the embedding layer);
         None uses the last layer.
@@ -195,31 +201,37 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
-                                 getattr(embedder, "encoder_identity_", None))
-    config = load_config(*source)
+                                 getattr(embedder, "encoder_identity_", None), embedder.token)
+    hub = dict(hub_kwargs(embedder.trust_remote_code, embedder.token))
+    config = load_config(*source, tuple(hub.items()))
     n_hidden, width = n_hidden_layers(config), hidden_size(config)
     if post.n_features_in_ != width:
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
     reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
-    stock = last and isinstance(post, Whitener)
+    stock = last and isinstance(post, Whitener) and reduction in STOCK_MODES
     pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
+    pinned.update(hub)  # trust_remote_code and token: used to load, never written (sentence-transformers saves neither)
+    placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
+    loading = {k: v for k, v in check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
     with quiet_transformers():
         transformer = Transformer(
             source.path_or_id,
             max_seq_length=embedder.max_length,
-            model_kwargs=dict(pinned),
+            model_kwargs={**pinned, **loading},
             processor_kwargs=dict(pinned),
             config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})},
         )
+        _pad_on_the_right(transformer.tokenizer)
         if stock:
-            modules = stock_modules(post, width, reduction, embedder.normalize)
+            modules = stock_modules(post, width, STOCK_MODES[reduction], embedder.normalize)
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
         with folder_created_atomically(out) as staging:  # never a half-written model folder at ``out``
-            SentenceTransformer(modules=[transformer, *modules], device="cpu").save(str(staging))
+            SentenceTransformer(modules=[transformer, *modules], device="cpu", **_prompts(embedder.prompt)).save(
+                str(staging))
             if stock:
-                write_interoperable_configs(staging, reduction, width, embedder.max_length)
+                write_interoperable_configs(staging, STOCK_MODES[reduction], width, embedder.max_length)
     return out
 
 
@@ -276,6 +288,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
                         f"it takes no {', '.join(refused)}")
     folder = check_folder(path)
+    kwargs = {**_prompts(None, folder.prompts, folder.default_prompt_name), **kwargs}
     config = folder.pooling_config
     if folder.dense is not None:
         transformer = _load_transformer(folder.transformer, hidden_states=False)
@@ -297,6 +310,34 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
             f"encoder gives {transformer.get_embedding_dimension()}"
         )
     return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=post)], **kwargs)
+
+
+def _prompts(prompt: str | None, prompts: dict | None = None, default: str | None = None) -> dict:
+    """sentence-transformers' ``prompts`` and ``default_prompt_name``.
+
+    The embedder's prompt is the default one, and also its ``"query"`` and
+    ``"document"`` prompts, so that ``encode``, ``encode_query`` and
+    ``encode_document`` all give the pipeline's vectors.
+    """
+    if prompt:
+        prompts, default = {PROMPT_NAME: prompt, "query": prompt, "document": prompt}, PROMPT_NAME
+    return {"prompts": dict(prompts), "default_prompt_name": default} if prompts else {}
+
+
+def _pad_on_the_right(tokenizer) -> None:
+    """The exported tokenizer pads on the right, with a pad token (its EOS if it has none), as skflow does.
+
+    Poolings ignore padding on either side, but right padding keeps every real
+    token at the position it has unpadded (decoders with absolute positions).
+    """
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                "the tokenizer has neither a padding token nor an EOS token, so sentence-transformers cannot pad "
+                "batches: give it one (tokenizer.pad_token = ...; tokenizer.save_pretrained(folder)) and refit"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _load_post_processing(path) -> FlowGaussianizer | Whitener:
