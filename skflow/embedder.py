@@ -233,6 +233,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             the encoder's files now (a hub model: the commit its revision
             resolves to).
         """
+        self._check_hub_options()
         validate_texts(X)
         self.encoder_identity_ = resolve_model_source(self.model_name_or_path, self.revision, self.token).identity
         return self
@@ -278,6 +279,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         embeddings : ndarray of shape (n, d) or (n, k, d), float32
         """
         self._validate_params()
+        self._check_hub_options()
         texts, shape = validate_texts(X)
         settings = self._settings()
         dim = settings["dim"]
@@ -313,9 +315,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         return vectors[index].reshape(*shape, dim)
 
-    def _validate_params(self):
-        """scikit-learn's checks of the parameters, then those of the prompt, token and model_kwargs."""
-        super()._validate_params()
+    def _check_hub_options(self):
+        """The checks of the prompt, token and model_kwargs that scikit-learn's constraints cannot express."""
         check_prompt(self.prompt)
         check_token(self.token)
         check_model_kwargs(self.model_kwargs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from sklearn.base import BaseEstimator
 
 from skflow.embedder import BertEmbedder
+from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimators, check_skops_archive, estimators
 from skflow.utils import InvalidModelError, UntrustedTypeError
@@ -154,7 +155,13 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
 def _check_remote_code(model, allowed: bool) -> None:
     """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
     for estimator in estimators(model):
-        if isinstance(estimator, BertEmbedder) and estimator.trust_remote_code is not False and not allowed:
+        if not isinstance(estimator, BertEmbedder):
+            continue
+        try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
+            check_model_kwargs(estimator.model_kwargs), check_prompt(estimator.prompt), check_token(estimator.token)
+        except (TypeError, ValueError) as exc:
+            raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
+        if estimator.trust_remote_code is not False and not allowed:
             raise UntrustedTypeError(
                 f"holds a BertEmbedder with trust_remote_code={estimator.trust_remote_code!r} for "
                 f"{estimator.model_name_or_path!r}: its transform would run code from that model's repository. "

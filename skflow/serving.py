@@ -4,7 +4,7 @@
 ``Transformer`` (a copy of the encoder the embedder was fitted on, and its
 tokenizer, truncating at the embedder's ``max_length``), then either
 
-- for a `Whitener` after ``cls`` or ``mean`` pooling of the last layer:
+- for a `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer:
   sentence-transformers' own ``Pooling``, ``Normalize`` (with
   ``normalize=True``) and ``Dense`` (identity activation; the whitening as
   its weight and bias), so plain ``SentenceTransformer(path)`` loads it
@@ -42,6 +42,7 @@ from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
     check_model_kwargs,
+    check_prompt,
     hidden_size,
     hub_kwargs,
     load_config,
@@ -147,7 +148,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     branch points now), a local folder only if its files are still those of
     fit.
 
-    - A `Whitener` after ``cls`` or ``mean`` pooling of the last layer (with
+    - A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer (with
       or without ``normalize``) is written in sentence-transformers' own
       modules only: ``Transformer``, ``Pooling``, ``Normalize`` (when the
       embedder normalizes: before the whitening, as skflow does) and a
@@ -160,6 +161,12 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
       :class:`FlowPooling`, which holds the fitted post-processing as a
       ``.skops`` file: load it with :func:`load_sentence_transformer`, or
       ``SentenceTransformer(path, trust_remote_code=True)`` if you wrote it.
+
+    The embedder's ``prompt`` becomes the folder's default prompt (and its
+    ``query`` and ``document`` prompts) in ``config_sentence_transformers.json``.
+    The tokenizer is saved padding on the right, with its EOS token as the
+    padding token if it has none. ``trust_remote_code`` and ``token`` load
+    the encoder and are written nowhere.
 
     Parameters
     ----------
@@ -202,6 +209,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise FileExistsError(f"{out}: exists and is not an empty folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None), embedder.token)
+    check_prompt(embedder.prompt)
     hub = dict(hub_kwargs(embedder.trust_remote_code, embedder.token))
     config = load_config(*source, tuple(hub.items()))
     n_hidden, width = n_hidden_layers(config), hidden_size(config)
@@ -242,7 +250,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, or
     ``Transformer``, ``Pooling``, optionally ``Normalize``, then ``Dense``,
     at paths inside the folder; each module's configuration must be one
-    skflow writes: ``cls`` or ``mean`` pooling, a ``Dense`` with identity
+    skflow writes: ``cls``, ``mean``, ``lasttoken`` or ``max`` pooling, a ``Dense`` with identity
     activation), then the modules are built here and handed to
     ``SentenceTransformer(modules=[...])``: the encoder, its configuration
     and its tokenizer are loaded by transformers with
