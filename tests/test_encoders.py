@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
-from sklearn.pipeline import make_pipeline
+from sklearn.pipeline import FeatureUnion, make_pipeline
 from sklearn.utils._param_validation import InvalidParameterError
 from transformers import AutoModel, AutoTokenizer, BertConfig, LlamaConfig, Qwen2Config, RobertaConfig
 
@@ -225,6 +225,9 @@ def test_skflow_load_refuses_trust_remote_code_unless_the_caller_opts_in(tiny, t
     assert skflow.load(path, trust_remote_code=True)[0].trust_remote_code is True
     with pytest.raises(TypeError, match="True or False"):
         skflow.load(path, trust_remote_code="yes")
+    hidden = FeatureUnion([("outer", FeatureUnion([("inner", BertEmbedder(trust_remote_code=True))]))])
+    with pytest.raises(UntrustedTypeError, match="trust_remote_code=True"):  # however deep it hides
+        skflow.load(skflow.dump(hidden, tmp_path / "nested.skops"))
     # a crafted file that hides the flag as a truthy non-bool, or smuggles it into model_kwargs
     for crafted_value in ("trust_remote_code", "model_kwargs"):
         embedder = BertEmbedder(tiny["bert"], pooling="mean")

@@ -264,7 +264,7 @@ def test_a_null_byte_in_a_module_path_and_links_into_proc_are_refused(tmp_path, 
 
 
 POOLING_CONFIGS = [
-    ({"reduction": "max"}, "unknown reduction 'max'"),
+    ({"reduction": "weightedmean"}, "unknown reduction 'weightedmean'"),
     ({"layers": [-1]}, r"layers must be null or a non-empty list"),
     ({"layers": []}, r"layers must be null or a non-empty list"),
     ({"layers": "2"}, r"layers must be null or a non-empty list"),
