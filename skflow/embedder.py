@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow.embedding import (
     DEFAULT_MODEL,
     DTYPES,
+    NEW_PARAMETER_DEFAULTS,
     POOLING_ALIASES,
     POOLINGS,
     EmbeddingCache,
@@ -329,18 +330,17 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         state = super().__getstate__()
         return {**state, "token": None} if isinstance(state.get("token"), str) else state
 
+    def __setstate__(self, state):  # files saved before a parameter existed get its default
+        super().__setstate__({**NEW_PARAMETER_DEFAULTS, **state})
+
     def _source(self) -> ModelSource:
         """Where the encoder loads from, pinned, with what identifies its files (checked against fit's)."""
         identity = getattr(self, "encoder_identity_", None)
         return pinned_model_source(self.model_name_or_path, self.revision, identity, self.token)
 
-    def _hub(self) -> tuple:
-        return hub_kwargs(self.trust_remote_code, self.token)
-
-    def _model(self) -> tuple:
-        """The encoder's source (see `_source`) and its config."""
+    def _model(self) -> tuple:  # the encoder's source (see `_source`) and its config
         source = self._source()
-        return source, load_config(*source, self._hub())
+        return source, load_config(*source, hub_kwargs(self.trust_remote_code, self.token))
 
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
@@ -364,8 +364,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         if show is None:
             show = logger.getEffectiveLevel() <= logging.INFO
         vectors, n_truncated = encode_texts(
-            texts, settings, self._hub(), max_length=self.max_length, batch_size=self.batch_size,
-            normalize=self.normalize, show_progress_bar=show,
+            texts, settings, hub_kwargs(self.trust_remote_code, self.token), max_length=self.max_length,
+            batch_size=self.batch_size, normalize=self.normalize, show_progress_bar=show,
         )
         if n_truncated:
             warnings.warn(

@@ -33,6 +33,7 @@ from skflow.embedding._model_source import (
 )
 from skflow.embedding._options import (
     MODEL_KWARGS,
+    NEW_PARAMETER_DEFAULTS,
     HiddenToken,
     check_model_kwargs,
     check_prompt,
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "DTYPES",
     "MODEL_KWARGS",
+    "NEW_PARAMETER_DEFAULTS",
     "POOLINGS",
     "POOLING_ALIASES",
     "EmbeddingCache",

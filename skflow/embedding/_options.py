@@ -39,6 +39,8 @@ OWN_PARAMETERS = {
     "local_files_only": "the HF_HUB_OFFLINE environment variable",
 }
 PROMPT_MAX_CHARS = 4096
+# BertEmbedder's parameters added after skflow 0.1.0, and their defaults: what a file saved before has
+NEW_PARAMETER_DEFAULTS = {"prompt": None, "trust_remote_code": False, "token": None, "model_kwargs": None}
 
 
 class HiddenToken(str):
