@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from skflow.embedder import BertEmbedder
-from skflow.embedding import load_config, n_hidden_layers, resolve_model_source, resolve_pooling
+from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source, resolve_pooling
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs import (
     InputError,
@@ -146,8 +146,8 @@ def _check_encoder(embedder: BertEmbedder) -> None:
         shown = scrub(str(embedder.model_name_or_path).split("?", 1)[0])
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
                          "a local path (or give a Hugging Face hub id)")
-    source = resolve_model_source(embedder.model_name_or_path, embedder.revision)
-    config = load_config(*source)
+    source = resolve_model_source(embedder.model_name_or_path, embedder.revision, embedder.token)
+    config = load_config(*source, hub_kwargs(embedder.trust_remote_code, embedder.token))
     resolve_pooling(embedder.pooling, embedder.layers, n_hidden_layers(config))
     max_positions = getattr(config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and embedder.max_length > max_positions:

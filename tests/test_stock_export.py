@@ -220,9 +220,12 @@ REFUSED = {
         InvalidModelError, "must hold exactly"),
     "a NaN weight": (lambda f: _dense_weights(f, lambda t: {**t, "linear.bias": t["linear.bias"] * np.nan}),
                      InvalidModelError, "not finite"),
-    "max pooling": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
-        pooling_mode_cls_token=False, pooling_mode_max_tokens=True)), InvalidModelError,
-        "Pooling's mode must be exactly one of cls and mean, got 'max'"),
+    "weighted mean pooling": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
+        pooling_mode_cls_token=False, pooling_mode_weightedmean_tokens=True)), InvalidModelError,
+        "Pooling's mode must be exactly one of cls, mean, lasttoken, max, got 'weightedmean'"),
+    "square-root mean pooling": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
+        pooling_mode_cls_token=False, pooling_mode_mean_sqrt_len_tokens=True)), InvalidModelError,
+        "got 'mean_sqrt_len_tokens'"),
     "two pooling modes": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
         pooling_mode_mean_tokens=True)), InvalidModelError, r"got \['cls', 'mean'\]"),
     "a pooling of another width": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(

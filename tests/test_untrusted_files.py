@@ -264,7 +264,7 @@ def test_a_null_byte_in_a_module_path_and_links_into_proc_are_refused(tmp_path, 
 
 
 POOLING_CONFIGS = [
-    ({"reduction": "max"}, "unknown reduction 'max'"),
+    ({"reduction": "weightedmean"}, "unknown reduction 'weightedmean'"),
     ({"layers": [-1]}, r"layers must be null or a non-empty list"),
     ({"layers": []}, r"layers must be null or a non-empty list"),
     ({"layers": "2"}, r"layers must be null or a non-empty list"),
@@ -290,7 +290,7 @@ def test_a_missing_or_foreign_flow_and_other_arguments_are_refused(tmp_path, exp
     with pytest.raises(TypeError, match="never runs code from the folder; it takes no trust_remote_code"):
         load_sentence_transformer(folder, trust_remote_code=True)
     with pytest.raises(ValueError, match="reduction must be one of"):
-        FlowPooling("max", None, False)
+        FlowPooling("weightedmean", None, False)
     skflow.dump(StandardScaler().fit(np.eye(3)), tmp_path / "scaler.skops")
     (folder / "1_FlowPooling" / "flow.skops").unlink()
     shutil.copy(tmp_path / "scaler.skops", folder / "1_FlowPooling" / "flow.skops")

@@ -6,6 +6,7 @@ API; this module owns models, dtypes, batching and pooling.
 
 import contextlib
 import functools
+import json
 import sys
 from collections.abc import Callable, Sequence
 from numbers import Integral
@@ -23,6 +24,8 @@ POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
     "first_last_avg": ("mean", (1, -1)),
     "last_two_avg": ("mean", (-2, -1)),
     "last2avg": ("mean", (-2, -1)),  # deprecated alias of last_two_avg, see POOLING_ALIASES
+    "last_token": ("last_token", (-1,)),  # decoder embedders (gte-Qwen, e5-mistral, Qwen3-Embedding)
+    "max": ("max", (-1,)),
 }
 # Old pooling name -> its new name. BERT-flow's paper says "last2avg" for what
 # its code computes, first_last_avg; skflow's "last2avg" meant the last two
@@ -75,19 +78,28 @@ def quiet_transformers():
 
 
 @functools.lru_cache(maxsize=16)
-def load_config(source: str, revision: str | None, identity: str):
-    """The model's configuration (no weights), cached per process and per ``identity`` of the files."""
+def load_config(source: str, revision: str | None, identity: str, hub: tuple = ()):
+    """The model's configuration (no weights), cached per process and per ``identity`` of the files.
+
+    ``hub``: ``(name, value)`` pairs for transformers (``trust_remote_code``, ``token``; see `hub_kwargs`).
+    """
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(source, revision=revision)
+        return AutoConfig.from_pretrained(source, revision=revision, **dict(hub))
     except (OSError, ValueError) as exc:  # ValueError: a config.json that names no known model type
         raise EncoderNotFoundError(not_found_message(source, revision, str(exc).split("\n")[0])) from exc
 
 
 @functools.lru_cache(maxsize=4)
-def load_encoder(source: str, revision: str | None, identity: str, device: str, dtype: str, n_blocks: int | None):
+def load_encoder(source: str, revision: str | None, identity: str, device: str, dtype: str, n_blocks: int | None,
+                 hub: tuple = (), model_kwargs: str = "{}"):
     """Tokenizer and model in eval mode, shared by every estimator in the process.
+
+    ``hub``: ``(name, value)`` pairs for transformers (``trust_remote_code``,
+    ``token``); ``model_kwargs``: checked ``from_pretrained`` options as
+    canonical JSON (see `skflow.embedding._options`). A causal LM's base model
+    loads through ``AutoModel`` like any encoder, with its key/value cache off.
 
     ``identity`` (see `skflow.embedding._model_source`) is part of the registry's key, so
     weights re-saved into the same folder are loaded again, not served stale.
@@ -99,8 +111,9 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
 
     try:
         with quiet_transformers():  # no load report, no "Loading weights" bar
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-            model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype])
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **dict(hub))
+            extra = json.loads(model_kwargs)
+            model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype], **dict(hub), **extra)
     except OSError as exc:
         raise EncoderNotFoundError(
             not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
@@ -111,7 +124,11 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
             del blocks[n_blocks:]
         if getattr(model, "pooler", None) is not None:
             model.pooler = None  # the pretrained dense+tanh pooler; pooling is ours
-    model.to(torch.device(device)).eval().requires_grad_(False)
+    if getattr(model.config, "use_cache", None):
+        model.config.use_cache = False  # decoders: no key/value cache for one forward pass
+    if "device_map" not in extra:  # accelerate placed it
+        model.to(torch.device(device))
+    model.eval().requires_grad_(False)
     for tensor in (*model.parameters(), *model.buffers()):
         # safetensors weights can stay memory-mapped on the CPU: a file re-saved in place would change (or
         # corrupt) them under the registry's cached model. Owning copies make the model independent of its files.
@@ -174,6 +191,12 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[lis
             cut = tokenizer([texts[i] for i in long], truncation=True, max_length=max_length)["input_ids"]
             for i, ids in zip(long, cut):
                 full[i] = ids
+    empty = [i for i, ids in enumerate(full) if not ids]
+    if empty:
+        raise ValueError(
+            f"{len(empty)} of {len(full)} texts have no tokens with this tokenizer (the first: {texts[empty[0]]!r}); "
+            "it adds no special tokens, so an empty text leaves nothing to pool. Drop empty texts, or set a prompt."
+        )
     return full, len(long)
 
 
@@ -234,8 +257,33 @@ def mean_of_layers(states: Sequence[torch.Tensor], layers: Sequence[int]) -> tor
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
-    """``"cls"``: the first token; ``"mean"``: the mean over real tokens, padding excluded."""
-    if reduction == "cls":
-        return hidden[:, 0]
+    """Reduce token states to one vector per row; padding (``mask`` 0) never counts, on either side.
+
+    ``"cls"``: the first real token; ``"last_token"``: the last real token;
+    ``"mean"``: the mean over real tokens; ``"max"``: the per-dimension
+    maximum over real tokens. Left and right padding give the same vectors.
+    """
+    if reduction in ("cls", "last_token"):
+        real = mask.bool()
+        positions = torch.arange(mask.shape[1], device=mask.device).expand_as(real)
+        if reduction == "cls":
+            index = torch.where(real, positions, mask.shape[1]).amin(1).clamp(max=mask.shape[1] - 1)
+        else:
+            index = torch.where(real, positions, -1).amax(1).clamp(min=0)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
+    if reduction == "max":
+        return hidden.masked_fill(~mask.bool().unsqueeze(-1), float("-inf")).amax(1)
     weights = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def padding_id(tokenizer) -> int:
+    """The id that fills padding: the tokenizer's pad token, else its EOS (the usual choice for decoders), else 0.
+
+    Padding is always masked out (the mask comes from each text's length, not from this id), so the choice
+    never changes a vector.
+    """
+    for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if isinstance(token_id, int):
+            return token_id
+    return 0

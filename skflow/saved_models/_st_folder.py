@@ -45,6 +45,10 @@ LAYOUTS = (("Transformer", "FlowPooling"), ("Transformer", "Pooling", "Dense"),
            ("Transformer", "Pooling", "Normalize", "Dense"))
 IDENTITY = "torch.nn.modules.linear.Identity"
 REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
+# skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
+STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
+PROMPTS_FILE = "config_sentence_transformers.json"
+MAX_PROMPTS, PROMPT_MAX_CHARS = 64, 4096
 POOLING_KEYS = ("reduction", "layers", "normalize")
 MODULE_KEYS = {"idx": int, "name": str, "path": str, "type": str}
 # pooling_mode_<key> booleans of the format before sentence-transformers 5.4 -> the mode's name now
@@ -65,6 +69,8 @@ class ExportedFolder(NamedTuple):
     pooling_config: dict  # FlowPooling: reduction, layers, normalize; stock: reduction, dimension, normalize
     dense: Path | None = None  # stock folders: the Dense module's folder
     dense_config: dict | None = None  # and its in_features, out_features, bias
+    prompts: dict | None = None  # config_sentence_transformers.json's prompts, checked
+    default_prompt_name: str | None = None
 
 
 def check_folder(path: str | os.PathLike) -> ExportedFolder:
@@ -93,9 +99,10 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
         raise InvalidModelError(f"{where}: lists {', '.join(kinds)}; it {_LAYOUT_RULE}")
     folders = dict(zip(kinds, (_module_dir(root, module["path"]) for module in modules)))
     config_file = folders[kinds[1]] / "config.json"
+    prompts = check_prompts(root / PROMPTS_FILE)
     if kinds[1] == "FlowPooling":
         return ExportedFolder(root, folders["Transformer"], folders["FlowPooling"],
-                              check_pooling_config(read_json(config_file), config_file))
+                              check_pooling_config(read_json(config_file), config_file), None, None, *prompts)
     pooling = {**check_stock_pooling_config(read_json(config_file), config_file), "normalize": "Normalize" in kinds}
     if "Normalize" in kinds:
         _check_normalize(folders["Normalize"])
@@ -104,7 +111,25 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
     if dense["in_features"] != pooling["dimension"]:
         raise InvalidModelError(f"{dense_file}: in_features is {dense['in_features']}, the pooling gives "
                                 f"{pooling['dimension']}")
-    return ExportedFolder(root, folders["Transformer"], folders["Pooling"], pooling, folders["Dense"], dense)
+    return ExportedFolder(root, folders["Transformer"], folders["Pooling"], pooling, folders["Dense"], dense, *prompts)
+
+
+def check_prompts(path: Path) -> tuple[dict | None, str | None]:
+    """``prompts`` and ``default_prompt_name`` of ``config_sentence_transformers.json`` (absent: none), checked."""
+    if not path.exists():
+        return None, None
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise InvalidModelError(f"{path}: must be a JSON object")
+    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+    if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
+        isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items()
+    )):
+        raise InvalidModelError(f"{path}: prompts must map at most {MAX_PROMPTS} names to strings of at most "
+                                f"{PROMPT_MAX_CHARS} characters")
+    if default is not None and default not in prompts:
+        raise InvalidModelError(f"{path}: default_prompt_name {default!r} is not one of the prompts {sorted(prompts)}")
+    return (prompts or None), default
 
 
 def check_pooling_config(config, where) -> dict:
@@ -129,7 +154,7 @@ def check_pooling_config(config, where) -> dict:
 
 
 def check_stock_pooling_config(config, where) -> dict:
-    """``Pooling``'s configuration: ``cls`` or ``mean`` over a positive dimension, in either format it has had.
+    """``Pooling``'s configuration: one of `STOCK_MODES` over a positive dimension, in either format it has had.
 
     The format of sentence-transformers before 5.4 (``word_embedding_dimension``
     and one boolean per mode), which skflow writes because Text Embeddings
@@ -155,8 +180,9 @@ def check_stock_pooling_config(config, where) -> dict:
     if unexpected or missing:
         raise InvalidModelError(f"{where}: Pooling's configuration has unexpected keys {sorted(unexpected)} or "
                                 f"lacks {sorted(missing)}")
-    if mode not in ("cls", "mean"):
-        raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of cls and mean, got {mode!r}")
+    if mode not in STOCK_MODES.values():
+        raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())}, "
+                                f"got {mode!r}")
     if not isinstance(config.get("include_prompt", True), bool):
         raise InvalidModelError(f"{where}: include_prompt must be true or false")
     return {"reduction": mode, "dimension": _positive_int(config[dimension_key], dimension_key, where)}

@@ -1,0 +1,153 @@
+"""Hugging Face loading options of `BertEmbedder`: prompt, ``trust_remote_code``, ``token``, ``model_kwargs``.
+
+Checked here, before anything is loaded, and turned into what transformers takes:
+
+- ``trust_remote_code`` is passed on only when True (transformers' default
+  stays in charge otherwise);
+- ``token`` is passed on only when given, never stored: `HiddenToken` keeps a
+  token string out of reprs and error messages, and the estimator drops it
+  from its pickled state;
+- ``model_kwargs`` may hold only the keys in `MODEL_KWARGS`, with plain JSON
+  values, so that they can be saved, compared and hashed into the cache key;
+  a key that has its own parameter (``dtype``, ``token``,
+  ``trust_remote_code``, ``revision``) is refused with the parameter to use.
+"""
+
+import json
+import math
+
+# model_kwargs keys skflow passes to ``AutoModel.from_pretrained``, and whether they can change the vectors
+# (those that can are part of the embedding cache's key).
+MODEL_KWARGS = {
+    "attn_implementation": True,  # "eager", "sdpa", "flash_attention_2": other kernels, other rounding
+    "variant": True,  # another weights file (e.g. "fp16")
+    "use_safetensors": True,  # which weights file is read
+    "subfolder": True,
+    "device_map": False,  # placement only (needs the accelerate package)
+    "max_memory": False,
+    "low_cpu_mem_usage": False,
+}
+# keys that are BertEmbedder parameters, or transformers options skflow owns: refused with the parameter to use
+OWN_PARAMETERS = {
+    "trust_remote_code": "the trust_remote_code parameter",
+    "token": "the token parameter",
+    "use_auth_token": "the token parameter",
+    "revision": "the revision parameter",
+    "dtype": "the dtype parameter",
+    "torch_dtype": "the dtype parameter",
+    "output_hidden_states": "the pooling and layers parameters",
+    "local_files_only": "the HF_HUB_OFFLINE environment variable",
+}
+PROMPT_MAX_CHARS = 4096
+# BertEmbedder's parameters added after skflow 0.1.0, and their defaults: what a file saved before has
+NEW_PARAMETER_DEFAULTS = {"prompt": None, "trust_remote_code": False, "token": None, "model_kwargs": None}
+
+
+class HiddenToken(str):
+    """A Hugging Face token that never shows itself: its ``repr`` is ``'***'``; ``str`` and comparisons use it.
+
+    Copying (``copy.copy``, ``copy.deepcopy``, scikit-learn's ``clone``) returns the same object.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a Hugging Face token is never pickled")
+
+
+def hide_token(token):
+    """``token`` as a `HiddenToken` if it is a string, else as it is (None, True, False)."""
+    return HiddenToken(token) if isinstance(token, str) and not isinstance(token, HiddenToken) else token
+
+
+def check_prompt(prompt) -> str | None:
+    """``prompt`` if it is None or a string of at most `PROMPT_MAX_CHARS` valid Unicode characters."""
+    if prompt is None:
+        return None
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str or None, got a {type(prompt).__name__}")
+    if len(prompt) > PROMPT_MAX_CHARS:
+        raise ValueError(f"prompt has {len(prompt)} characters, more than {PROMPT_MAX_CHARS}")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("prompt is not valid Unicode (it has a lone surrogate)") from None
+    return prompt
+
+
+def check_token(token) -> None:
+    """A token is None, a bool (True: the token saved by ``hf auth login``) or a non-empty string."""
+    if token is None or isinstance(token, bool):
+        return
+    if not isinstance(token, str):
+        raise TypeError(f"token must be a str, a bool or None, got a {type(token).__name__}")
+    if not token.strip() or any(c.isspace() for c in token):
+        raise ValueError("token must be a non-empty string without spaces (its value is not shown)")
+
+
+def check_model_kwargs(model_kwargs) -> dict:
+    """``model_kwargs`` as a plain dict of known keys and JSON values; a clear error otherwise."""
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, dict):
+        raise TypeError(f"model_kwargs must be a dict or None, got a {type(model_kwargs).__name__}")
+    for key in model_kwargs:
+        if not isinstance(key, str):
+            raise TypeError(f"model_kwargs keys must be strings, got {key!r}")
+        if key in OWN_PARAMETERS:
+            raise ValueError(f"model_kwargs may not set {key!r}: use {OWN_PARAMETERS[key]} instead")
+        if key not in MODEL_KWARGS:
+            raise ValueError(f"model_kwargs has an unknown key {key!r}; skflow passes on only {sorted(MODEL_KWARGS)}")
+        _check_plain(model_kwargs[key], f"model_kwargs[{key!r}]")
+    return dict(model_kwargs)
+
+
+def _check_plain(value, where: str, depth: int = 0) -> None:
+    if depth > 4:
+        raise ValueError(f"{where} nests too deep")
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float) and math.isfinite(value):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise TypeError(f"{where} has a key {key!r} that is not a string or an int")
+            _check_plain(item, f"{where}[{key!r}]", depth + 1)
+        return
+    raise TypeError(
+        f"{where} must be a plain value (None, bool, int, finite float, str, or a dict of them), got a "
+        f"{type(value).__name__}"
+    )
+
+
+def model_kwargs_key(model_kwargs: dict) -> dict:
+    """The entries of checked ``model_kwargs`` that can change the vectors (for the cache key)."""
+    return {key: value for key, value in model_kwargs.items() if MODEL_KWARGS[key]}
+
+
+def frozen_kwargs(model_kwargs: dict) -> str:
+    """Checked ``model_kwargs`` as a canonical JSON string: hashable, for the in-process model registry."""
+    return json.dumps(model_kwargs, sort_keys=True)
+
+
+def hub_kwargs(trust_remote_code: bool, token) -> tuple:
+    """What transformers and huggingface_hub get: ``trust_remote_code`` only when True, ``token`` only when set.
+
+    A hashable tuple of pairs (the registry's cache key holds it in memory only).
+    """
+    options = []
+    if trust_remote_code is True:
+        options.append(("trust_remote_code", True))
+    if token is not None and token is not False:
+        options.append(("token", hide_token(token)))
+    return tuple(options)

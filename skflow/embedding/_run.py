@@ -1,0 +1,84 @@
+"""What `BertEmbedder` resolves before encoding (device, dtype, pooling, cache key), and the encoding itself."""
+
+import numpy as np
+
+from skflow.embedding._encoding import (
+    encode_ids,
+    hidden_size,
+    load_encoder,
+    n_hidden_layers,
+    padding_id,
+    resolve_dtype,
+    resolve_pooling,
+    tokenize,
+)
+from skflow.embedding._model_source import ModelSource
+from skflow.embedding._options import frozen_kwargs, model_kwargs_key
+from skflow.utils import progress_bar, resolve_device
+
+
+def encoder_settings(
+    source: ModelSource, config, *, pooling: str, layers, device: str, dtype: str, max_length: int,
+    normalize: bool, prompt: str | None, model_kwargs: dict, name,
+) -> dict:
+    """Resolved model source, dtype, device, token reduction, layers, dimension and the embedding cache's key.
+
+    The key holds everything that changes the vectors; ``prompt`` and the
+    ``model_kwargs`` that change vectors enter it only when set, so the keys
+    of caches written before they existed stay the same.
+    """
+    reduction, layers = resolve_pooling(pooling, layers, n_hidden_layers(config))
+    device = resolve_device(device)
+    dtype_name = str(resolve_dtype(dtype, device)).removeprefix("torch.")
+    max_positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(max_positions, int) and max_length > max_positions:
+        raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({max_positions} positions).")
+    key = {
+        "model": source.identity,
+        "reduction": reduction,
+        "layers": list(layers),
+        "max_length": int(max_length),
+        "dtype": dtype_name,
+        "normalize": bool(normalize),
+    }
+    if prompt:
+        key["prompt"] = prompt
+    if model_kwargs_key(model_kwargs):
+        key["model_kwargs"] = model_kwargs_key(model_kwargs)
+    return {
+        "source": source,
+        "model_kwargs": frozen_kwargs(model_kwargs),
+        "device": str(device),
+        "dtype": dtype_name,
+        "reduction": reduction,
+        "layers": layers,
+        "dim": hidden_size(config),
+        "cache_key": key,
+    }
+
+
+def encode_texts(
+    texts: list[str], settings: dict, hub: tuple, *, max_length: int, batch_size: int, normalize: bool,
+    show_progress_bar: bool,
+) -> tuple[np.ndarray, int]:
+    """Float32 vectors of ``texts`` (prompts already prepended), and how many texts were truncated."""
+    tokenizer, model = load_encoder(
+        *settings["source"], settings["device"], settings["dtype"], max(settings["layers"]), hub,
+        settings["model_kwargs"],
+    )
+    ids, n_truncated = tokenize(tokenizer, texts, max_length)
+    n_batches = -(-len(texts) // batch_size)
+    with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
+        vectors = encode_ids(
+            model,
+            ids,
+            pad_token_id=padding_id(tokenizer),
+            reduction=settings["reduction"],
+            layers=settings["layers"],
+            batch_size=batch_size,
+            progress=update,
+        )
+    if normalize:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
+    return vectors, n_truncated
