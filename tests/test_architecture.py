@@ -29,7 +29,7 @@ ALLOWED = {
     "skflow.gaussianizer": {"skflow.flow_estimator", "skflow.flows", "skflow.utils"},
     "skflow.saved_models": {"skflow.flow_estimator", "skflow.flows", "skflow.embedding", "skflow.whitening",
                             "skflow.utils"},
-    "skflow.persistence": {"skflow.saved_models", "skflow.utils"} | _ESTIMATORS,
+    "skflow.persistence": {"skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.serving": {"skflow.persistence", "skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.evaluation": {"skflow.datasets", "skflow.metrics"} | _ESTIMATORS,
     "skflow.ray_jobs": {"skflow.persistence", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
