@@ -102,18 +102,18 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     normalize : bool, default=False
         Scale each vector to unit L2 norm.
     cache_dir : str or path-like, default=None
-        A folder for a persistent embedding cache. Entries are keyed by the
-        text and by every setting that changes the vector (model and
-        revision, pooling, layers, max_length, resolved dtype, normalize);
-        only texts missing from it are encoded. A local model folder is
-        keyed by a fingerprint of its files and a hub model by the commit its
-        revision resolves to, so re-saved weights never return old vectors.
-        Safe for concurrent processes. Corrupt entries, entries that are not
-        regular files, unreadable or owned by another user are recomputed
-        with a warning. Files are created with the user's umask (a team can
-        share a cache); nothing is written through a symbolically linked
-        subfolder. A ``cache_dir`` that cannot be created or written is an
-        ``OSError`` before any text is encoded.
+        A folder for a persistent embedding cache: one SQLite file per
+        configuration, keyed by every setting that changes the vector (model
+        and revision, pooling, layers, max_length, resolved dtype, normalize,
+        prompt); only texts missing from it are encoded. A local model folder
+        is keyed by a fingerprint of its files and a hub model by the commit
+        its revision resolves to. Safe for concurrent processes; a damaged,
+        linked or foreign store is never read or modified (recomputed with a
+        warning), another user's store is never read (each user keeps their
+        own). Files get the user's umask; nothing is written through a
+        symbolically linked subfolder. A ``cache_dir`` that cannot be created
+        or written is an ``OSError`` before any text is encoded. See
+        ``docs/embedder.md``.
     revision : str, default=None
         Model revision (branch, tag or commit) on the Hugging Face hub.
     show_progress_bar : bool, default=None
