@@ -142,6 +142,7 @@ def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
 def _check_encoder(embedder: BertEmbedder) -> None:
     """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
     embedder._validate_params()
+    embedder._check_hub_options()
     if is_remote(str(embedder.model_name_or_path)):
         shown = scrub(str(embedder.model_name_or_path).split("?", 1)[0])
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "

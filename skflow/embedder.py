@@ -112,8 +112,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         warning), another user's store is never read (each user keeps their
         own). Files get the user's umask; nothing is written through a
         symbolically linked subfolder. A ``cache_dir`` that cannot be created
-        or written is an ``OSError`` before any text is encoded. See
-        ``docs/embedder.md``.
+        or written is an ``OSError`` before any text is encoded.
     revision : str, default=None
         Model revision (branch, tag or commit) on the Hugging Face hub.
     show_progress_bar : bool, default=None
@@ -357,6 +356,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             source, config, pooling=self.pooling, layers=self.layers, device=self.device, dtype=self.dtype,
             max_length=self.max_length, normalize=self.normalize, prompt=self.prompt,
             model_kwargs=check_model_kwargs(self.model_kwargs), name=self.model_name_or_path,
+            trust_remote_code=bool(self.trust_remote_code),
         )
 
     def _encode(self, texts: list[str], settings: dict) -> np.ndarray:

@@ -5,9 +5,8 @@
 tokenizer, truncating at the embedder's ``max_length``), then either
 
 - for a `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer:
-  sentence-transformers' own ``Pooling``, ``Normalize`` (with
-  ``normalize=True``) and ``Dense`` (identity activation; the whitening as
-  its weight and bias), so plain ``SentenceTransformer(path)`` loads it
+  sentence-transformers' own ``Pooling``, ``Normalize`` (with ``normalize=True``) and ``Dense``
+  (identity activation; the whitening as its weight and bias), so plain ``SentenceTransformer(path)`` loads it
   without ``trust_remote_code`` and servers that run only stock modules
   serve it (see ``skflow.saved_models._st_stock``);
 - otherwise :class:`FlowPooling`, skflow's module, which pools exactly as
@@ -165,8 +164,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     The embedder's ``prompt`` becomes the folder's default prompt (and its
     ``query`` and ``document`` prompts) in ``config_sentence_transformers.json``.
     The tokenizer is saved padding on the right, with its EOS token as the
-    padding token if it has none. ``trust_remote_code`` and ``token`` load
-    the encoder and are written nowhere.
+    padding token if it has none. ``token`` is written nowhere. An encoder
+    with ``trust_remote_code=True`` is refused (loaders would build another class).
 
     Parameters
     ----------
@@ -210,6 +209,9 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None), embedder.token)
     check_prompt(embedder.prompt)
+    if embedder.trust_remote_code:
+        raise ValueError("the encoder needs remote code (trust_remote_code=True): loaders of the folder would build "
+                         "transformers' own class, giving other vectors; serve the pipeline with skflow.dump instead")
     hub = dict(hub_kwargs(embedder.trust_remote_code, embedder.token))
     config = load_config(*source, tuple(hub.items()))
     n_hidden, width = n_hidden_layers(config), hidden_size(config)

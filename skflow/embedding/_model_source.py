@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
-MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.tiktoken", "vocab*.txt", "merges*.txt")
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.tiktoken", "vocab*.txt", "merges*.txt", "*.py")
 _file_hashes: dict[tuple, str] = {}
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 

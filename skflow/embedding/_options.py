@@ -22,7 +22,6 @@ MODEL_KWARGS = {
     "attn_implementation": True,  # "eager", "sdpa", "flash_attention_2": other kernels, other rounding
     "variant": True,  # another weights file (e.g. "fp16")
     "use_safetensors": True,  # which weights file is read
-    "subfolder": True,
     "device_map": False,  # placement only (needs the accelerate package)
     "max_memory": False,
     "low_cpu_mem_usage": False,
@@ -37,6 +36,7 @@ OWN_PARAMETERS = {
     "torch_dtype": "the dtype parameter",
     "output_hidden_states": "the pooling and layers parameters",
     "local_files_only": "the HF_HUB_OFFLINE environment variable",
+    "subfolder": "model_name_or_path: give the subfolder's own path (its files are what the identity hashes)",
 }
 PROMPT_MAX_CHARS = 4096
 # BertEmbedder's parameters added after skflow 0.1.0, and their defaults: what a file saved before has
@@ -146,7 +146,7 @@ def hub_kwargs(trust_remote_code: bool, token) -> tuple:
     A hashable tuple of pairs (the registry's cache key holds it in memory only).
     """
     options = []
-    if trust_remote_code is True:
+    if bool(trust_remote_code):
         options.append(("trust_remote_code", True))
     if token is not None and token is not False:
         options.append(("token", hide_token(token)))

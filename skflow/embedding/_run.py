@@ -19,7 +19,7 @@ from skflow.utils import progress_bar, resolve_device
 
 def encoder_settings(
     source: ModelSource, config, *, pooling: str, layers, device: str, dtype: str, max_length: int,
-    normalize: bool, prompt: str | None, model_kwargs: dict, name,
+    normalize: bool, prompt: str | None, model_kwargs: dict, name, trust_remote_code: bool = False,
 ) -> dict:
     """Resolved model source, dtype, device, token reduction, layers, dimension and the embedding cache's key.
 
@@ -43,6 +43,8 @@ def encoder_settings(
     }
     if prompt:
         key["prompt"] = prompt
+    if trust_remote_code:  # the folder's own code builds the model: other vectors than the built-in class
+        key["trust_remote_code"] = True
     if model_kwargs_key(model_kwargs):
         key["model_kwargs"] = model_kwargs_key(model_kwargs)
     return {
