@@ -317,3 +317,32 @@ def test_the_folder_checks_accept_lasttoken_and_max_and_refuse_crafted_prompts(t
             load_sentence_transformer(folder)
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 64, "pooling_mode": "max"}))
     np.testing.assert_allclose(load_sentence_transformer(folder).encode(TEXTS), pipe.transform(TEXTS), atol=1e-5)
+
+
+def test_remote_code_is_keyed_hashed_and_never_exported(tiny, tmp_path):
+    """trust_remote_code changes which class builds the model: it keys the cache, the folder's *.py files are
+    part of the encoder identity, and the export (whose loaders would build transformers' own class) refuses."""
+    import shutil
+
+    from skflow.embedding._model_source import folder_fingerprint
+
+    texts = ["a cat", "a dog on a mat"]
+    for flag in (False, True):
+        BertEmbedder(tiny["bert"], pooling="mean", trust_remote_code=flag, cache_dir=tmp_path / "cache",
+                     dtype="float32", show_progress_bar=False).transform(texts)
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 2  # one store per setting
+
+    folder = shutil.copytree(tiny["bert"], tmp_path / "remote")
+    before = folder_fingerprint(folder)
+    (folder / "modeling_x.py").write_text("SCALE = 2.0\n")
+    with_code = folder_fingerprint(folder)
+    (folder / "modeling_x.py").write_text("SCALE = 3.0\n")
+    assert len({before, with_code, folder_fingerprint(folder)}) == 3
+
+    pipe = make_pipeline(BertEmbedder(tiny["bert"], pooling="mean", trust_remote_code=True, dtype="float32",
+                                      show_progress_bar=False), Whitener(n_components=4)).fit(texts * 4)
+    with pytest.raises(ValueError, match=r"needs remote code \(trust_remote_code=True\)"):
+        export_sentence_transformer(pipe, tmp_path / "export")
+    assert not (tmp_path / "export").exists()
+    with pytest.raises(ValueError, match="give the subfolder's own path"):
+        BertEmbedder(tiny["bert"], model_kwargs={"subfolder": "inner"}).transform(texts)
