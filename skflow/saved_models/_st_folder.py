@@ -121,13 +121,13 @@ def check_prompts(path: Path) -> tuple[dict | None, str | None]:
     config = read_json(path)
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
-    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+    prompts, default = config.get("prompts", {}), config.get("default_prompt_name")
     if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
         isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items()
     )):
         raise InvalidModelError(f"{path}: prompts must map at most {MAX_PROMPTS} names to strings of at most "
                                 f"{PROMPT_MAX_CHARS} characters")
-    if default is not None and default not in prompts:
+    if default is not None and (not isinstance(default, str) or default not in prompts):
         raise InvalidModelError(f"{path}: default_prompt_name {default!r} is not one of the prompts {sorted(prompts)}")
     return (prompts or None), default
 
