@@ -121,7 +121,8 @@ def check_prompts(path: Path) -> tuple[dict | None, str | None]:
     config = read_json(path)
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
-    prompts, default = config.get("prompts", {}), config.get("default_prompt_name")
+    prompts, default = config.get("prompts"), config.get("default_prompt_name")
+    prompts = {} if prompts is None else prompts
     if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
         isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items()
     )):
