@@ -43,8 +43,29 @@ def pytest_unconfigure(config):
         Path(path).write_text(json.dumps(sorted(_CALLED)))
 
 
+# What makes a test slow on 2 cores, marked here once rather than test by test: fixtures that embed real STS data
+# or fit on it (tens of seconds each), and whole files of such tests. A test that starts Ray is marked ``ray``.
+SLOW_FIXTURES = {
+    "stsb_test_cls", "stsb_test_mean", "stsb_test", "sentences", "texts", "embedded", "stock_folder", "exported",
+    "encoder_folders", "fitted_pipeline", "flow_search", "embeddings", "rows", "cache_dir",
+}
+SLOW_FILES = {"test_gaussianizer_checks.py", "test_readme.py", "test_stock_export.py", "test_gaussianization.py"}
+RAY_FIXTURES = {"ray_instance", "s3"}
+RAY_FILES = {"test_distributed.py", "test_s3.py"}
+
+
+def _mark(item) -> None:
+    names, file = set(getattr(item, "fixturenames", ())), item.path.name
+    if names & RAY_FIXTURES or file in RAY_FILES:
+        item.add_marker(pytest.mark.ray)
+    if names & SLOW_FIXTURES or file in SLOW_FILES:
+        item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
     """The default loop leaves out the tests marked ``slow`` or ``ray``; ``--full`` or any ``-m`` runs what it says."""
+    for item in items:
+        _mark(item)
     if config.getoption("--full") or config.getoption("markexpr"):
         return
     left_out = [item for item in items if item.get_closest_marker("slow") or item.get_closest_marker("ray")]
