@@ -66,8 +66,8 @@ def pytest_collection_modifyitems(config, items):
     """The default loop leaves out the tests marked ``slow`` or ``ray``; ``--full`` or any ``-m`` runs what it says."""
     for item in items:
         _mark(item)
-    if config.getoption("--full") or config.getoption("markexpr"):
-        return
+    if config.getoption("--full") or config.getoption("markexpr") or any("::" in arg for arg in config.args):
+        return  # every test, what -m selects, or the tests named one by one
     left_out = [item for item in items if item.get_closest_marker("slow") or item.get_closest_marker("ray")]
     if left_out:
         config.hook.pytest_deselected(items=left_out)

@@ -38,7 +38,7 @@ def test_the_default_loop_runs_every_module_in_enough_tests(tmp_path):
     summary = result.stdout.strip().splitlines()[-1]
     n_passed = int(re.search(r"(\d+) passed", summary).group(1))
     n_deselected = int(re.search(r"(\d+) deselected", summary).group(1))
-    assert n_passed >= MIN_TESTS and n_deselected > 0, summary
+    assert n_passed >= MIN_TESTS and n_deselected >= 100, summary  # the slow and Ray tests stay out
     never_called = _modules_with_functions() - set(json.loads(called_file.read_text()))
     assert sorted(Path(p).relative_to(ROOT).as_posix() for p in never_called) == []
     print(f"default loop: {n_passed} passed, {n_deselected} deselected in {seconds:.0f} s (traced)")

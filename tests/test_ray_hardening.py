@@ -492,6 +492,7 @@ def _command(*argv, **kwargs):
                           env=ENV, check=False, **kwargs)
 
 
+@pytest.mark.ray
 def test_an_address_where_no_cluster_answers_fails_within_30_s(corpus, tmp_path):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -526,6 +527,7 @@ def _session(sid: int) -> list[str]:
     return found
 
 
+@pytest.mark.ray
 def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, capsys):
     old = _skflow_output(tmp_path / "old")
     before = _tree(old)
@@ -567,6 +569,7 @@ def _readme_ray_commands() -> list[list[str]]:
     return [line.split() for line in block.splitlines() if line.startswith("skflow ")]
 
 
+@pytest.mark.ray
 def test_the_readme_ray_commands_run_as_written_on_this_machine(tmp_path):
     commands = _readme_ray_commands()
     assert [c[:2] for c in commands] == [["skflow", "embed"], ["skflow", "fit"], ["skflow", "transform"]]

@@ -46,3 +46,22 @@ def test_a_sentence_transformers_export_of_0_1_0_loads_and_encodes_as_it_did(tmp
     vectors = load_sentence_transformer(folder).encode(TEXTS)
     cosine = (vectors * LATENT).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(LATENT, axis=1)
     assert cosine.min() > 0.9999
+
+
+def test_skflow_imports_saves_and_loads_without_sentence_transformers(tmp_path):
+    """sentence-transformers is the serve extra: import skflow, skflow.dump and skflow.load do without it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['sentence_transformers'] = None\n"
+        "import numpy as np, skflow\n"
+        "from skflow import FlowGaussianizer, Whitener\n"
+        "X = np.random.default_rng(0).normal(size=(200, 6))\n"
+        f"for i, model in enumerate([FlowGaussianizer(random_state=0).fit(X), Whitener().fit(X)]):\n"
+        f"    path = skflow.dump(model, r'{tmp_path}' + f'/m{{i}}.skops')\n"
+        "    assert np.array_equal(skflow.load(path).transform(X), model.transform(X))\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

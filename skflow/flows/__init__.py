@@ -3,9 +3,10 @@
 Every layer maps ``x -> (y, logdet)`` in ``forward``, has an exact
 ``inverse`` and a ``data_init`` (see :class:`FlowLayer`). ``logdet`` is
 ``log|det dy/dx|``: a 0-d tensor when it does not depend on the input, else
-one value per row. Training internals (the resumable trainer, the
-hand-written gradient of the official configuration) live in
-``skflow.flow_estimator._trainer`` and are not part of this API.
+one value per row. :class:`OfficialGlowGradient` (with `is_official` and
+`is_log_scale`) is the hand-written gradient of the official configuration:
+the same loss's gradient as autograd, in one pass. The resumable trainer that
+drives it lives with the estimator (``skflow.flow_estimator``).
 """
 
 from skflow.flows._official_gradient import OfficialGlowGradient, is_log_scale, is_official

@@ -106,7 +106,7 @@ class AdamWeightDecay(torch.optim.Optimizer):
                     state["m"] = torch.zeros_like(p)
                     state["v"] = torch.zeros_like(p)
                 state["step"] += 1
-            lr = group["lr"] * group["lr_scale"]
+            lr = group["lr"] * group.get("lr_scale", 1.0)  # state_dicts saved before lr_scale have none
             if group["bias_correction"]:
                 beta1, beta2 = group["betas"]
                 t = states[0]["step"]

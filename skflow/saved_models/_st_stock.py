@@ -9,6 +9,9 @@ servers that know only stock modules. The files are written in the format
 that every sentence-transformers release and Text Embeddings Inference read:
 module types ``sentence_transformers.models.X``, the pooling as one boolean
 per mode, ``max_seq_length`` in ``sentence_bert_config.json``.
+
+sentence-transformers (the ``serve`` extra) is imported only when these
+modules are built: ``skflow.load`` and ``import skflow`` do without it.
 """
 
 import json
@@ -16,16 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sentence_transformers.base.modules.module import Module
-from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
 from skflow.saved_models._st_folder import LEGACY_POOLING_MODES, ExportedFolder, read_dense_weights
 from skflow.utils import InvalidModelError
 from skflow.whitening import Whitener
 
 
-def stock_modules(whitener: Whitener, dimension: int, reduction: str, normalize: bool) -> list[Module]:
+def stock_modules(whitener: Whitener, dimension: int, reduction: str, normalize: bool) -> list[torch.nn.Module]:
     """``Pooling``, ``Normalize`` when the embedder normalizes (before the whitening, as skflow does), ``Dense``."""
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
+
     weight = (whitener.components_.T * whitener.scale_).T
     bias = -(whitener.mean_ @ weight.T)
     dense = Dense(
@@ -51,8 +54,10 @@ def write_interoperable_configs(folder: Path, reduction: str, dimension: int, ma
     _write_json(transformer, {"max_seq_length": int(max_seq_length), "do_lower_case": False, **config})
 
 
-def load_stock_modules(folder: ExportedFolder, encoder_dimension: int) -> list[Module]:
+def load_stock_modules(folder: ExportedFolder, encoder_dimension: int) -> list[torch.nn.Module]:
     """The checked ``Pooling``, ``Normalize`` and ``Dense`` of ``folder``, built here (nothing imported by name)."""
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
+
     config, dense = folder.pooling_config, folder.dense_config
     if config["dimension"] != encoder_dimension:
         raise InvalidModelError(f"{folder.pooling / 'config.json'}: the pooling takes {config['dimension']} "

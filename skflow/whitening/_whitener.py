@@ -1,6 +1,5 @@
 """Whitener: centring, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
 
-import contextlib
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -9,7 +8,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.utils import InvalidModelError, pairs_or_likelihood_score, validate_embeddings
+from skflow.utils import InvalidModelError, pairs_or_likelihood_score, unchanged_on_failure, validate_embeddings
 from skflow.whitening._covariance import (
     RunningMoments,
     affine_rows,
@@ -170,7 +169,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         self : object
             The fitted estimator.
         """
-        with _unchanged_on_failure(self):
+        with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
             self._fit_moments(RunningMoments.empty(X2d.shape[1]).update(X2d))
         return self
@@ -196,7 +195,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             The estimator, fitted on ``X`` as well.
         """
         first = not hasattr(self, "scatter_")
-        with _unchanged_on_failure(self):
+        with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=first)
             start = RunningMoments.empty(X2d.shape[1]) if first else self._moments()
             self._fit_moments(start.update(X2d))
@@ -362,15 +361,3 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.three_d_array = True
         return tags
-
-
-@contextlib.contextmanager
-def _unchanged_on_failure(estimator: BaseEstimator):
-    """Leave ``estimator`` as it was if the block raises (validation records ``n_features_in_`` early)."""
-    before = estimator.__dict__.copy()
-    try:
-        yield
-    except BaseException:
-        estimator.__dict__.clear()
-        estimator.__dict__.update(before)
-        raise
