@@ -76,6 +76,7 @@ def pipe_file(tmp_path_factory, X):
 
 
 # ---------------------------------------------------------------- finding: npz read before the size limit
+@pytest.mark.slow
 def test_a_sparse_matrix_member_padded_to_400_mb_is_refused_without_reading_it(tmp_path, pipe_file):
     schema, members = _read(pipe_file)
     inner = io.BytesIO()
@@ -253,6 +254,7 @@ def test_a_genuine_flow_state_loads(pipe_file, X):
 
 
 # ---------------------------------------------------------------- finding: partial_fit past float32 once standardised
+@pytest.mark.slow
 def test_partial_fit_refuses_rows_that_standardise_past_float32(X):
     flow = FlowGaussianizer(random_state=0, max_epochs=1).partial_fit(X * 1e-20)
     rows = X[:20] * 1e-20

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::skflow.gaussianizer.ConstantFea
 
 
 @pytest.mark.parametrize("scale", [1e-8, 1e-4, 1e4])
+@pytest.mark.slow
 def test_the_model_does_not_depend_on_the_datas_scale(scale):
     X = make_anisotropic_mixture(3000, 16, random_state=0)
     reference = FlowGaussianizer(permutation="lu", coupling="affine", random_state=0).fit(X)

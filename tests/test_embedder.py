@@ -371,6 +371,7 @@ def _write_cache_in_process(cache_dir, texts):
     return BertEmbedder(dtype="float32", device="cpu", cache_dir=cache_dir).transform(texts)
 
 
+@pytest.mark.slow
 def test_cache_with_concurrent_writers(tmp_path):
     texts = [f"text number {i}" for i in range(40)]
     results = joblib.Parallel(n_jobs=3, backend="loky")(
@@ -452,6 +453,7 @@ def test_pipeline_fit_score_and_small_pickle(stsb_test, tmp_path):
     assert reloaded.score(stsb_test.pairs, stsb_test.scores) == pytest.approx(rho, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_grid_search_on_stsb_dev_encodes_each_sentence_once(sts_data_home, tmp_path, monkeypatch):
     dev = load_sts("stsb", split="dev", data_home=sts_data_home)
     pairs, gold = dev.pairs, dev.scores
@@ -470,6 +472,7 @@ def test_grid_search_on_stsb_dev_encodes_each_sentence_once(sts_data_home, tmp_p
 
 
 
+@pytest.mark.slow
 def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path):
     """A hub id, offline: transformers finds it in HF_HUB_CACHE, by branch or by commit."""
     import os

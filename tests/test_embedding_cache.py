@@ -43,6 +43,7 @@ def _save_model(folder: Path, scale_noise: float = 0.0, seed: int = 0) -> None:
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)
 
 
+@pytest.mark.slow
 def test_weights_resaved_into_the_same_folder_give_new_vectors(tmp_path):
     folder = tmp_path / "model"
     _save_model(folder)
@@ -124,6 +125,7 @@ def test_touch_copy_and_unrelated_files_keep_the_encoder_identity_and_content_ch
         embedder.check_encoder_identity()
 
 
+@pytest.mark.slow
 def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path):
     """Offline hub cache with two commits; moving refs/main changes the vectors, cached or not."""
     source = Path(resolve_model_source(DEFAULT_MODEL, None).path_or_id)
@@ -231,6 +233,7 @@ def test_another_users_store_is_never_read_and_this_user_keeps_its_own_beside_it
         np.testing.assert_array_equal(embedder.transform(TEXTS), expected)
 
 
+@pytest.mark.slow
 def test_an_unreadable_or_read_only_store():
     """Without the power to override file permissions (root has it): mode 000 is recomputed, 0444 is read."""
     folder = Path(tempfile.mkdtemp(prefix="skflow-cache-"))
@@ -350,6 +353,7 @@ def _killed_writer(folder: Path, step: int, kill_after_rows: int = 0, kill_after
     assert writer.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_only_whole_entries(tmp_path):
     _killed_writer(tmp_path, step=100, kill_after_rows=2000)
     cache = EmbeddingCache(tmp_path, {"k": "kill"}, dim=384)
@@ -366,6 +370,7 @@ def test_a_writer_killed_mid_write_leaves_only_whole_entries(tmp_path):
 
 
 @pytest.mark.parametrize("kill_after_s", [0.05, 0.4, 1.0])
+@pytest.mark.slow
 def test_a_writer_killed_inside_its_transactions_leaves_whole_transactions(tmp_path, kill_after_s):
     """One call of 100,000 texts: 2,048 rows per transaction, killed at some instant inside that call."""
     _killed_writer(tmp_path, step=100_000, kill_after_s=kill_after_s)

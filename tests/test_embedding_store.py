@@ -64,6 +64,7 @@ print(repr(cache.problems()))
 """
 
 
+@pytest.mark.slow
 def test_four_processes_writing_the_same_texts_at_once_lose_nothing_and_raise_nothing(tmp_path):
     workers = [
         subprocess.Popen([sys.executable, "-W", "error", "-c", WORKER, str(tmp_path), str(seed)], cwd=ROOT,
@@ -98,6 +99,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_process_reads_whole_entries_while_another_writes(tmp_path):
     reader = subprocess.Popen([sys.executable, "-W", "error", "-c", READER, str(tmp_path)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -164,6 +166,7 @@ def _embed(cache_dir, pooling, texts):
     return BertEmbedder(dtype="float32", device="cpu", pooling=pooling, cache_dir=cache_dir).transform(texts)
 
 
+@pytest.mark.slow
 def test_two_pipelines_with_different_encoders_share_a_cache_dir_at_once(tmp_path):
     texts = [f"sentence number {i}" for i in range(60)]
     jobs = [(p, texts[i:] + texts[:i]) for p, i in (("cls", 0), ("mean", 0), ("cls", 30), ("mean", 30))]
@@ -271,6 +274,7 @@ print(cache.problems())
 """
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_up_mid_write_loses_no_stored_entry_and_raises_nothing(tmp_path):
     cache, texts, vectors = _filled(tmp_path)
     limit = 1_000_000  # bytes a file may reach: the write-ahead log cannot take one transaction (3 MB)
@@ -309,6 +313,7 @@ def test_folders_of_the_old_one_file_per_text_layout_are_ignored_with_one_notice
     assert old.exists()  # not deleted for the user
 
 
+@pytest.mark.slow
 def test_a_writer_stuck_in_a_transaction_delays_other_writers_a_bounded_time_and_never_readers(tmp_path, monkeypatch):
     from skflow.embedding import _cache
 

@@ -60,6 +60,7 @@ def test_small_memmaps_are_loaded_so_results_do_not_depend_on_joblib(tmp_path):
 
 
 @pytest.mark.parametrize("early_stopping", [False, True])
+@pytest.mark.slow
 def test_streamed_fit_is_close_to_the_in_memory_fit(tmp_path, stream_everything, early_stopping):
     """Same data, same seed, a different shuffle: the held-out likelihood lands within the spread of seeds."""
     X = np.random.RandomState(0).standard_t(5, size=(12_000, 16)) @ np.random.RandomState(1).normal(size=(16, 16))

@@ -360,6 +360,7 @@ KILL_SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.parametrize("name", ["flow.skops", "flow.joblib"])
+@pytest.mark.slow
 def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(tmp_path, name):
     (tmp_path / "kill.py").write_text(KILL_SCRIPT)
     (tmp_path / "models").mkdir()

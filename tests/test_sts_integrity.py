@@ -207,6 +207,7 @@ print(len(datasets.load_sts("sts13", data_home=sys.argv[1]).scores))
 """
 
 
+@pytest.mark.slow
 def test_a_download_killed_midway_leaves_no_data_and_the_next_one_completes(sts_data_home, tmp_path):
     members = {f"test-gs/{p.name}": p.read_bytes() for p in (sts_data_home / "STS13-en-test").iterdir()}
     archive = zip_bytes({**members, "test-gs/padding.bin": os.urandom(1 << 20)})  # long enough to stall in

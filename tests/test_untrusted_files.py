@@ -414,6 +414,7 @@ def _schema_of_spaces(tmp_path):
     return _write_archive(path, members, zeros={"schema.json": (header, 200_000_000)})
 
 
+@pytest.mark.slow
 def test_crafted_skops_files_are_refused_before_anything_is_read_or_built(tmp_path):
     depth_raised, n_weights = _depth_raised(tmp_path)
     genuine = _genuine(tmp_path)[0]
