@@ -56,7 +56,7 @@ def test_missing_sets_are_skipped_by_default_and_errors_are_clean(sts_data_home,
     code = main(["evaluate", "--sets", "stsb", "--method", "pca", "--quiet", "--data-home", str(home)])
     assert code == 2 and "Unknown method 'pca'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["evaluate", "--pooling", "max"])
+        main(["evaluate", "--pooling", "maximum"])  # not a pooling: a usage error before any work
 
 
 def test_flow_fixes_cls_anisotropy_on_stsb(sts_data_home, cache_dir):
