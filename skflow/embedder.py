@@ -323,7 +323,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs
-        return {**params, "token": hide_token(params["token"])}
+        return {**params, "token": hide_token(params["token"])} if "token" in params else params
 
     def __getstate__(self):  # a token string is never pickled, never in a .skops file
         state = super().__getstate__()

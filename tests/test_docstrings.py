@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "skflow.gaussianizer",
+    "skflow.flow_estimator._base",
     "skflow.embedder",
     "skflow.datasets._sts",
     "skflow.metrics",

@@ -501,3 +501,16 @@ def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path):
     expected = _f32().transform(["a b c"])[0, :4]
     for line in run.stdout.split("\n")[:2]:
         np.testing.assert_allclose(np.array(line.split(), dtype=float), expected, atol=1e-5)
+
+
+def test_a_subclass_with_its_own_signature_keeps_get_params_working():
+    """scikit-learn reads parameters from the subclass's __init__: one without token must still work."""
+
+    class Marked(BertEmbedder):
+        def __init__(self, marker="", **kwargs):
+            super().__init__(**kwargs)
+            self.marker = marker
+
+    assert Marked(marker="m", pooling="cls").get_params() == {"marker": "m"}
+    assert BertEmbedder(token="hf_secret").get_params()["token"] == "hf_secret"
+    assert "hf_secret" not in repr(BertEmbedder(token="hf_secret"))

@@ -585,3 +585,19 @@ def test_the_readme_ray_commands_run_as_written_on_this_machine(tmp_path):
     assert flow.n_samples_seen_ == 40
     latent = pq.read_table(tmp_path / "latent")
     assert latent.num_rows == 40 and sorted(latent.column("id").to_pylist()) == list(range(40))
+
+
+def test_vectors_go_to_parquet_and_back_exactly():
+    """The Parquet column the Ray commands write holds the float32 vectors exactly (no Ray needed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from skflow.ray_jobs import vectors_array, vectors_column
+
+    vectors = np.random.default_rng(0).normal(size=(7, 5)).astype(np.float32)
+    vectors[0, 0], vectors[1, 1] = -0.0, np.float32(1e-40)  # a signed zero and a subnormal
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.table({"embedding": vectors_column(vectors)}), buffer)
+    back = vectors_array(pq.read_table(pa.BufferReader(buffer.getvalue()))["embedding"])
+    assert back.dtype == np.float32 and back.shape == (7, 5)
+    assert back.tobytes() == vectors.tobytes()
