@@ -23,9 +23,7 @@ from collections.abc import Sequence
 
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
-    check_model_kwargs,
-    check_prompt,
-    check_token,
+    check_hub_options,
     hub_kwargs,
     load_config,
     n_hidden_layers,
@@ -151,9 +149,7 @@ def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
 def _check_encoder(embedder: BertEmbedder) -> None:
     """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
     embedder._validate_params()
-    check_prompt(embedder.prompt)
-    check_token(embedder.token)
-    check_model_kwargs(embedder.model_kwargs)
+    check_hub_options(embedder)
     if is_remote(str(embedder.model_name_or_path)):
         shown = scrub(str(embedder.model_name_or_path).split("?", 1)[0])
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "

@@ -19,9 +19,8 @@ from skflow.embedding import (
     EncoderChangedError,
     EncoderNotFoundError,
     ModelSource,
+    check_hub_options,
     check_model_kwargs,
-    check_prompt,
-    check_token,
     encode_texts,
     encoder_settings,
     hidden_size,
@@ -316,10 +315,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         return vectors[index].reshape(*shape, dim)
 
     def _check_hub_options(self):
-        """The checks of the prompt, token and model_kwargs that scikit-learn's constraints cannot express."""
-        check_prompt(self.prompt)
-        check_token(self.token)
-        check_model_kwargs(self.model_kwargs)
+        check_hub_options(self)
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs

@@ -130,6 +130,13 @@ def _check_plain(value, where: str, depth: int = 0) -> None:
     )
 
 
+def check_hub_options(embedder) -> None:
+    """The checks of a `BertEmbedder`'s prompt, token and model_kwargs that its constraints cannot express."""
+    check_prompt(embedder.prompt)
+    check_token(embedder.token)
+    check_model_kwargs(embedder.model_kwargs)
+
+
 def model_kwargs_key(model_kwargs: dict) -> dict:
     """The entries of checked ``model_kwargs`` that can change the vectors (for the cache key)."""
     return {key: value for key, value in model_kwargs.items() if MODEL_KWARGS[key]}
