@@ -26,11 +26,9 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import sqlite3
 import stat
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from skflow.embedding._cache_legacy import notice_legacy_layout
 from skflow.utils import prove_writable, write_text_atomically
 
 STORE_NAME = "embeddings.sqlite3"
@@ -55,8 +54,6 @@ _SCHEMA = (
     "CREATE TABLE embeddings (prefix INTEGER NOT NULL UNIQUE, text_hash BLOB NOT NULL, "
     "vector BLOB NOT NULL, checksum BLOB NOT NULL)"
 )
-_LEGACY_SUBFOLDER = re.compile(r"^[0-9a-f]{2}$")
-_legacy_noticed: set[str] = set()
 _T = TypeVar("_T")
 
 
@@ -172,7 +169,7 @@ class EmbeddingCache:
         found = np.zeros(len(texts), dtype=bool)
         if not len(texts):
             return vectors, found
-        self._notice_legacy_layout()
+        notice_legacy_layout(self.folder, STORE_NAME)
         hashes = [_text_hash(text) for text in texts]
         try:
             with self._connect(create=False) as db:
@@ -215,7 +212,7 @@ class EmbeddingCache:
         vectors = np.ascontiguousarray(vectors, dtype="<f4").reshape(len(texts), self.dim)
         if not len(texts):
             return
-        self._notice_legacy_layout()
+        notice_legacy_layout(self.folder, STORE_NAME)
         rows = []
         for text, vector in zip(texts, vectors):
             text_hash, data = _text_hash(text), vector.tobytes()
@@ -326,8 +323,8 @@ class EmbeddingCache:
 
     def _is_ours(self, db: sqlite3.Connection) -> bool:
         """True for an skflow store of this format, False for an empty database; _StoreError for anything else."""
-        application_id = _retry(lambda: db.execute("PRAGMA application_id").fetchone()[0])
-        if application_id == 0 and not db.execute("SELECT name FROM sqlite_master").fetchall():
+        application_id, tables = _retry(lambda: _header_and_tables(db))
+        if application_id == 0 and not tables:
             return False
         if application_id != _APPLICATION_ID:
             raise _StoreError(_unusable(f"{self.path.name} is another program's database"))
@@ -343,24 +340,19 @@ class EmbeddingCache:
             with contextlib.suppress(OSError):  # only a label for people browsing the cache
                 write_text_atomically(path, json.dumps(self.key, indent=1, sort_keys=True))
 
-    def _notice_legacy_layout(self) -> None:
-        """Warn once per folder and process when the folder holds entries of the one-file-per-text layout."""
-        if str(self.folder) in _legacy_noticed:
-            return
-        with contextlib.suppress(OSError):
-            if stat.S_ISLNK(os.lstat(self.folder).st_mode):
-                return
-            with os.scandir(self.folder) as entries:  # a few entries: key.json, the store and its -wal, -shm
-                old = [e.name for e in entries if _LEGACY_SUBFOLDER.match(e.name) and e.is_dir(follow_symlinks=False)]
-            if old:
-                _legacy_noticed.add(str(self.folder))
-                warnings.warn(
-                    f"skflow: {self.folder} holds {len(old)} folders of the old one-file-per-text embedding cache, "
-                    f"which is no longer read (its texts are encoded again once, into {STORE_NAME}); "
-                    f"delete {self.folder / '??'} to free their space.",
-                    UserWarning,
-                    stacklevel=3,
-                )
+
+def _header_and_tables(db: sqlite3.Connection) -> tuple[int, list]:
+    """The application id and the table names, read in one snapshot: a store another writer is creating is
+    seen either empty or whole, never with its table but not yet its id."""
+    snapshot = not db.in_transaction  # inside _create's transaction it is one already
+    if snapshot:
+        db.execute("BEGIN")
+    try:
+        tables = db.execute("SELECT name FROM sqlite_master").fetchall()  # the read lock is taken here
+        return db.execute("PRAGMA application_id").fetchone()[0], tables
+    finally:
+        if snapshot:
+            db.execute("COMMIT")
 
 
 def _intact(row_id: int, text_hash, vector, checksum, size: int) -> bool:
