@@ -8,7 +8,9 @@ instance is started (and shut down) unless one is running or an address is
 given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
 
 Everything that can be checked is checked on the driver before Ray starts
-(options, model, every input file, the output); an output appears complete
+(options, model, every input file but the rows of Parquet files on object
+storage, the output); those rows are checked where they are processed
+(:class:`skflow.ray_jobs.RowChecks`); an output appears complete
 or not at all and replaces only what skflow wrote (:mod:`skflow.utils._outputs`).
 Inputs, outputs and models may be object-store URIs (``s3://``, ``gs://``,
 ...), checked through their filesystem by the same rules; what is atomic
@@ -16,9 +18,9 @@ there is said in :mod:`skflow.ray_jobs._remote_outputs`.
 See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
+import dataclasses
 import numbers
 import os
-import re
 from collections.abc import Sequence
 
 from skflow.embedder import BertEmbedder
@@ -34,20 +36,24 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs import (
     InputError,
     RayClusterError,
+    RowChecks,
     actor_cpus,
     check_embeddings,
     check_model_output,
     check_texts,
+    free_cpus,
     input_files,
     is_remote,
     load_model,
     output_folder,
+    raised_error,
     ray_session,
     read_dataset,
     save_model,
     scrub,
     vectors_array,
     vectors_column,
+    wait_for_the_actors_to_go,
     write_parquet,
     written_rows,
 )
@@ -81,13 +87,16 @@ def _set_threads(threads: int | None) -> None:
 class _EmbedBatches:
     """Ray actor: loads the encoder once, then adds an embedding column to each batch."""
 
-    def __init__(self, embedder: BertEmbedder, text_column: str, threads: int | None) -> None:
+    def __init__(self, embedder: BertEmbedder, text_column: str, threads: int | None,
+                 checks: RowChecks | None = None) -> None:
         _set_threads(threads)
-        self.embedder, self.text_column, self.threads = embedder, text_column, threads
+        self.embedder, self.text_column, self.threads, self.checks = embedder, text_column, threads, checks
         self.embedder.transform(["warm-up"])  # load the encoder now, once per actor
 
     def __call__(self, table):
         _set_threads(self.threads)
+        if self.checks is not None:
+            self.checks(table)
         vectors = self.embedder.transform(table.column(self.text_column).to_pylist())
         return table.append_column(EMBEDDING_COLUMN, vectors_column(vectors))
 
@@ -95,13 +104,16 @@ class _EmbedBatches:
 class _TransformBatches:
     """Ray actor: applies a fitted model to the input column of each batch, adds the output column."""
 
-    def __init__(self, model, input_column: str, output_column: str, threads: int | None) -> None:
+    def __init__(self, model, input_column: str, output_column: str, threads: int | None,
+                 checks: RowChecks | None = None):
         _set_threads(threads)
         self.model, self.input_column, self.output_column = model, input_column, output_column
-        self.threads = threads
+        self.threads, self.checks = threads, checks
 
     def __call__(self, table):
         _set_threads(self.threads)
+        if self.checks is not None:
+            self.checks(table)
         values = table.column(self.input_column)
         if isinstance(self.model, FlowGaussianizer):
             X = vectors_array(values)
@@ -165,13 +177,14 @@ def _check_encoder(embedder: BertEmbedder) -> None:
 
 
 def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
-                   address, quiet, command) -> None:
+                   address, quiet, command) -> int:
     """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
     with ray_session(address, quiet=quiet):
         options = {"num_cpus": actor_cpus(workers, gpus_per_worker)}
         if gpus_per_worker:
             options["num_gpus"] = gpus_per_worker
         with target.staged() as staging:
+            failure, cpus_free_before = None, free_cpus()
             try:
                 dataset = read_dataset(corpus, text_column).map_batches(
                     actor_class,
@@ -182,8 +195,16 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     **options,
                 )
                 write_parquet(dataset, staging)
-            except Exception as exc:  # a failed job is one line; the staging folder goes away
-                raise JobFailedError(f"the Ray job failed, nothing was written: {_one_line(exc)}") from exc
+            except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; the staging goes away
+                raised, message = raised_error(exc)
+                if raised.rsplit(".", 1)[-1] == InputError.__name__:  # a row check in an actor: the user's input
+                    failure = InputError(f"{message}; nothing was written")
+                else:
+                    failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
+            if failure is not None:
+                dataset = None
+                wait_for_the_actors_to_go(cpus_free_before)
+                raise failure
             written = written_rows(staging)
             if written != n_rows:
                 raise JobFailedError(f"the Ray job wrote {written:,} rows of {n_rows:,}; nothing was written")
@@ -191,20 +212,9 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                 target.commit(staging, command=command, rows=n_rows)
             except OSError as exc:  # the store failed while the output was put in place: it was not
                 raise JobFailedError(f"{scrub(' '.join(str(exc).split()))}; nothing was written") from None
+    return n_rows
 
 
-def _one_line(exc: BaseException) -> str:
-    """The error a Ray worker raised, as ``Type: message``, found in the traceback text Ray sends back."""
-    text = scrub(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)))
-    raised = [m for m in _RAISED.finditer(text) if m["type"].rsplit(".", 1)[-1] not in _RAY_WRAPPERS]
-    if raised:
-        return f"{raised[-1]['type']}: {raised[-1]['message'].strip()}"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
-_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", re.MULTILINE)
-_RAY_WRAPPERS = {"UserCodeException", "RayTaskError", "RayActorError", "ActorDiedError"}
 
 
 # -------------------------------------------------------------- the three steps
@@ -263,12 +273,13 @@ def embed(
     corpus = input_files(inputs)
     text_column = "text" if corpus.kind == "text" else text_column
     n_rows = check_texts(corpus, text_column, new_column=EMBEDDING_COLUMN)
+    checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
     target = output_folder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
     threads = threads_per_worker or _threads(workers)
-    actor = {"embedder": embedder, "text_column": text_column, "threads": threads}
-    _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column, workers=workers,
-                   gpus_per_worker=gpus_per_worker, address=address, quiet=quiet, command="embed")
-    return n_rows
+    actor = {"embedder": embedder, "text_column": text_column, "threads": threads, "checks": checks}
+    return _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column,
+                          workers=workers, gpus_per_worker=gpus_per_worker,
+                          address=address, quiet=quiet, command="embed")
 
 
 def fit(
@@ -302,7 +313,8 @@ def fit(
     corpus = input_files([input_dir])
     if corpus.kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
-    check_embeddings(corpus.files, column)
+    _, length = check_embeddings(corpus.files, column)
+    checks = RowChecks.needed(corpus, column, vectors=True, length=length)
     out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     with ray_session(address, quiet=quiet):
         actor_cpus(1)  # a cluster without a CPU would never read
@@ -313,6 +325,8 @@ def fit(
                 batch_format="pyarrow",
                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
             ):
+                if checks is not None:  # every batch holds vectors of the first batch's length
+                    checks = dataclasses.replace(checks, length=checks(batch))
                 flow.partial_fit(vectors_array(batch.column(column)))
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
@@ -349,15 +363,18 @@ def transform(
         if corpus.kind != "parquet":
             raise InputError(f"{input_dir}: a FlowGaussianizer reads the embedding column of Parquet shards")
         n_rows, length = check_embeddings(corpus.files, column, new_column=output_column)
-        if length != fitted.n_features_in_:
+        if length is not None and length != fitted.n_features_in_:
             raise InputError(f"{input_dir}: vectors of length {length}; the model expects {fitted.n_features_in_}")
         input_column = column
+        checks = RowChecks.needed(corpus, column, vectors=True, length=fitted.n_features_in_, new_column=output_column)
     else:
         input_column = "text" if corpus.kind == "text" else text_column
         n_rows = check_texts(corpus, input_column, new_column=output_column)
+        checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
     target = output_folder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
     threads = threads_per_worker or _threads(workers)
-    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads}
-    _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column, workers=workers,
-                   gpus_per_worker=gpus_per_worker, address=address, quiet=quiet, command="transform")
-    return n_rows
+    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads,
+             "checks": checks}
+    return _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column,
+                          workers=workers, gpus_per_worker=gpus_per_worker,
+                          address=address, quiet=quiet, command="transform")

@@ -51,7 +51,7 @@ SLOW_FIXTURES = {
 }
 SLOW_FILES = {"test_gaussianizer_checks.py", "test_readme.py", "test_stock_export.py", "test_gaussianization.py"}
 RAY_FIXTURES = {"ray_instance", "s3"}
-RAY_FILES = {"test_distributed.py", "test_s3.py"}
+RAY_FILES = {"test_distributed.py", "test_s3.py", "test_s3_rows.py"}
 
 
 def _mark(item) -> None:

@@ -16,18 +16,24 @@ lines here and in the Ray tasks, so the counts agree.
 
 An input may be a URI (``s3://bucket/corpus/``; :mod:`skflow.ray_jobs._uris`):
 it is listed, checked and read through its filesystem by the same rules
-(hidden names are those of any part of the key below the folder named).
+(hidden names are those of any part of the key below the folder named). A
+prefix that holds an skflow output marker is read as the files the marker
+lists (others are named in a warning and not read).
 
 pyarrow (a dependency of Ray Data) is imported where needed.
 """
 
+import json
 import os
 import re
 import stat
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 from skflow.ray_jobs._uris import file_type, is_remote, list_files, local_path, missing, one_line, resolve
+from skflow.ray_jobs._uris import read_bytes as read_object
+from skflow.utils import MARKER
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -151,7 +157,9 @@ def _remote_input(item: str, files: list, skipped: list[str]) -> None:
         files.append(remote.uri)
         return
     found = []
-    for name, _ in list_files(remote, InputError):
+    listed = [name for name, _ in list_files(remote, InputError)]
+    names = _finished_output(remote, listed) if MARKER in listed else listed
+    for name in names:
         if any(_is_hidden(part) for part in name.split("/")):
             continue
         uri = remote.child(name).uri
@@ -159,6 +167,33 @@ def _remote_input(item: str, files: list, skipped: list[str]) -> None:
     if not found and not skipped:
         raise InputError(f"{remote.uri}: no data files under this prefix (skflow reads {_KNOWN})")
     files += found
+
+
+def _finished_output(remote, listed: list[str]) -> list[str]:
+    """The files of an skflow output on object storage: those its marker lists, which says it is complete.
+
+    An overwrite copies its new shards in beside the old ones before the new
+    marker replaces the old (object stores have no rename), and a run killed
+    then leaves them there: a listing would read both outputs at once.
+    """
+    try:
+        named = json.loads(read_object(remote.child(MARKER)).decode("utf-8"))["files"]
+        if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{remote.uri}: its {MARKER} marker is damaged, so which of its objects form the output "
+                         "is unknown; write the output again (or delete the marker to read every object)") from None
+    absent = sorted(set(named) - set(listed))
+    if absent:
+        raise InputError(f"{remote.uri}: its {MARKER} marker lists {absent[0]}, which is missing "
+                         f"({len(absent)} missing in all): the output is incomplete; write it again")
+    others = [name for name in listed if name not in set(named) and not any(map(_is_hidden, name.split("/")))]
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(named)} "
+                      f"files); {len(others)} other object(s) under it are not part of it and are not read: {shown}",
+                      UserWarning, stacklevel=2)
+    return [name for name in listed if name in set(named)]
 
 
 def _filesystem(path: str):
@@ -231,15 +266,24 @@ def read_table(path: str, kind: str, compression: str | None, *, text_column: st
                columns: list[str] | None = None):
     """One file as a pyarrow table, as Ray's reader gives it; errors name the file (and the row if known)."""
     import pyarrow as pa
-    import pyarrow.csv
-    import pyarrow.json
     import pyarrow.parquet as pq
 
+    if kind != "parquet":
+        return parse_table(read_bytes(path, compression), path, kind, text_column)
     try:
-        if kind == "parquet":
-            filesystem, where = _filesystem(path)
-            return pq.read_table(where, columns=columns, filesystem=filesystem)
-        data = read_bytes(path, compression)
+        filesystem, where = _filesystem(path)
+        return pq.read_table(where, columns=columns, filesystem=filesystem)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
+
+
+def parse_table(data: bytes, path: str, kind: str, text_column: str | None = None):
+    """The decompressed bytes of a CSV, JSON lines or text file as a table; errors name the file (and row)."""
+    import pyarrow as pa
+    import pyarrow.csv
+    import pyarrow.json
+
+    try:
         if kind == "text":
             return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
         check_utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
@@ -270,6 +314,20 @@ def column_names(path: str, kind: str, compression: str | None, text_column: str
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
     return read_table(path, kind, compression, text_column=text_column).column_names
+
+
+def parquet_schema(path: str):
+    """``(arrow schema, rows)`` of a Parquet file from its footer alone (a few KiB read, even on object storage)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    filesystem, where = _filesystem(path)
+    try:
+        with (filesystem.open_input_file(where) if filesystem is not None else pa.OSFile(where)) as f:
+            metadata = pq.ParquetFile(f).metadata
+            return metadata.schema.to_arrow_schema(), metadata.num_rows
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
 
 
 _NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}

@@ -1,0 +1,44 @@
+"""What a failed Ray job leaves: the error a worker raised, found in Ray's text, and actors still holding CPUs."""
+
+import gc
+import re
+import time
+
+from skflow.ray_jobs._uris import scrub
+
+
+def free_cpus() -> float:
+    """CPUs of the Ray instance that no task or actor holds now."""
+    import ray
+
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def wait_for_the_actors_to_go(cpus_free_before: float, timeout_s: float = 10.0) -> None:
+    """After a failed job: wait (a while at most) until its actors have given their CPUs back (as free as before).
+
+    Ray Data leaves a failed job's actors to the garbage collector (its
+    executor and the error's traceback form a reference cycle): a next job on
+    the same Ray instance (a notebook, a test session) waited for their CPUs
+    forever.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        gc.collect()
+        if free_cpus() >= cpus_free_before or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def raised_error(exc: BaseException) -> tuple[str, str]:
+    """The error a Ray worker raised, as ``(type, message)``, found in the traceback text Ray sends back."""
+    text = scrub(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)))
+    raised = [m for m in _RAISED.finditer(text) if m["type"].rsplit(".", 1)[-1] not in _RAY_WRAPPERS]
+    if raised:
+        return raised[-1]["type"], raised[-1]["message"].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return type(exc).__name__, lines[0] if lines else ""
+
+
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", re.MULTILINE)
+_RAY_WRAPPERS = {"UserCodeException", "RayTaskError", "RayActorError", "ActorDiedError"}

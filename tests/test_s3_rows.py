@@ -1,0 +1,128 @@
+"""Rows of Parquet files on object storage are checked where they are read, not downloaded by the driver; an
+skflow output on object storage is read as the files its marker lists. Against moto's S3 server, as test_s3.
+
+Each test has a Ray instance of its own: a failed job's actors are left by Ray Data to reference counting and
+can hold their CPU for a while (skflow waits for them, a bounded time), which on 2 CPUs would delay the next test.
+"""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import ray
+
+from skflow import FlowGaussianizer, distributed
+from skflow.cli import main
+from skflow.ray_jobs import _corpus_checks, input_files, save_model
+from skflow.utils import MARKER
+from tests import test_s3
+from tests.test_s3 import BUCKET, ROOT, _embed_args, _keys, _put, _refused, _s3_table, _sorted_vectors
+
+s3 = test_s3.s3  # the same moto server fixture, one per module
+no_secret_in_output = test_s3.no_secret_in_output
+
+
+@pytest.fixture
+def fresh_ray(s3, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def driver_reads(monkeypatch):
+    """Every file whose rows the driver's checks read (the actors are other processes)."""
+    reads, real = [], _corpus_checks.read_table
+    monkeypatch.setattr(_corpus_checks, "read_table", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    return reads
+
+
+def _texts(ids, texts) -> pa.Table:
+    return pa.table({"id": list(ids), "text": pa.array(texts, pa.string())})
+
+
+def _vectors(ids, vectors) -> pa.Table:  # a variable-length list column: its length is not in the schema
+    return pa.table({"id": list(ids), "embedding": pa.array([list(map(float, v)) for v in vectors])})
+
+
+def test_the_rows_of_s3_parquet_texts_are_checked_in_the_actors_not_downloaded_by_the_driver(
+    fresh_ray, s3, capfd, driver_reads
+):
+    client, _ = s3
+    _put(client, "shards/a.parquet", _texts([1, 2], ["a first text", "a second"]))
+    _put(client, "shards/b.parquet", _texts([3, 4, 5], ["a third", "a fourth", "a fifth"]))
+    assert main(_embed_args(f"s3://{BUCKET}/shards/", "--output", f"s3://{BUCKET}/shards-emb")) == 0
+    assert driver_reads == []
+    ids, vectors = _sorted_vectors(_s3_table(f"s3://{BUCKET}/shards-emb"), "embedding")
+    assert ids == [1, 2, 3, 4, 5] and vectors.shape == (5, 384)
+    assert json.loads(client.get_object(Bucket=BUCKET, Key=f"shards-emb/{MARKER}")["Body"].read())["rows"] == 5
+
+    _put(client, "shards/b.parquet", _texts([3, 4, 5], ["a third", None, "a fifth"]))
+    err = _refused(capfd, _embed_args(f"s3://{BUCKET}/shards/", "--output", f"s3://{BUCKET}/shards-emb-2"),
+                   after_ray=True)
+    assert err == (f"error: s3://{BUCKET}/shards/b.parquet: row 2 of column 'text' is empty (null), not a string; "
+                   "nothing was written")
+    # the driver read no rows; the actor read the files only after the bad batch, to name the file and row
+    assert driver_reads == [] and _keys(client, "shards-emb-2") == []
+    assert not [k for k in _keys(client) if ".skflow-tmp" in k]
+    # footers are checked on the driver, before Ray starts
+    _put(client, "shards/b.parquet", pa.table({"id": [3], "text": [3]}))
+    err = _refused(capfd, _embed_args(f"s3://{BUCKET}/shards/", "--output", f"s3://{BUCKET}/shards-emb-2"))
+    assert err == f"error: s3://{BUCKET}/shards/b.parquet: column 'text' holds int64 values, not strings"
+
+
+def test_the_vectors_of_s3_shards_are_checked_where_they_are_read_naming_the_file_and_row(
+    fresh_ray, s3, capfd, driver_reads, tmp_path
+):
+    client, _ = s3
+    good = np.random.default_rng(0).normal(size=(40, 8))
+    _put(client, "vectors/part-0.parquet", _vectors(range(20), good[:20]))
+    bad = good[20:].copy()
+    bad[4, 2] = np.nan
+    _put(client, "vectors/part-1.parquet", _vectors(range(20, 40), bad))
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/vectors", "--output", tmp_path / "flow.joblib", "--quiet"],
+                   after_ray=True)
+    assert err.startswith(f"error: s3://{BUCKET}/vectors/part-1.parquet: row 5 of column 'embedding' holds nan "
+                          "(element 3)")
+    assert not (tmp_path / "flow.joblib").exists()
+    # fit reads its batches in the driver: the files were read there after the bad batch, only to name the row
+    assert sorted(driver_reads) == [f"s3://{BUCKET}/vectors/part-{i}.parquet" for i in (0, 1)]
+    driver_reads.clear()
+
+    _put(client, "vectors/part-1.parquet", _vectors(range(20, 40), good[20:]))
+    flow = distributed.fit(f"s3://{BUCKET}/vectors", tmp_path / "flow.joblib", quiet=True)
+    assert flow.n_samples_seen_ == 40 and driver_reads == []
+
+    save_model(FlowGaussianizer(max_epochs=1, random_state=0).fit(good), str(tmp_path / "flow.joblib"))
+    _put(client, "vectors/part-1.parquet", _vectors(range(20, 40), good[20:, :7]))  # one feature short
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/vectors", "--model", tmp_path / "flow.joblib",
+                           "--output", f"s3://{BUCKET}/vectors-z", "--quiet"], after_ray=True)
+    assert err.startswith(f"error: s3://{BUCKET}/vectors/part-1.parquet: column 'embedding' holds vectors of "
+                          "length 7; expected 8")
+    assert err.endswith("nothing was written") and driver_reads == [] and _keys(client, "vectors-z") == []
+
+
+def test_an_s3_output_is_read_as_the_files_its_marker_lists(fresh_ray, s3, tmp_path):
+    client, _ = s3
+    vectors = np.random.default_rng(1).normal(size=(30, 8))
+    _put(client, "half-done/part-old.parquet", _vectors(range(10), vectors[:10]))
+    _put(client, "half-done/part-new.parquet", _vectors(range(10, 30), vectors[10:]))  # a killed overwrite's
+    client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=json.dumps({"files": ["part-old.parquet"]}))
+    client.put_object(Bucket=BUCKET, Key="half-done/.skflow-pending", Body=json.dumps({"files": ["part-new.parquet"]}))
+    with pytest.warns(UserWarning, match=r"1 other object\(s\) under it are not part of it and are not read: "
+                                         r"part-new.parquet"):
+        corpus = input_files([f"s3://{BUCKET}/half-done/"])
+    assert corpus.files == (f"s3://{BUCKET}/half-done/part-old.parquet",)
+    with pytest.warns(UserWarning, match="part-new.parquet"):
+        flow = distributed.fit(f"s3://{BUCKET}/half-done", tmp_path / "flow.joblib", quiet=True)
+    assert flow.n_samples_seen_ == 10  # the old output alone, not the old and the half-copied new
+
+    client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=json.dumps({"files": ["part-gone.parquet"]}))
+    with pytest.raises(distributed.InputError, match="lists part-gone.parquet, which is missing"):
+        input_files([f"s3://{BUCKET}/half-done/"])
+    for damaged in (b"{not json", b'{"files": "part-old.parquet"}', b'{"files": [1]}'):
+        client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=damaged)
+        with pytest.raises(distributed.InputError, match="marker is damaged"):
+            input_files([f"s3://{BUCKET}/half-done/"])
