@@ -199,6 +199,8 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                 raised, message = raised_error(exc)
                 if raised.rsplit(".", 1)[-1] == InputError.__name__:  # a row check in an actor: the user's input
                     failure = InputError(f"{message}; nothing was written")
+                elif (found := _bad_remote_file(actor_kwargs.get("checks"))) is not None:
+                    failure = InputError(f"{found}; nothing was written")
                 else:
                     failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
             if failure is not None:
@@ -215,6 +217,15 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
     return n_rows
 
 
+def _bad_remote_file(checks: RowChecks | None) -> InputError | None:
+    """After a job failed reading remote Parquet files (a page damaged behind a sound footer): the file, named."""
+    if checks is None:
+        return None
+    try:
+        checks.find_the_bad_file()
+    except InputError as found:
+        return found
+    return None
 
 
 # -------------------------------------------------------------- the three steps
@@ -319,15 +330,22 @@ def fit(
     with ray_session(address, quiet=quiet):
         actor_cpus(1)  # a cluster without a CPU would never read
         dataset = read_dataset(corpus).select_columns([column])
-        for _ in range(epochs):
-            for batch in dataset.randomize_block_order().iter_batches(
-                batch_size=ROWS_PER_PARTIAL_FIT,
-                batch_format="pyarrow",
-                local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
-            ):
-                if checks is not None:  # every batch holds vectors of the first batch's length
-                    checks = dataclasses.replace(checks, length=checks(batch))
-                flow.partial_fit(vectors_array(batch.column(column)))
+        try:
+            for _ in range(epochs):
+                for batch in dataset.randomize_block_order().iter_batches(
+                    batch_size=ROWS_PER_PARTIAL_FIT,
+                    batch_format="pyarrow",
+                    local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
+                ):
+                    if checks is not None:  # every batch holds vectors of the first batch's length
+                        checks = dataclasses.replace(checks, length=checks(batch))
+                    flow.partial_fit(vectors_array(batch.column(column)))
+        except InputError:
+            raise
+        except Exception:
+            if (found := _bad_remote_file(checks)) is not None:  # a damaged remote file: named, exit 2
+                raise found from None
+            raise
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     save_model(flow, out)

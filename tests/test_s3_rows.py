@@ -126,3 +126,37 @@ def test_an_s3_output_is_read_as_the_files_its_marker_lists(fresh_ray, s3, tmp_p
         client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=damaged)
         with pytest.raises(distributed.InputError, match="marker is damaged"):
             input_files([f"s3://{BUCKET}/half-done/"])
+
+
+def _damaged(table: pa.Table, column: str) -> bytes:
+    """``table`` as Parquet whose footer is sound but whose first page of ``column`` is overwritten."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="none")
+    data = bytearray(buffer.getvalue())
+    offset = pq.ParquetFile(io.BytesIO(bytes(data))).metadata.row_group(0).column(
+        table.column_names.index(column)).data_page_offset
+    data[offset : offset + 40] = b"\xff" * 40
+    return bytes(data)
+
+
+def test_a_damaged_s3_parquet_page_behind_a_sound_footer_is_named_exit_2(fresh_ray, s3, capfd, tmp_path):
+    """The footer passes the driver's check; the read fails in Ray: the file is named (it was, when the driver
+    read every row), not "the Ray job failed" (exit 1) nor, in fit, Ray's whole traceback."""
+    client, _ = s3
+    vectors = np.random.default_rng(2).normal(size=(40, 8))
+    _put(client, "damaged/part-0.parquet", _vectors(range(20), vectors[:20]))
+    client.put_object(Bucket=BUCKET, Key="damaged/part-1.parquet",
+                      Body=_damaged(_vectors(range(20, 40), vectors[20:]), "embedding"))
+    expected = f"error: s3://{BUCKET}/damaged/part-1.parquet: cannot be read as Parquet ("
+    err = _refused(capfd, ["fit", f"s3://{BUCKET}/damaged", "--output", tmp_path / "flow.joblib", "--quiet"],
+                   after_ray=True)
+    assert err.startswith(expected) and "ray::" not in err and not (tmp_path / "flow.joblib").exists()
+    save_model(FlowGaussianizer(max_epochs=1, random_state=0).fit(vectors), str(tmp_path / "model.joblib"))
+    err = _refused(capfd, ["transform", f"s3://{BUCKET}/damaged", "--model", tmp_path / "model.joblib",
+                           "--output", f"s3://{BUCKET}/damaged-z", "--quiet"], after_ray=True)
+    assert err.startswith(expected) and err.endswith("; nothing was written"), err
+    assert _keys(client, "damaged-z") == [] and not [k for k in _keys(client) if ".skflow-tmp" in k]

@@ -201,10 +201,15 @@ class RowChecks:
                 raise InputError(f"a batch holds an empty (null) {self.column!r}, not a string")
             return None
         except InputError as batch_error:
-            self._find_the_file()
+            self.find_the_bad_file()
             raise InputError(f"{batch_error} (in one of the files under {self._where()})") from None
 
-    def _find_the_file(self) -> None:
+    def find_the_bad_file(self) -> None:
+        """Read the corpus's remote files one at a time with the driver's checks: an InputError names a bad one.
+
+        Also called after a job failed otherwise while reading them: a damaged
+        page that the footer did not show is "cannot be read as Parquet".
+        """
         remote = [(f, c) for f, c in zip(self.corpus.files, self.corpus.compressions) if is_remote(f)]
         files, compressions = tuple(f for f, _ in remote), tuple(c for _, c in remote)
         if self.vectors:
