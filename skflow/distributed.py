@@ -38,6 +38,7 @@ from skflow.ray_jobs import (
     RayClusterError,
     RowChecks,
     actor_cpus,
+    bad_remote_file,
     check_embeddings,
     check_model_output,
     check_texts,
@@ -199,7 +200,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                 raised, message = raised_error(exc)
                 if raised.rsplit(".", 1)[-1] == InputError.__name__:  # a row check in an actor: the user's input
                     failure = InputError(f"{message}; nothing was written")
-                elif (found := _bad_remote_file(actor_kwargs.get("checks"))) is not None:
+                elif (found := bad_remote_file(actor_kwargs.get("checks"), raised)) is not None:
                     failure = InputError(f"{found}; nothing was written")
                 else:
                     failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
@@ -215,17 +216,6 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
             except OSError as exc:  # the store failed while the output was put in place: it was not
                 raise JobFailedError(f"{scrub(' '.join(str(exc).split()))}; nothing was written") from None
     return n_rows
-
-
-def _bad_remote_file(checks: RowChecks | None) -> InputError | None:
-    """After a job failed reading remote Parquet files (a page damaged behind a sound footer): the file, named."""
-    if checks is None:
-        return None
-    try:
-        checks.find_the_bad_file()
-    except InputError as found:
-        return found
-    return None
 
 
 # -------------------------------------------------------------- the three steps
@@ -342,8 +332,8 @@ def fit(
                     flow.partial_fit(vectors_array(batch.column(column)))
         except InputError:
             raise
-        except Exception:
-            if (found := _bad_remote_file(checks)) is not None:  # a damaged remote file: named, exit 2
+        except Exception as exc:
+            if (found := bad_remote_file(checks, raised_error(exc)[0])) is not None:  # a damaged remote file
                 raise found from None
             raise
     if not getattr(flow, "n_samples_seen_", 0):

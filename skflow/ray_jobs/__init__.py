@@ -8,7 +8,7 @@ outputs and models may be local paths or object-store URIs
 
 from skflow.ray_jobs._corpus_checks import RowChecks, check_embeddings, check_texts
 from skflow.ray_jobs._corpus_files import InputError, input_files
-from skflow.ray_jobs._job_errors import free_cpus, raised_error, wait_for_the_actors_to_go
+from skflow.ray_jobs._job_errors import bad_remote_file, free_cpus, raised_error, wait_for_the_actors_to_go
 from skflow.ray_jobs._model_files import check_model_output, load_model, looks_like_model_file, save_model
 from skflow.ray_jobs._ray_data import read_dataset, vectors_array, vectors_column, write_parquet, written_rows
 from skflow.ray_jobs._remote_outputs import RemoteOutputFolder, output_folder
@@ -21,6 +21,7 @@ __all__ = [
     "RemoteOutputFolder",
     "RowChecks",
     "actor_cpus",
+    "bad_remote_file",
     "check_embeddings",
     "check_model_output",
     "check_texts",

@@ -190,7 +190,7 @@ def _finished_output(remote, listed: list[str]) -> list[str]:
     others = [name for name in listed if name not in set(named) and not any(map(_is_hidden, name.split("/")))]
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(named)} "
+        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(set(named))} "
                       f"files); {len(others)} other object(s) under it are not part of it and are not read: {shown}",
                       UserWarning, stacklevel=2)
     return [name for name in listed if name in set(named)]

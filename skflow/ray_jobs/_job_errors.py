@@ -4,7 +4,13 @@ import gc
 import re
 import time
 
+from skflow.ray_jobs._corpus_checks import RowChecks
+from skflow.ray_jobs._corpus_files import InputError
 from skflow.ray_jobs._uris import scrub
+
+# What reading a damaged Parquet file raises (pyarrow's errors derive from these names), in a worker or here.
+_READ_ERRORS = {"OSError", "IOError", "ArrowInvalid", "ArrowIOError", "ArrowException", "ArrowTypeError",
+                "ArrowNotImplementedError", "ArrowKeyError", "ArrowIndexError"}
 
 
 def free_cpus() -> float:
@@ -42,3 +48,17 @@ def raised_error(exc: BaseException) -> tuple[str, str]:
 
 _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", re.MULTILINE)
 _RAY_WRAPPERS = {"UserCodeException", "RayTaskError", "RayActorError", "ActorDiedError"}
+
+
+def bad_remote_file(checks: RowChecks | None, raised: str) -> InputError | None:
+    """After a job failed reading remote Parquet files (a page damaged behind a sound footer): the file, named.
+
+    Only for an error of reading (``raised``: its type's name), not one of the model: the files are read whole.
+    """
+    if checks is None or raised.rsplit(".", 1)[-1] not in _READ_ERRORS:
+        return None
+    try:
+        checks.find_the_bad_file()
+    except InputError as found:
+        return found
+    return None
