@@ -180,7 +180,7 @@ def _check_encoder(embedder: BertEmbedder) -> None:
 def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
                    address, quiet, command) -> int:
     """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
-    with ray_session(address, quiet=quiet):
+    with ray_session(address, quiet=quiet) as connected_here:
         options = {"num_cpus": actor_cpus(workers, gpus_per_worker)}
         if gpus_per_worker:
             options["num_gpus"] = gpus_per_worker
@@ -206,7 +206,8 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
             if failure is not None:
                 dataset = None
-                wait_for_the_actors_to_go(cpus_free_before)
+                if not connected_here:  # else disconnecting ends the actors at once
+                    wait_for_the_actors_to_go(cpus_free_before)
                 raise failure
             written = written_rows(staging)
             if written != n_rows:

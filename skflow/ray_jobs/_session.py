@@ -70,8 +70,11 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[None]:
-    """Join ``address`` (or ``RAY_ADDRESS``, or a running instance); else start a local one for the block."""
+def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[bool]:
+    """Join ``address`` (or ``RAY_ADDRESS``, or a running instance); else start a local one for the block.
+
+    Yields whether this block connected Ray itself (and so disconnects it at the end, which ends the job's actors).
+    """
     import ray
 
     watchdog = None
@@ -100,7 +103,7 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
     for handler in consoles if quiet else ():
         handler.setLevel(max(handler.level, logging.WARNING))
     try:
-        yield
+        yield started
     finally:
         for handler, level in zip(consoles, levels):
             handler.setLevel(level)
