@@ -185,7 +185,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
         if gpus_per_worker:
             options["num_gpus"] = gpus_per_worker
         with target.staged() as staging:
-            failure, cpus_free_before = None, free_cpus()
+            failure, cpus_free_before = None, None if connected_here else free_cpus()
             try:
                 dataset = read_dataset(corpus, text_column).map_batches(
                     actor_class,
@@ -206,7 +206,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
             if failure is not None:
                 dataset = None
-                if not connected_here:  # else disconnecting ends the actors at once
+                if cpus_free_before is not None:  # else disconnecting ends the actors at once
                     wait_for_the_actors_to_go(cpus_free_before)
                 raise failure
             written = written_rows(staging)

@@ -134,7 +134,7 @@ class FeatureScaling:
         out = np.empty((X.shape[0], self.n_modelled), dtype=dtype)
         for start, chunk in row_chunks(X, np.float64):
             check_float32_range(chunk, start, "partial_fit")
-            if len(columns) == chunk.shape[1]:
+            if active.all():
                 standardised = np.subtract(chunk, mean)  # chunk may be X itself: a new array
             else:  # a copy, worked on in place (take: 10x faster than a boolean mask over columns)
                 standardised = chunk.take(columns, axis=1)

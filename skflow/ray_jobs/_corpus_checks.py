@@ -45,6 +45,13 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
         )
 
 
+def _footer_column(path: str, column: str, new_column: str | None):
+    """``(type of column, rows)`` from a Parquet file's footer, after checking its columns."""
+    schema, rows = parquet_schema(path)
+    _check_columns(path, schema.names, column, new_column)
+    return schema.field(column).type, rows
+
+
 def _not_strings(path: str, column: str, values) -> InputError:
     first = values[0].as_py() if len(values) else None
     return InputError(f"{path}: column {column!r} holds {values.type} values, not strings (row 1: {first!r})")
@@ -59,10 +66,9 @@ def check_texts(corpus: Corpus, column: str, *, new_column: str | None = None, r
     total = 0
     for path, compression in zip(corpus.files, corpus.compressions):
         if is_remote(path) and corpus.kind == "parquet" and not remote_rows:
-            schema, rows = parquet_schema(path)
-            _check_columns(path, schema.names, column, new_column)
-            if not is_string_type(schema.field(column).type):
-                raise InputError(f"{path}: column {column!r} holds {schema.field(column).type} values, not strings")
+            t, rows = _footer_column(path, column, new_column)
+            if not is_string_type(t):
+                raise InputError(f"{path}: column {column!r} holds {t} values, not strings")
             total += rows
             continue
         if corpus.kind == "parquet":
@@ -103,9 +109,7 @@ def check_embeddings(
     total = 0
     for path in files:
         if is_remote(path) and not remote_rows:
-            schema, rows = parquet_schema(path)
-            _check_columns(path, schema.names, column, new_column)
-            t = schema.field(column).type
+            t, rows = _footer_column(path, column, new_column)
             if not _is_vector_type(t):
                 raise InputError(f"{path}: column {column!r} holds {t}, not vectors of numbers")
             if getattr(t, "list_size", None) is not None and rows:
@@ -187,18 +191,11 @@ class RowChecks:
 
     def __call__(self, table) -> int | None:
         """Check a batch; returns its vector length (vectors) so that a caller can pin it."""
-        try:
-            if self.column not in table.column_names:
-                raise InputError(f"a batch has no column {self.column!r} (columns: {', '.join(table.column_names)})")
-            if self.new_column in table.column_names:
-                raise InputError(f"a batch has a column {self.new_column!r} already, which the output would add again")
-            values = table.column(self.column)
+        try:  # the checks of one file's rows, on the batch
             if self.vectors:
-                return _check_vectors("a batch", self.column, values, self.length)[1]
-            if not is_string_type(values.type):
-                raise _not_strings("a batch", self.column, values)
-            if values.null_count:
-                raise InputError(f"a batch holds an empty (null) {self.column!r}, not a string")
+                _check_columns("a batch", table.column_names, self.column, self.new_column)
+                return _check_vectors("a batch", self.column, table.column(self.column), self.length)[1]
+            check_text_table("a batch", table, self.column, self.new_column)
             return None
         except InputError as batch_error:
             self.find_the_bad_file()

@@ -183,17 +183,18 @@ def _finished_output(remote, listed: list[str]) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError):
         raise InputError(f"{remote.uri}: its {MARKER} marker is damaged, so which of its objects form the output "
                          "is unknown; write the output again (or delete the marker to read every object)") from None
-    absent = sorted(set(named) - set(listed))
+    named = set(named)
+    absent = sorted(named - set(listed))
     if absent:
         raise InputError(f"{remote.uri}: its {MARKER} marker lists {absent[0]}, which is missing "
                          f"({len(absent)} missing in all): the output is incomplete; write it again")
-    others = [name for name in listed if name not in set(named) and not any(map(_is_hidden, name.split("/")))]
+    others = [name for name in listed if name not in named and not any(map(_is_hidden, name.split("/")))]
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(set(named))} "
+        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(named)} "
                       f"files); {len(others)} other object(s) under it are not part of it and are not read: {shown}",
                       UserWarning, stacklevel=2)
-    return [name for name in listed if name in set(named)]
+    return [name for name in listed if name in named]
 
 
 def _filesystem(path: str):
@@ -302,17 +303,11 @@ def parse_table(data: bytes, path: str, kind: str, text_column: str | None = Non
 
 def column_names(path: str, kind: str, compression: str | None, text_column: str | None = None) -> list[str]:
     """The columns of one file (for Parquet from its schema only)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if kind == "text":
         return ["text"]
     if kind == "parquet":
-        filesystem, where = _filesystem(path)
-        try:
-            return pq.read_schema(where, filesystem=filesystem).names
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
+        return parquet_schema(path)[0].names
     return read_table(path, kind, compression, text_column=text_column).column_names
 
 

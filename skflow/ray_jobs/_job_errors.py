@@ -23,10 +23,10 @@ def free_cpus() -> float:
 def wait_for_the_actors_to_go(cpus_free_before: float, timeout_s: float = 10.0) -> None:
     """After a failed job: wait (a while at most) until its actors have given their CPUs back (as free as before).
 
-    Ray Data leaves a failed job's actors to the garbage collector (its
-    executor and the error's traceback form a reference cycle): a next job on
-    the same Ray instance (a notebook, a test session) waited for their CPUs
-    forever.
+    Ray Data drops a failed job's actors and leaves them to reference
+    counting; references that remain (some only the garbage collector frees,
+    some kept for lineage) hold them and their CPUs, and a next job on the
+    same Ray instance (a notebook, a test session) waited for those forever.
     """
     deadline = time.monotonic() + timeout_s
     while True:
