@@ -394,7 +394,8 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
 # ------------------------------------------------------------------- on Ray: one local instance of 2 CPUs
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
 
