@@ -123,7 +123,9 @@ def test_an_s3_output_is_read_as_the_files_its_marker_lists(fresh_ray, s3, tmp_p
     client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=json.dumps({"files": ["part-gone.parquet"]}))
     with pytest.raises(distributed.InputError, match="lists part-gone.parquet, which is missing"):
         input_files([f"s3://{BUCKET}/half-done/"])
-    for damaged in (b"{not json", b'{"files": "part-old.parquet"}', b'{"files": [1]}'):
+    # not JSON, not a list, not names; a name skflow never writes (hidden, empty, a line break in it)
+    for damaged in (b"{not json", b'{"files": "part-old.parquet"}', b'{"files": [1]}', b'{"files": [".part.parquet"]}',
+                    b'{"files": ["sub/.x/part.parquet"]}', b'{"files": [""]}', b'{"files": ["part\\nold.parquet"]}'):
         client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=damaged)
         with pytest.raises(distributed.InputError, match="marker is damaged"):
             input_files([f"s3://{BUCKET}/half-done/"])

@@ -178,7 +178,7 @@ def _finished_output(remote, listed: list[str]) -> list[str]:
     """
     try:
         named = json.loads(read_object(remote.child(MARKER)).decode("utf-8"))["files"]
-        if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
+        if not isinstance(named, list) or not all(map(_written_name, named)):
             raise TypeError
     except (OSError, ValueError, KeyError, TypeError):
         raise InputError(f"{remote.uri}: its {MARKER} marker is damaged, so which of its objects form the output "
@@ -195,6 +195,12 @@ def _finished_output(remote, listed: list[str]) -> list[str]:
                       f"files); {len(others)} other object(s) under it are not part of it and are not read: {shown}",
                       UserWarning, stacklevel=2)
     return [name for name in listed if name in named]
+
+
+def _written_name(name) -> bool:
+    """Whether ``name`` could be a file that skflow listed in a marker: no hidden part, nothing unprintable."""
+    return (isinstance(name, str) and name != "" and name.isprintable()
+            and not any(_is_hidden(part) for part in name.split("/")))
 
 
 def _filesystem(path: str):
