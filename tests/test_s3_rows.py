@@ -131,6 +131,28 @@ def test_an_s3_output_is_read_as_the_files_its_marker_lists(fresh_ray, s3, tmp_p
             input_files([f"s3://{BUCKET}/half-done/"])
 
 
+def test_outputs_in_subfolders_of_an_input_prefix_are_each_read_as_their_markers_say(s3):
+    """A prefix of several runs' outputs: each marked folder keeps only its listed files, at any depth."""
+    client, _ = s3
+    vectors = np.random.default_rng(2).normal(size=(4, 8))
+    for key in ("runs/day1/part-old.parquet", "runs/day1/part-new.parquet", "runs/deep/er/day2/part-a.parquet",
+                "runs/loose.parquet", "runs/day1/sub/part-inner.parquet"):
+        _put(client, key, _vectors(range(4), vectors))
+    for folder, files in (("runs/day1", ["part-old.parquet", "sub/part-inner.parquet"]),
+                          ("runs/day1/sub", []),  # inside day1's output: day1's marker decides
+                          ("runs/deep/er/day2", ["part-a.parquet"])):
+        client.put_object(Bucket=BUCKET, Key=f"{folder}/{MARKER}", Body=json.dumps({"files": files}))
+    with pytest.warns(UserWarning, match=rf"s3://{BUCKET}/runs/day1: read as the skflow output .* 1 other "
+                                         r"object\(s\) under it are not part of it and are not read: part-new.parquet"):
+        corpus = input_files([f"s3://{BUCKET}/runs/"])
+    assert corpus.files == tuple(f"s3://{BUCKET}/runs/{name}" for name in (
+        "day1/part-old.parquet", "day1/sub/part-inner.parquet", "deep/er/day2/part-a.parquet", "loose.parquet"))
+    client.put_object(Bucket=BUCKET, Key=f"runs/deep/er/day2/{MARKER}", Body=b"{not json")
+    with pytest.raises(distributed.InputError, match=rf"^s3://{BUCKET}/runs/deep/er/day2: its .skflow-output "
+                                                      "marker is damaged"), pytest.warns(UserWarning):
+        input_files([f"s3://{BUCKET}/runs/"])
+
+
 def _damaged(table: pa.Table, column: str) -> bytes:
     """``table`` as Parquet whose footer is sound but whose first page of ``column`` is overwritten."""
     import io

@@ -158,8 +158,7 @@ def _remote_input(item: str, files: list, skipped: list[str]) -> None:
         return
     found = []
     listed = [name for name, _ in list_files(remote, InputError)]
-    names = _finished_output(remote, listed) if MARKER in listed else listed
-    for name in names:
+    for name in _outputs_as_their_markers_say(remote, listed):
         if any(_is_hidden(part) for part in name.split("/")):
             continue
         uri = remote.child(name).uri
@@ -167,6 +166,27 @@ def _remote_input(item: str, files: list, skipped: list[str]) -> None:
     if not found and not skipped:
         raise InputError(f"{remote.uri}: no data files under this prefix (skflow reads {_KNOWN})")
     files += found
+
+
+def _outputs_as_their_markers_say(remote, listed: list[str]) -> list[str]:
+    """``listed`` (names under ``remote``), where each folder holding a marker keeps only the files it lists.
+
+    Outputs may lie at any depth (a prefix of several runs' outputs); an
+    output inside another's folder is the outer output's business.
+    """
+    marked = {name[: -len(MARKER)] for name in listed if name == MARKER or name.endswith("/" + MARKER)}
+    if not marked:
+        return listed
+    outputs: dict[str | None, list[str]] = {}
+    for name in listed:
+        parts = name.split("/")
+        folders = ("/".join(parts[:depth]) + "/" if depth else "" for depth in range(len(parts)))
+        outputs.setdefault(next((folder for folder in folders if folder in marked), None), []).append(name)
+    kept = set(outputs.pop(None, []))
+    for folder, names in outputs.items():
+        where = remote.child(folder.rstrip("/")) if folder else remote
+        kept.update(folder + name for name in _finished_output(where, [name[len(folder):] for name in names]))
+    return [name for name in listed if name in kept]
 
 
 def _finished_output(remote, listed: list[str]) -> list[str]:
