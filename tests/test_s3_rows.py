@@ -6,16 +6,23 @@ can hold their CPU for a while (skflow waits for them, a bounded time), which on
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import ray
 
 from skflow import FlowGaussianizer, distributed
 from skflow.cli import main
-from skflow.ray_jobs import _corpus_checks, input_files, save_model
-from skflow.utils import MARKER
+from skflow.ray_jobs import RemoteOutputFolder, _corpus_checks, input_files, save_model
+from skflow.ray_jobs._uris import resolve
+from skflow.utils import MARKER, OutputPathError
 from tests import test_s3
 from tests.test_s3 import BUCKET, ROOT, _embed_args, _keys, _put, _refused, _s3_table, _sorted_vectors
 
@@ -149,8 +156,92 @@ def test_outputs_in_subfolders_of_an_input_prefix_are_each_read_as_their_markers
         "day1/part-old.parquet", "day1/sub/part-inner.parquet", "deep/er/day2/part-a.parquet", "loose.parquet"))
     client.put_object(Bucket=BUCKET, Key=f"runs/deep/er/day2/{MARKER}", Body=b"{not json")
     with pytest.raises(distributed.InputError, match=rf"^s3://{BUCKET}/runs/deep/er/day2: its .skflow-output "
-                                                      "marker is damaged"), pytest.warns(UserWarning):
+                                                      "marker is damaged"):
         input_files([f"s3://{BUCKET}/runs/"])
+
+
+def test_hidden_folders_are_never_read_their_markers_included(s3):
+    client, _ = s3
+    client.put_object(Bucket=BUCKET, Key="keep/a.txt", Body=b"a text\n")
+    client.put_object(Bucket=BUCKET, Key=f"keep/_tmp/{MARKER}", Body=b"{not json")
+    client.put_object(Bucket=BUCKET, Key=f"keep/.staging/{MARKER}", Body=json.dumps({"files": ["gone.txt"]}))
+    client.put_object(Bucket=BUCKET, Key=f"keep/_bak/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
+    client.put_object(Bucket=BUCKET, Key="keep/_bak/b.txt", Body=b"a stray\n")
+    client.put_object(Bucket=BUCKET, Key="keep/.staging/.skflow-pending", Body=b"{}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert input_files([f"s3://{BUCKET}/keep/"]).files == (f"s3://{BUCKET}/keep/a.txt",)
+
+
+def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_on(s3):
+    """Unprintable characters in names are escaped (a tab here: moto stores no key with a line break)."""
+    client, _ = s3
+    for key in ("odd/run\t1/a.txt", "odd/run\t1/b\tc.txt", "odd/run2/a.txt", "odd/run2/x.txt"):
+        client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
+    for folder in ("odd/run\t1", "odd/run2"):
+        client.put_object(Bucket=BUCKET, Key=f"{folder}/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
+    with pytest.warns(UserWarning) as caught:
+        corpus = input_files([f"s3://{BUCKET}/odd/"])
+    assert corpus.files == (f"s3://{BUCKET}/odd/run\t1/a.txt", f"s3://{BUCKET}/odd/run2/a.txt")
+    assert [str(w.message) for w in caught] == [  # one warning for every output that holds strays
+        f"s3://{BUCKET}/odd: 2 skflow outputs under it hold objects their {MARKER} markers do not list, which are "
+        "not read: run\\t1 (b\\tc.txt), run2 (x.txt)"]
+    client.put_object(Bucket=BUCKET, Key=f"odd/run\t1/{MARKER}", Body=b'{"files": ' + b"[" * 100_000 + b"]" * 100_000
+                      + b"}")  # deeper than Python's parser goes
+    with pytest.raises(distributed.InputError, match=r"^[^\n]*run\\t1: its .skflow-output marker is damaged"):
+        input_files([f"s3://{BUCKET}/odd/"])
+    client.put_object(Bucket=BUCKET, Key="empty-part//a.txt", Body=b"a text\n")  # pyarrow reads no '//' key
+    with pytest.raises(distributed.InputError) as refused:
+        input_files([f"s3://{BUCKET}/empty-part/"])
+    assert str(refused.value) == (f"s3://{BUCKET}/empty-part: the object '/a.txt' has an empty part in its name "
+                                  "('//'), which cannot be read; rename it or name the files to read")
+
+
+_KILLED_MID_COPY = """
+import os, signal, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from skflow.ray_jobs import RemoteOutputFolder
+from skflow.ray_jobs._uris import resolve
+
+class KilledAfterOneCopy:
+    def __init__(self, filesystem):
+        self.filesystem = filesystem
+    def __getattr__(self, name):
+        return getattr(self.filesystem, name)
+    def copy_file(self, src, dest):
+        self.filesystem.copy_file(src, dest)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+target = RemoteOutputFolder(resolve(sys.argv[1]), overwrite=False)
+with target.staged() as staging:
+    for i in range(3):
+        pq.write_table(pa.table({"id": [i]}), staging.child(f"new-{i}.parquet").path, filesystem=staging.filesystem)
+    target.remote = target.remote._replace(filesystem=KilledAfterOneCopy(target.remote.filesystem))
+    target.commit(staging, command="embed", rows=3)
+"""
+
+
+def test_a_first_write_killed_mid_copy_is_refused_by_readers_and_replaced_by_overwrite(s3):
+    client, _ = s3
+    run = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, f"s3://{BUCKET}/first/out"], capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120, check=False)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert _keys(client, "first/out/") == ["first/out/.skflow-pending", "first/out/new-0.parquet"]
+    for uri in (f"s3://{BUCKET}/first/out", f"s3://{BUCKET}/first/"):  # the output, and a prefix holding it
+        with pytest.raises(distributed.InputError) as refused:
+            input_files([uri])
+        assert str(refused.value) == (
+            f"s3://{BUCKET}/first/out: an skflow output whose writing is under way or was interrupted (it holds "
+            f".skflow-pending but no {MARKER} marker); write it again with --overwrite, or wait for it")
+    with pytest.raises(OutputPathError, match="exists and is not empty; pass --overwrite"):
+        RemoteOutputFolder(resolve(f"s3://{BUCKET}/first/out"), overwrite=False)
+    target = RemoteOutputFolder(resolve(f"s3://{BUCKET}/first/out"), overwrite=True)
+    with target.staged() as staging:
+        pq.write_table(pa.table({"id": [7, 8]}), staging.child("again.parquet").path, filesystem=staging.filesystem)
+        target.commit(staging, command="embed", rows=2)
+    objects = [key for key in _keys(client, "first/") if not key.endswith("/")]  # not folder placeholders
+    assert objects == [f"first/out/{MARKER}", "first/out/again.parquet"]  # no staging left either
+    assert input_files([f"s3://{BUCKET}/first/"]).files == (f"s3://{BUCKET}/first/out/again.parquet",)
 
 
 def _damaged(table: pa.Table, column: str) -> bytes:

@@ -16,24 +16,21 @@ lines here and in the Ray tasks, so the counts agree.
 
 An input may be a URI (``s3://bucket/corpus/``; :mod:`skflow.ray_jobs._uris`):
 it is listed, checked and read through its filesystem by the same rules
-(hidden names are those of any part of the key below the folder named). A
-prefix that holds an skflow output marker is read as the files the marker
-lists (others are named in a warning and not read).
+(hidden names are those of any part of the key below the folder named).
+skflow's outputs under it are read as their markers say
+(:mod:`skflow.ray_jobs._output_markers`).
 
 pyarrow (a dependency of Ray Data) is imported where needed.
 """
 
-import json
 import os
 import re
 import stat
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+from skflow.ray_jobs._output_markers import is_hidden, read_as_marked
 from skflow.ray_jobs._uris import file_type, is_remote, list_files, local_path, missing, one_line, resolve
-from skflow.ray_jobs._uris import read_bytes as read_object
-from skflow.utils import MARKER
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -66,10 +63,6 @@ def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
     return kind, compression
 
 
-def _is_hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
-
-
 def _walk(folder: Path, found: list[Path], skipped: list[str], seen: set) -> None:
     """The data files under ``folder`` (links followed, each real folder once) and what would be skipped."""
     real = folder.resolve()
@@ -77,7 +70,7 @@ def _walk(folder: Path, found: list[Path], skipped: list[str], seen: set) -> Non
         return
     seen.add(real)
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if _is_hidden(entry.name):
+        if is_hidden(entry.name):
             continue
         path = Path(entry.path)
         try:
@@ -158,69 +151,12 @@ def _remote_input(item: str, files: list, skipped: list[str]) -> None:
         return
     found = []
     listed = [name for name, _ in list_files(remote, InputError)]
-    for name in _outputs_as_their_markers_say(remote, listed):
-        if any(_is_hidden(part) for part in name.split("/")):
-            continue
+    for name in read_as_marked(remote, listed, InputError):
         uri = remote.child(name).uri
         (found if file_format(uri) is not None else skipped).append(uri)
     if not found and not skipped:
         raise InputError(f"{remote.uri}: no data files under this prefix (skflow reads {_KNOWN})")
     files += found
-
-
-def _outputs_as_their_markers_say(remote, listed: list[str]) -> list[str]:
-    """``listed`` (names under ``remote``), where each folder holding a marker keeps only the files it lists.
-
-    Outputs may lie at any depth (a prefix of several runs' outputs); an
-    output inside another's folder is the outer output's business.
-    """
-    marked = {name[: -len(MARKER)] for name in listed if name == MARKER or name.endswith("/" + MARKER)}
-    if not marked:
-        return listed
-    outputs: dict[str | None, list[str]] = {}
-    for name in listed:
-        parts = name.split("/")
-        folders = ("/".join(parts[:depth]) + "/" if depth else "" for depth in range(len(parts)))
-        outputs.setdefault(next((folder for folder in folders if folder in marked), None), []).append(name)
-    kept = set(outputs.pop(None, []))
-    for folder, names in outputs.items():
-        where = remote.child(folder.rstrip("/")) if folder else remote
-        kept.update(folder + name for name in _finished_output(where, [name[len(folder):] for name in names]))
-    return [name for name in listed if name in kept]
-
-
-def _finished_output(remote, listed: list[str]) -> list[str]:
-    """The files of an skflow output on object storage: those its marker lists, which says it is complete.
-
-    An overwrite copies its new shards in beside the old ones before the new
-    marker replaces the old (object stores have no rename), and a run killed
-    then leaves them there: a listing would read both outputs at once.
-    """
-    try:
-        named = json.loads(read_object(remote.child(MARKER)).decode("utf-8"))["files"]
-        if not isinstance(named, list) or not all(map(_written_name, named)):
-            raise TypeError
-    except (OSError, ValueError, KeyError, TypeError):
-        raise InputError(f"{remote.uri}: its {MARKER} marker is damaged, so which of its objects form the output "
-                         "is unknown; write the output again (or delete the marker to read every object)") from None
-    named = set(named)
-    absent = sorted(named - set(listed))
-    if absent:
-        raise InputError(f"{remote.uri}: its {MARKER} marker lists {absent[0]}, which is missing "
-                         f"({len(absent)} missing in all): the output is incomplete; write it again")
-    others = [name for name in listed if name not in named and not any(map(_is_hidden, name.split("/")))]
-    if others:
-        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        warnings.warn(f"{remote.uri}: read as the skflow output that its {MARKER} marker lists ({len(named)} "
-                      f"files); {len(others)} other object(s) under it are not part of it and are not read: {shown}",
-                      UserWarning, stacklevel=2)
-    return [name for name in listed if name in named]
-
-
-def _written_name(name) -> bool:
-    """Whether ``name`` could be a file that skflow listed in a marker: no hidden part, nothing unprintable."""
-    return (isinstance(name, str) and name != "" and name.isprintable()
-            and not any(_is_hidden(part) for part in name.split("/")))
 
 
 def _filesystem(path: str):

@@ -13,18 +13,20 @@ made complete differently from a local one:
    whose rows are counted before anything is copied; it is deleted at the
    end, failed or not (a killed run's prefix is deleted by the next run on
    the same host, as locally).
-3. The shards are copied into the output (server-side copies), and the
-   marker, one small object written in one request, comes **last**: it is
-   what says the output is complete. A prefix without a valid marker is not
-   a finished output. When a copy fails, the copied shards are deleted again.
+3. The new shards are first recorded in ``.skflow-pending``, then copied
+   into the output (server-side copies), and the marker, one small object
+   written in one request, comes **last**: it is what says the output is
+   complete. A prefix without a valid marker is not a finished output (a
+   reader refuses one that holds only the pending record:
+   :mod:`skflow.ray_jobs._output_markers`). When a copy fails, the copied
+   shards are deleted again; when the run is killed mid-copy, the pending
+   record lets the next ``--overwrite`` delete them instead of refusing them
+   as foreign.
 4. With ``overwrite``, the new shards (whose names are new: Ray names them by
    write) are copied beside the old ones, the new marker replaces the old one
    in one request, then the old shards are deleted. A reader that reads the
    files the marker lists sees the old output or the new one, never a mix; a
-   listing of the prefix during those seconds shows both. The new shards are
-   first recorded in ``.skflow-pending``, so that the next ``--overwrite``
-   deletes them if this run is killed mid-copy, instead of refusing them as
-   foreign.
+   listing of the prefix during those seconds shows both.
 """
 
 import contextlib
@@ -109,17 +111,13 @@ class RemoteOutputFolder:
 
     def _skflow_files(self, found: list[str]) -> list[str]:
         """The files of the existing output, after checking that skflow wrote every one (marker or pending)."""
-        try:
-            listed = set(json.loads(read_bytes(self.remote.child(MARKER)).decode("utf-8"))["files"])
-        except (OSError, ValueError, KeyError, TypeError):
+        listed, pending = self._record(MARKER, found), self._record(PENDING, found)
+        if listed is None and pending is None:  # a first write killed mid-copy leaves its pending record alone
             raise OutputPathError(
                 f"{self.remote.uri}: is not a folder skflow wrote (no valid {MARKER} object in it); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output"
-            ) from None
-        pending = set()
-        if PENDING in found:
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                pending = set(json.loads(read_bytes(self.remote.child(PENDING)).decode("utf-8"))["files"])
+            )
+        listed, pending = listed or set(), pending or set()
         extra = sorted(set(found) - listed - pending - {MARKER, PENDING})
         if extra:
             shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
@@ -128,6 +126,16 @@ class RemoteOutputFolder:
                 "them: move them away or choose another output"
             )
         return sorted((listed | pending) & set(found))
+
+    def _record(self, name: str, found: list[str]) -> set[str] | None:
+        """The files that the marker or pending record ``name`` lists; None if it is absent or not valid."""
+        if name not in found:
+            return None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
+            files = json.loads(read_bytes(self.remote.child(name)).decode("utf-8"))["files"]
+            if isinstance(files, list) and all(isinstance(file, str) for file in files):
+                return set(files)
+        return None
 
     @contextlib.contextmanager
     def staged(self) -> Iterator[Remote]:
@@ -157,8 +165,7 @@ class RemoteOutputFolder:
         fs = self.remote.filesystem
         copied = []
         try:
-            if old:
-                write_bytes(self.remote.child(PENDING), json.dumps({"files": files}).encode())
+            write_bytes(self.remote.child(PENDING), json.dumps({"files": files}).encode())
             if set(files) & set(old):  # Ray's names are new for every write; if not, the old marker goes first
                 delete(self.remote.child(MARKER))
             for name in files:

@@ -1,0 +1,127 @@
+"""Which objects under an input prefix are read: skflow's outputs as their markers say, the rest as listed.
+
+An object store has no rename, so skflow marks a finished output with one
+object written last, ``.skflow-output``, that lists its files
+(:mod:`skflow.ray_jobs._remote_outputs`). A reader that lists the prefix
+instead would see, after a run killed mid-write, the old output and the
+new shards copied beside it, or a first output's partial shards. So every
+folder under an input prefix, at any depth, that holds a marker is read as
+the files the marker lists; a folder that holds only the ``.skflow-pending``
+record of a write in progress (or killed) is refused. A folder inside such
+an output is the output's business (its own markers are not read), and
+hidden folders (a part starting with ``.`` or ``_``) are never read, so
+their markers do not count either.
+
+Names come from the store and may hold anything: messages show them with
+unprintable characters escaped, so each stays one line.
+"""
+
+import json
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+from skflow.ray_jobs._remote_outputs import PENDING
+from skflow.ray_jobs._uris import read_bytes
+from skflow.utils import MARKER
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def printable(text: str) -> str:
+    """``text`` with unprintable characters (a line break, a tab) escaped: a name in a one-line message."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def read_as_marked(remote, listed: list[str], error: type[Exception] = ValueError) -> list[str]:
+    """The visible names of ``listed`` (relative to ``remote``) that are read, each output as its marker says.
+
+    Refusals raise ``error``; other objects under an output are named in one warning.
+    """
+    visible, outputs = [], {}
+    for name in listed:
+        *folders, base = name.split("/")
+        if any(map(is_hidden, folders)):
+            continue
+        if "" in folders or base == "":
+            raise error(f"{printable(remote.uri)}: the object '{printable(name)}' has an empty part in its name "
+                        "('//'), which cannot be read; rename it or name the files to read")
+        if base in (MARKER, PENDING):
+            outputs.setdefault("".join(part + "/" for part in folders), set()).add(base)
+        elif not is_hidden(base):
+            visible.append(name)
+    if not outputs:
+        return visible
+    owned: dict[str, list[str]] = {folder: [] for folder in outputs if not _ancestors(folder) & outputs.keys()}
+    kept = []
+    for name in visible:
+        parts = name.split("/")
+        ancestors = ("".join(part + "/" for part in parts[:depth]) for depth in range(len(parts)))
+        owner = next((folder for folder in ancestors if folder in owned), None)
+        (kept if owner is None else owned[owner]).append(name)
+    with ThreadPoolExecutor(max_workers=min(16, len(owned))) as pool:
+        reads = {folder: pool.submit(_marker_files, remote, folder, MARKER in outputs[folder], error)
+                 for folder in owned}
+    strays = []
+    for folder, names in owned.items():
+        listed_files = reads[folder].result()
+        inside = {name[len(folder):] for name in names}
+        absent = sorted(listed_files - inside)
+        if absent:
+            raise error(f"{_uri(remote, folder)}: its {MARKER} marker lists {printable(absent[0])}, which is "
+                        f"missing ({len(absent)} missing in all): the output is incomplete; write it again")
+        kept += [name for name in names if name[len(folder):] in listed_files]
+        others = sorted(name for name in inside if name not in listed_files)
+        if others:
+            strays.append((folder, len(listed_files), others))
+    if strays:
+        warnings.warn(_strays_message(remote, strays), UserWarning, stacklevel=3)
+    order = {name: i for i, name in enumerate(listed)}
+    return sorted(kept, key=order.__getitem__)
+
+
+def _ancestors(folder: str) -> set[str]:
+    """The folders that hold ``folder`` (``"a/b/"``: ``""`` and ``"a/"``)."""
+    parts = folder.split("/")[:-1]
+    return {"".join(part + "/" for part in parts[:depth]) for depth in range(len(parts))}
+
+
+def _uri(remote, folder: str) -> str:
+    return printable(remote.child(folder[:-1]).uri if folder else remote.uri)
+
+
+def _marker_files(remote, folder: str, marked: bool, error: type[Exception]) -> set[str]:
+    """The files that the marker of ``folder`` lists; refused when it is damaged or absent (a write under way)."""
+    where = _uri(remote, folder)
+    if not marked:
+        raise error(f"{where}: an skflow output whose writing is under way or was interrupted (it holds "
+                         f"{PENDING} but no {MARKER} marker); write it again with --overwrite, or wait for it")
+    try:
+        named = json.loads(read_bytes(remote.child(folder + MARKER)).decode("utf-8"))["files"]
+        if not isinstance(named, list) or not all(map(_written_name, named)):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        raise error(f"{where}: its {MARKER} marker is damaged, so which of its objects form the output is "
+                         "unknown; write the output again (or delete the marker to read every object)") from None
+    return set(named)
+
+
+def _written_name(name) -> bool:
+    """Whether ``name`` could be a file that skflow listed in a marker: no hidden or empty part, all printable."""
+    return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
+                                                                for part in name.split("/"))
+
+
+def _strays_message(remote, strays: list[tuple[str, int, list[str]]]) -> str:
+    def shown(names: list[str], most: int) -> str:
+        more = f" and {len(names) - most} more" if len(names) > most else ""
+        return ", ".join(map(printable, names[:most])) + more
+
+    if len(strays) == 1:
+        folder, count, others = strays[0]
+        return (f"{_uri(remote, folder)}: read as the skflow output that its {MARKER} marker lists ({count} files); "
+                f"{len(others)} other object(s) under it are not part of it and are not read: {shown(others, 5)}")
+    folders = [f"{printable(folder[:-1] or '.')} ({shown(others, 3)})" for folder, _, others in strays]
+    return (f"{printable(remote.uri)}: {len(strays)} skflow outputs under it hold objects their {MARKER} markers do "
+            f"not list, which are not read: {shown(folders, 5)}")
