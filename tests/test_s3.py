@@ -381,7 +381,7 @@ def test_overwrite_replaces_only_a_prefix_that_skflow_wrote(s3, capfd, no_ray):
     err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign"))
     assert "exists and is not empty; pass --overwrite" in err
     err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign", "--overwrite"))
-    assert f"no valid {MARKER} object in it" in err
+    assert f"no valid {MARKER} or .skflow-pending object in it" in err
     client.put_object(Bucket=BUCKET, Key=f"foreign/{MARKER}", Body=json.dumps({"files": []}))  # a forged marker
     err = _refused(capfd, _embed_args(f"s3://{BUCKET}/corpus", "--output", f"s3://{BUCKET}/foreign/", "--overwrite"))
     assert "holds objects that skflow did not write (data.parquet)" in err

@@ -176,7 +176,7 @@ def test_hidden_folders_are_never_read_their_markers_included(s3):
 def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_on(s3):
     """Unprintable characters in names are escaped (a tab here: moto stores no key with a line break)."""
     client, _ = s3
-    for key in ("odd/run\t1/a.txt", "odd/run\t1/b\tc.txt", "odd/run2/a.txt", "odd/run2/x.txt"):
+    for key in ("odd/run\t1/a.txt", "odd/run\t1/b\tc.txt", "odd/run2/a.txt", "odd/run2/x.txt", "odd/run2//y.txt"):
         client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
     for folder in ("odd/run\t1", "odd/run2"):
         client.put_object(Bucket=BUCKET, Key=f"{folder}/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
@@ -185,7 +185,7 @@ def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_
     assert corpus.files == (f"s3://{BUCKET}/odd/run\t1/a.txt", f"s3://{BUCKET}/odd/run2/a.txt")
     assert [str(w.message) for w in caught] == [  # one warning for every output that holds strays
         f"s3://{BUCKET}/odd: 2 skflow outputs under it hold objects their {MARKER} markers do not list, which are "
-        "not read: run\\t1 (b\\tc.txt), run2 (x.txt)"]
+        "not read: run\\t1 (b\\tc.txt), run2 (/y.txt, x.txt)"]  # a stray '//' key is not read: no harm
     client.put_object(Bucket=BUCKET, Key=f"odd/run\t1/{MARKER}", Body=b'{"files": ' + b"[" * 100_000 + b"]" * 100_000
                       + b"}")  # deeper than Python's parser goes
     with pytest.raises(distributed.InputError, match=r"^[^\n]*run\\t1: its .skflow-output marker is damaged"):
@@ -195,6 +195,19 @@ def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_
         input_files([f"s3://{BUCKET}/empty-part/"])
     assert str(refused.value) == (f"s3://{BUCKET}/empty-part: the object '/a.txt' has an empty part in its name "
                                   "('//'), which cannot be read; rename it or name the files to read")
+
+
+def test_overwrite_trusts_no_record_that_names_skflow_bookkeeping_and_escapes_foreign_names(s3):
+    client, _ = s3
+    _put(client, "books/a.parquet", pa.table({"id": [1]}))
+    client.put_object(Bucket=BUCKET, Key=f"books/{MARKER}", Body=json.dumps({"files": [MARKER, "a.parquet"]}))
+    with pytest.raises(OutputPathError, match="is not a folder skflow wrote"):  # it would delete its own marker
+        RemoteOutputFolder(resolve(f"s3://{BUCKET}/books"), overwrite=True)
+    client.put_object(Bucket=BUCKET, Key=f"books/{MARKER}", Body=json.dumps({"files": ["a.parquet"]}))
+    client.put_object(Bucket=BUCKET, Key="books/not\tmine.parquet", Body=b"a foreign object")
+    with pytest.raises(OutputPathError) as refused:
+        RemoteOutputFolder(resolve(f"s3://{BUCKET}/books"), overwrite=True)
+    assert "holds objects that skflow did not write (not\\tmine.parquet)" in str(refused.value)
 
 
 _KILLED_MID_COPY = """
@@ -212,20 +225,26 @@ class KilledAfterOneCopy:
         self.filesystem.copy_file(src, dest)
         os.kill(os.getpid(), signal.SIGKILL)
 
-target = RemoteOutputFolder(resolve(sys.argv[1]), overwrite=False)
+target = RemoteOutputFolder(resolve(sys.argv[1]), overwrite=sys.argv[2] == "overwrite")
 with target.staged() as staging:
     for i in range(3):
-        pq.write_table(pa.table({"id": [i]}), staging.child(f"new-{i}.parquet").path, filesystem=staging.filesystem)
+        pq.write_table(pa.table({"id": [i]}), staging.child(f"{sys.argv[3]}-{i}.parquet").path,
+                       filesystem=staging.filesystem)
     target.remote = target.remote._replace(filesystem=KilledAfterOneCopy(target.remote.filesystem))
     target.commit(staging, command="embed", rows=3)
 """
 
 
+def _killed_after_one_copy(uri: str, how: str, name: str) -> None:
+    """A real process writing ``uri`` that is killed (SIGKILL) once it has copied one shard in."""
+    run = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, uri, how, name], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120, check=False)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+
+
 def test_a_first_write_killed_mid_copy_is_refused_by_readers_and_replaced_by_overwrite(s3):
     client, _ = s3
-    run = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, f"s3://{BUCKET}/first/out"], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120, check=False)
-    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    _killed_after_one_copy(f"s3://{BUCKET}/first/out", "new", "new")
     assert _keys(client, "first/out/") == ["first/out/.skflow-pending", "first/out/new-0.parquet"]
     for uri in (f"s3://{BUCKET}/first/out", f"s3://{BUCKET}/first/"):  # the output, and a prefix holding it
         with pytest.raises(distributed.InputError) as refused:
@@ -235,6 +254,9 @@ def test_a_first_write_killed_mid_copy_is_refused_by_readers_and_replaced_by_ove
             f".skflow-pending but no {MARKER} marker); write it again with --overwrite, or wait for it")
     with pytest.raises(OutputPathError, match="exists and is not empty; pass --overwrite"):
         RemoteOutputFolder(resolve(f"s3://{BUCKET}/first/out"), overwrite=False)
+    _killed_after_one_copy(f"s3://{BUCKET}/first/out", "overwrite", "second")  # killed again: both runs' shards
+    assert _keys(client, "first/out/") == ["first/out/.skflow-pending", "first/out/new-0.parquet",
+                                           "first/out/second-0.parquet"]
     target = RemoteOutputFolder(resolve(f"s3://{BUCKET}/first/out"), overwrite=True)
     with target.staged() as staging:
         pq.write_table(pa.table({"id": [7, 8]}), staging.child("again.parquet").path, filesystem=staging.filesystem)

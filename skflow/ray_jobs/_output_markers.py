@@ -20,9 +20,10 @@ import json
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from skflow.ray_jobs._remote_outputs import PENDING
 from skflow.ray_jobs._uris import read_bytes
 from skflow.utils import MARKER
+
+PENDING = ".skflow-pending"
 
 
 def is_hidden(name: str) -> bool:
@@ -44,15 +45,20 @@ def read_as_marked(remote, listed: list[str], error: type[Exception] = ValueErro
         *folders, base = name.split("/")
         if any(map(is_hidden, folders)):
             continue
-        if "" in folders or base == "":
-            raise error(f"{printable(remote.uri)}: the object '{printable(name)}' has an empty part in its name "
-                        "('//'), which cannot be read; rename it or name the files to read")
-        if base in (MARKER, PENDING):
+        if base in (MARKER, PENDING) and "" not in folders:
             outputs.setdefault("".join(part + "/" for part in folders), set()).add(base)
         elif not is_hidden(base):
             visible.append(name)
-    if not outputs:
-        return visible
+    kept = _readable(remote, visible, outputs, error) if outputs else visible
+    unreadable = next((name for name in kept if "" in name.split("/")), None)
+    if unreadable is not None:
+        raise error(f"{printable(remote.uri)}: the object '{printable(unreadable)}' has an empty part in its name "
+                    "('//'), which cannot be read; rename it or name the files to read")
+    return kept
+
+
+def _readable(remote, visible: list[str], outputs: dict[str, set[str]], error: type[Exception]) -> list[str]:
+    """``visible`` less the objects of marked folders that their markers do not list (named in one warning)."""
     owned: dict[str, list[str]] = {folder: [] for folder in outputs if not _ancestors(folder) & outputs.keys()}
     kept = []
     for name in visible:
@@ -70,14 +76,15 @@ def read_as_marked(remote, listed: list[str], error: type[Exception] = ValueErro
         absent = sorted(listed_files - inside)
         if absent:
             raise error(f"{_uri(remote, folder)}: its {MARKER} marker lists {printable(absent[0])}, which is "
-                        f"missing ({len(absent)} missing in all): the output is incomplete; write it again")
+                        f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while "
+                        "being read; read it again, or write it again")
         kept += [name for name in names if name[len(folder):] in listed_files]
         others = sorted(name for name in inside if name not in listed_files)
         if others:
             strays.append((folder, len(listed_files), others))
     if strays:
-        warnings.warn(_strays_message(remote, strays), UserWarning, stacklevel=3)
-    order = {name: i for i, name in enumerate(listed)}
+        warnings.warn(_strays_message(remote, strays), UserWarning, stacklevel=4)
+    order = {name: i for i, name in enumerate(visible)}
     return sorted(kept, key=order.__getitem__)
 
 
@@ -99,7 +106,7 @@ def _marker_files(remote, folder: str, marked: bool, error: type[Exception]) -> 
                          f"{PENDING} but no {MARKER} marker); write it again with --overwrite, or wait for it")
     try:
         named = json.loads(read_bytes(remote.child(folder + MARKER)).decode("utf-8"))["files"]
-        if not isinstance(named, list) or not all(map(_written_name, named)):
+        if not isinstance(named, list) or not all(map(written_name, named)):
             raise TypeError
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         raise error(f"{where}: its {MARKER} marker is damaged, so which of its objects form the output is "
@@ -107,7 +114,7 @@ def _marker_files(remote, folder: str, marked: bool, error: type[Exception]) -> 
     return set(named)
 
 
-def _written_name(name) -> bool:
+def written_name(name) -> bool:
     """Whether ``name`` could be a file that skflow listed in a marker: no hidden or empty part, all printable."""
     return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
                                                                 for part in name.split("/"))

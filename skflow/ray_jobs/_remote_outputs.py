@@ -33,6 +33,7 @@ import contextlib
 import json
 from collections.abc import Iterable, Iterator
 
+from skflow.ray_jobs._output_markers import PENDING, printable, written_name
 from skflow.ray_jobs._uris import (
     Remote,
     children,
@@ -51,8 +52,6 @@ from skflow.ray_jobs._uris import (
     write_bytes,
 )
 from skflow.utils import MARKER, OutputFolder, OutputPathError, is_stale_temporary, temporary_name
-
-PENDING = ".skflow-pending"
 
 
 def check_not_an_input(out: Remote, inputs: Iterable, what: str) -> None:
@@ -114,13 +113,13 @@ class RemoteOutputFolder:
         listed, pending = self._record(MARKER, found), self._record(PENDING, found)
         if listed is None and pending is None:  # a first write killed mid-copy leaves its pending record alone
             raise OutputPathError(
-                f"{self.remote.uri}: is not a folder skflow wrote (no valid {MARKER} object in it); --overwrite "
-                "replaces only skflow's own output folders: remove it yourself or choose another output"
+                f"{self.remote.uri}: is not a folder skflow wrote (no valid {MARKER} or {PENDING} object in it); "
+                "--overwrite replaces only skflow's own output folders: remove it yourself or choose another output"
             )
         listed, pending = listed or set(), pending or set()
         extra = sorted(set(found) - listed - pending - {MARKER, PENDING})
         if extra:
-            shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+            shown = ", ".join(map(printable, extra[:5])) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
             raise OutputPathError(
                 f"{self.remote.uri}: holds objects that skflow did not write ({shown}); --overwrite would delete "
                 "them: move them away or choose another output"
@@ -133,7 +132,7 @@ class RemoteOutputFolder:
             return None
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
             files = json.loads(read_bytes(self.remote.child(name)).decode("utf-8"))["files"]
-            if isinstance(files, list) and all(isinstance(file, str) for file in files):
+            if isinstance(files, list) and all(map(written_name, files)):
                 return set(files)
         return None
 
@@ -165,7 +164,8 @@ class RemoteOutputFolder:
         fs = self.remote.filesystem
         copied = []
         try:
-            write_bytes(self.remote.child(PENDING), json.dumps({"files": files}).encode())
+            # everything a kill could leave behind: the new shards, the old ones, an earlier killed run's
+            write_bytes(self.remote.child(PENDING), json.dumps({"files": sorted({*files, *old})}).encode())
             if set(files) & set(old):  # Ray's names are new for every write; if not, the old marker goes first
                 delete(self.remote.child(MARKER))
             for name in files:
