@@ -7,6 +7,7 @@ import platform
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -225,10 +226,21 @@ def _user_error(exc: BaseException) -> int:
     return 2
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the command line shows it: one line, like its errors (no source file, no code line)."""
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    if args.command != "evaluate":
-        return _run_scale_command(args)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        if args.command != "evaluate":
+            return _run_scale_command(args)
+        return _evaluate_command(args)
+
+
+def _evaluate_command(args) -> int:
     log = None if args.quiet else stderr_log
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output

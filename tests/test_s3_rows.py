@@ -197,6 +197,19 @@ def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_
                                   "('//'), which cannot be read; rename it or name the files to read")
 
 
+def test_the_command_line_shows_a_warning_on_one_line_like_its_errors(s3, capfd):
+    client, _ = s3
+    for key in ("shown/out/a.txt", "shown/out/b\tc.txt"):
+        client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
+    client.put_object(Bucket=BUCKET, Key=f"shown/out/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
+    assert main(["embed", f"s3://{BUCKET}/shown/", "--output", f"s3://{BUCKET}/shown/out/z", "--quiet"]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"warning: s3://{BUCKET}/shown/out: read as the skflow output that its {MARKER} marker lists (1 file); "
+        "1 other object(s) under it are not part of it and are not read: b\\tc.txt",
+        f"error: s3://{BUCKET}/shown/out/z: the output folder lies inside the input s3://{BUCKET}/shown/; "
+        "choose another output"]
+
+
 def test_overwrite_trusts_no_record_that_names_skflow_bookkeeping_and_escapes_foreign_names(s3):
     client, _ = s3
     _put(client, "books/a.parquet", pa.table({"id": [1]}))

@@ -127,7 +127,8 @@ def _strays_message(remote, strays: list[tuple[str, int, list[str]]]) -> str:
 
     if len(strays) == 1:
         folder, count, others = strays[0]
-        return (f"{_uri(remote, folder)}: read as the skflow output that its {MARKER} marker lists ({count} files); "
+        files = f"{count} file" + "s" * (count != 1)
+        return (f"{_uri(remote, folder)}: read as the skflow output that its {MARKER} marker lists ({files}); "
                 f"{len(others)} other object(s) under it are not part of it and are not read: {shown(others, 5)}")
     folders = [f"{printable(folder[:-1] or '.')} ({shown(others, 3)})" for folder, _, others in strays]
     return (f"{printable(remote.uri)}: {len(strays)} skflow outputs under it hold objects their {MARKER} markers do "
