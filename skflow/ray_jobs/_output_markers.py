@@ -103,19 +103,30 @@ def _marker_files(remote, folder: str, marked: bool, error: type[Exception]) -> 
     where = _uri(remote, folder)
     if not marked:
         raise error(f"{where}: an skflow output whose writing is under way or was interrupted (it holds "
-                         f"{PENDING} but no {MARKER} marker); write it again with --overwrite, or wait for it")
+                    f"{PENDING} but no {MARKER} marker); write it again with --overwrite, or wait for it")
     try:
-        named = json.loads(read_bytes(remote.child(folder + MARKER)).decode("utf-8"))["files"]
-        if not isinstance(named, list) or not all(map(written_name, named)):
-            raise TypeError
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return recorded_files(remote.child(folder + MARKER))
+    except (OSError, ValueError):
         raise error(f"{where}: its {MARKER} marker is damaged, so which of its objects form the output is "
-                         "unknown; write the output again (or delete the marker to read every object)") from None
-    return set(named)
+                    "unknown; write the output again (or delete the marker to read every object)") from None
 
 
-def written_name(name) -> bool:
-    """Whether ``name`` could be a file that skflow listed in a marker: no hidden or empty part, all printable."""
+def recorded_files(record) -> set[str]:
+    """The files that a marker or pending record (a :class:`Remote`) lists; OSError or ValueError if it cannot say.
+
+    Only names that skflow could have written count: no hidden or empty
+    part (so never a marker itself), nothing unprintable.
+    """
+    try:
+        files = json.loads(read_bytes(record).decode("utf-8"))["files"]
+    except (KeyError, TypeError, RecursionError):
+        raise ValueError(f"{record.uri}: not a record of files") from None
+    if not isinstance(files, list) or not all(map(_written_name, files)):
+        raise ValueError(f"{record.uri}: not a record of files")
+    return set(files)
+
+
+def _written_name(name) -> bool:
     return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
                                                                 for part in name.split("/"))
 

@@ -33,7 +33,7 @@ import contextlib
 import json
 from collections.abc import Iterable, Iterator
 
-from skflow.ray_jobs._output_markers import PENDING, printable, written_name
+from skflow.ray_jobs._output_markers import PENDING, printable, recorded_files
 from skflow.ray_jobs._uris import (
     Remote,
     children,
@@ -47,7 +47,6 @@ from skflow.ray_jobs._uris import (
     no_bucket,
     one_line,
     prove_writable,
-    read_bytes,
     resolve,
     write_bytes,
 )
@@ -130,10 +129,8 @@ class RemoteOutputFolder:
         """The files that the marker or pending record ``name`` lists; None if it is absent or not valid."""
         if name not in found:
             return None
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
-            files = json.loads(read_bytes(self.remote.child(name)).decode("utf-8"))["files"]
-            if isinstance(files, list) and all(map(written_name, files)):
-                return set(files)
+        with contextlib.suppress(OSError, ValueError):
+            return recorded_files(self.remote.child(name))
         return None
 
     @contextlib.contextmanager
