@@ -21,7 +21,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from skflow.ray_jobs._uris import read_bytes
-from skflow.utils import MARKER
+from skflow.utils import MARKER, some_names
 
 PENDING = ".skflow-pending"
 
@@ -132,15 +132,12 @@ def _written_name(name) -> bool:
 
 
 def _strays_message(remote, strays: list[tuple[str, int, list[str]]]) -> str:
-    def shown(names: list[str], most: int) -> str:
-        more = f" and {len(names) - most} more" if len(names) > most else ""
-        return ", ".join(map(printable, names[:most])) + more
-
     if len(strays) == 1:
         folder, count, others = strays[0]
         files = f"{count} file" + "s" * (count != 1)
         return (f"{_uri(remote, folder)}: read as the skflow output that its {MARKER} marker lists ({files}); "
-                f"{len(others)} other object(s) under it are not part of it and are not read: {shown(others, 5)}")
-    folders = [f"{printable(folder[:-1] or '.')} ({shown(others, 3)})" for folder, _, others in strays]
+                f"{len(others)} other object(s) under it are not part of it and are not read: "
+                f"{printable(some_names(others))}")
+    folders = [f"{folder[:-1] or '.'} ({some_names(others, 3)})" for folder, _, others in strays]
     return (f"{printable(remote.uri)}: {len(strays)} skflow outputs under it hold objects their {MARKER} markers do "
-            f"not list, which are not read: {shown(folders, 5)}")
+            f"not list, which are not read: {printable(some_names(folders))}")

@@ -50,7 +50,7 @@ from skflow.ray_jobs._uris import (
     resolve,
     write_bytes,
 )
-from skflow.utils import MARKER, OutputFolder, OutputPathError, is_stale_temporary, temporary_name
+from skflow.utils import MARKER, OutputFolder, OutputPathError, is_stale_temporary, some_names, temporary_name
 
 
 def check_not_an_input(out: Remote, inputs: Iterable, what: str) -> None:
@@ -118,10 +118,9 @@ class RemoteOutputFolder:
         listed, pending = listed or set(), pending or set()
         extra = sorted(set(found) - listed - pending - {MARKER, PENDING})
         if extra:
-            shown = ", ".join(map(printable, extra[:5])) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
             raise OutputPathError(
-                f"{self.remote.uri}: holds objects that skflow did not write ({shown}); --overwrite would delete "
-                "them: move them away or choose another output"
+                f"{self.remote.uri}: holds objects that skflow did not write ({printable(some_names(extra))}); "
+                "--overwrite would delete them: move them away or choose another output"
             )
         return sorted((listed | pending) & set(found))
 

@@ -22,6 +22,7 @@ from skflow.utils._outputs import (
     OutputPathError,
     check_output_file,
     prove_writable,
+    some_names,
 )
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
@@ -46,6 +47,7 @@ __all__ = [
     "replaced_atomically",
     "resolve_device",
     "row_chunks",
+    "some_names",
     "temporary_name",
     "unchanged_on_failure",
     "validate_embeddings",

@@ -42,6 +42,7 @@ __all__ = [
     "folder_created_atomically",
     "prove_writable",
     "replaced_atomically",
+    "some_names",
     "write_text_atomically",
 ]
 
@@ -122,7 +123,7 @@ class OutputFolder:
         extra = sorted(set(found) - listed - {MARKER})
         if extra:
             raise OutputPathError(
-                f"{self.given}: holds files that skflow did not write ({_some(extra)}); --overwrite would delete "
+                f"{self.given}: holds files that skflow did not write ({some_names(extra)}); --overwrite would delete "
                 "them: move them away or choose another output"
             )
         return found
@@ -190,7 +191,8 @@ def _files_under(folder: Path) -> list[str]:
                   for name in names + [f for f in folders if os.path.islink(os.path.join(root, f))])
 
 
-def _some(names: list[str], limit: int = 5) -> str:
+def some_names(names: list[str], limit: int = 5) -> str:
+    """The first ``limit`` of ``names``, then how many more: a list in a one-line message."""
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
