@@ -46,7 +46,7 @@ def read_as_marked(remote, listed: list[str], error: type[Exception] = ValueErro
         if any(map(is_hidden, folders)):
             continue
         if base in (MARKER, PENDING) and "" not in folders:
-            outputs.setdefault("".join(part + "/" for part in folders), set()).add(base)
+            outputs.setdefault(name[: -len(base)], set()).add(base)
         elif not is_hidden(base):
             visible.append(name)
     kept = _readable(remote, visible, outputs, error) if outputs else visible
@@ -59,13 +59,15 @@ def read_as_marked(remote, listed: list[str], error: type[Exception] = ValueErro
 
 def _readable(remote, visible: list[str], outputs: dict[str, set[str]], error: type[Exception]) -> list[str]:
     """``visible`` less the objects of marked folders that their markers do not list (named in one warning)."""
-    owned: dict[str, list[str]] = {folder: [] for folder in outputs if not _ancestors(folder) & outputs.keys()}
-    kept = []
+    # the outermost marked folders: an output inside another is the outer one's business
+    owned: dict[str, list[str]] = {folder: [] for folder in outputs if not outputs.keys() & _folders_holding(folder)}
+    read = set()
     for name in visible:
-        parts = name.split("/")
-        ancestors = ("".join(part + "/" for part in parts[:depth]) for depth in range(len(parts)))
-        owner = next((folder for folder in ancestors if folder in owned), None)
-        (kept if owner is None else owned[owner]).append(name)
+        owner = next((folder for folder in _folders_holding(name) if folder in owned), None)
+        if owner is None:
+            read.add(name)
+        else:
+            owned[owner].append(name)
     with ThreadPoolExecutor(max_workers=min(16, len(owned))) as pool:
         reads = {folder: pool.submit(_marker_files, remote, folder, MARKER in outputs[folder], error)
                  for folder in owned}
@@ -78,20 +80,21 @@ def _readable(remote, visible: list[str], outputs: dict[str, set[str]], error: t
             raise error(f"{_uri(remote, folder)}: its {MARKER} marker lists {printable(absent[0])}, which is "
                         f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while "
                         "being read; read it again, or write it again")
-        kept += [name for name in names if name[len(folder):] in listed_files]
+        read.update(name for name in names if name[len(folder):] in listed_files)
         others = sorted(name for name in inside if name not in listed_files)
         if others:
             strays.append((folder, len(listed_files), others))
     if strays:
         warnings.warn(_strays_message(remote, strays), UserWarning, stacklevel=4)
-    order = {name: i for i, name in enumerate(visible)}
-    return sorted(kept, key=order.__getitem__)
+    return [name for name in visible if name in read]
 
 
-def _ancestors(folder: str) -> set[str]:
-    """The folders that hold ``folder`` (``"a/b/"``: ``""`` and ``"a/"``)."""
-    parts = folder.split("/")[:-1]
-    return {"".join(part + "/" for part in parts[:depth]) for depth in range(len(parts))}
+def _folders_holding(path: str) -> set[str]:
+    """The folders above a name or a folder (``"a/b/c.txt"`` or ``"a/b/c/"``: ``""``, ``"a/"``, ``"a/b/"``)."""
+    if not path:
+        return set()
+    parts = path.rstrip("/").split("/")[:-1]
+    return {"".join(part + "/" for part in parts[:depth]) for depth in range(len(parts) + 1)}
 
 
 def _uri(remote, folder: str) -> str:
