@@ -46,6 +46,9 @@ def s3():
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
+    # moto keeps its buckets in the process: a module started after another would see the other's objects
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30):
+        pass
     env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
            "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
     with pytest.MonkeyPatch.context() as mp:
