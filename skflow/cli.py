@@ -213,22 +213,27 @@ def _scale_command(args) -> int:
     except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
         return _user_error(exc)
     except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        _one_line("error", exc)
         return 1
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
 
 
+def _one_line(label: str, what, file=None) -> None:
+    """``label: what`` as one line on stderr (or ``file``): how the command line reports errors and warnings."""
+    print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr if file is None else file)
+
+
 def _user_error(exc: BaseException) -> int:
     """One line on stderr, exit status 2: how every user error ends."""
-    print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+    _one_line("error", exc)
     return 2
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as the command line shows it: one line, like its errors (no source file, no code line)."""
-    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr if file is None else file)
+    _one_line("warning", message, file)
 
 
 def main(argv=None) -> int:
