@@ -265,7 +265,6 @@ def parse_table(data: bytes, path: str, kind: str, text_column: str | None = Non
 
 def column_names(path: str, kind: str, compression: str | None, text_column: str | None = None) -> list[str]:
     """The columns of one file (for Parquet from its schema only)."""
-
     if kind == "text":
         return ["text"]
     if kind == "parquet":
