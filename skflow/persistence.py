@@ -22,7 +22,7 @@ from skflow.embedder import BertEmbedder
 from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimators, check_skops_archive, estimators
-from skflow.utils import InvalidModelError, UntrustedTypeError
+from skflow.utils import InvalidModelError, OutputPathError, UntrustedTypeError
 from skflow.whitening import Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
@@ -32,7 +32,7 @@ _SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, Whitener)
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
-def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
+def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     """Write ``model`` (a skflow or scikit-learn estimator, or a pipeline of them) to a ``.skops`` file.
 
     Parameters
@@ -42,6 +42,10 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
         The file; ``~`` is expanded. It is written under a temporary name in
         the same folder, flushed to disk and renamed: at every instant
         ``path`` holds the previous file or the whole new one.
+    overwrite : bool, default=True
+        Replace a file at ``path``. With False, a file there (also one that
+        appeared while the model was being written) is never replaced:
+        `OutputPathError`, and ``path`` is untouched.
 
     Returns
     -------
@@ -63,7 +67,9 @@ def dump(model: BaseEstimator, path: str | os.PathLike) -> Path:
     from skflow.utils import replaced_atomically
 
     path = Path(path).expanduser()
-    with replaced_atomically(path) as tmp:  # the path holds the old file or the whole new one, never a part
+    if not overwrite and os.path.lexists(path):
+        raise OutputPathError(f"{path}: exists; pass overwrite=True to replace it")
+    with replaced_atomically(path, overwrite=overwrite) as tmp:  # the old file or the whole new one, never a part
         skops.io.dump(model, tmp)
     return path
 

@@ -54,7 +54,7 @@ def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_pat
     def crash(_path):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(_atomic, "fsync_path", crash)  # the new file is written whole, then the flush fails
+    monkeypatch.setattr(_atomic, "_fsync", crash)  # the new file is written whole, then the flush fails
     with pytest.raises(OSError, match="simulated"):
         make().fit(rows[2000:4000]).to_onnx(path)
     assert path.read_bytes() == old and sorted(tmp_path.iterdir()) == [path]

@@ -6,8 +6,9 @@ unreachable, unreadable or does not hold files with the expected sha256 is
 skipped for the next. SICK also has a release on Zenodo in another format,
 used only when every source of the SemEval files fails (see `zenodo_sick`).
 The files are staged in a hidden folder beside the set's and renamed into
-place; a download killed at any point leaves only that staging folder, which
-the next download removes once its process is gone.
+place (:func:`skflow.utils.temporary_sibling`); a download killed at any point
+leaves only that staging folder, which the next download removes once its
+process is gone.
 """
 
 import hashlib
@@ -23,10 +24,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from skflow.datasets._files import SICK_HEADER
-from skflow.utils import pid_is_running
+from skflow.utils import temporary_sibling
 
 MAX_ARCHIVE_BYTES = 256 << 20
-_STAGING = "-download-"
 T = TypeVar("T")
 
 
@@ -56,11 +56,10 @@ def download(
     Nothing is left in ``home/folder`` unless every file is there and verified.
     """
     home.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_staging(home, folder)
-    staging_root = home / f".{folder}{_STAGING}{os.getpid()}-{os.urandom(4).hex()}"
-    staging = staging_root / folder
-    staging.mkdir(parents=True)
-    try:
+    target = home / folder
+    with temporary_sibling(target, folder=True) as staging_root:
+        staging = staging_root / folder
+        staging.mkdir()
         try:
             for archive in archives:
                 _fetch_archive(archive, expected, staging)
@@ -73,15 +72,12 @@ def download(
         missing = [name for name in expected if not (staging / name).is_file()]
         if missing:
             raise DownloadError(f"the downloaded archives do not contain {', '.join(missing)}")
-        target = home / folder
         if not target.exists():
             os.replace(staging, target)  # atomic: the folder appears complete or not at all
             return
         for path in sorted(staging.iterdir()):  # a partial folder: fill it file by file, each atomically
             if path.is_file():
                 os.replace(path, target / path.name)
-    finally:
-        shutil.rmtree(staging_root, ignore_errors=True)
 
 
 class DownloadError(OSError):
@@ -147,16 +143,6 @@ def _extract(data: bytes, archive: Archive, out: Path) -> None:
             if relative.startswith(old):
                 relative = new + relative[len(old) :]
         (out / relative).write_bytes(read())
-
-
-def _remove_abandoned_staging(home: Path, folder: str) -> None:
-    """Staging folders of downloads whose process is gone (killed): removed."""
-    for path in home.glob(f".{folder}{_STAGING}*"):
-        pid = path.name[len(folder) + len(_STAGING) + 1 :].split("-")[0]
-        if pid.isdigit() and not pid_is_running(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 
 
 # ------------------------------------------------------------------- Zenodo

@@ -5,21 +5,20 @@ Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
 """
 
 from skflow.utils._atomic import (
-    exchange,
     folder_created_atomically,
     is_stale_temporary,
     pid_is_running,
     replaced_atomically,
     temporary_name,
+    temporary_sibling,
     write_text_atomically,
 )
 from skflow.utils._chunks import CHUNK_ROWS, row_chunks
 from skflow.utils._device import resolve_device
-from skflow.utils._errors import InvalidModelError, UntrustedTypeError
+from skflow.utils._errors import InvalidModelError, OutputPathError, UntrustedTypeError
 from skflow.utils._outputs import (
     MARKER,
     OutputFolder,
-    OutputPathError,
     check_output_file,
     prove_writable,
     some_names,
@@ -37,7 +36,6 @@ __all__ = [
     "OutputPathError",
     "UntrustedTypeError",
     "check_output_file",
-    "exchange",
     "folder_created_atomically",
     "is_stale_temporary",
     "pairs_or_likelihood_score",
@@ -49,6 +47,7 @@ __all__ = [
     "row_chunks",
     "some_names",
     "temporary_name",
+    "temporary_sibling",
     "unchanged_on_failure",
     "validate_embeddings",
     "write_text_atomically",

@@ -1,17 +1,16 @@
-"""Files and folders that appear whole or not at all: written under a temporary sibling name, then renamed.
+"""Files and folders that appear whole or not at all: written under a hidden temporary sibling, then renamed.
 
-A file is written to ``.skflow-tmp-<pid>@<host>-<hex>-<name>`` in the same
-folder, flushed to disk (fsync), and renamed over the target with
-:func:`os.replace`, which is atomic on POSIX and Windows: at every instant the
-target holds the old file or the whole new one. The temporary name ends with
-the target's own name, so writers that choose a format by the name's ending
-(joblib's ``.gz``, skops's ``.skops``) behave exactly as for the target. A
-writer killed mid-write leaves only its hidden temporary file; the next write
-of the same target removes those of processes that no longer run on this host.
+Every file skflow writes (models, results, exports, ONNX, the cache's key, downloads) goes through
+:func:`replaced_atomically`: the content is written to ``.skflow-tmp-<pid>@<host>-<hex>-<name>`` in the same
+folder, flushed to disk (fsync) and renamed over the target with :func:`os.replace`, atomic on POSIX and
+Windows, so the target holds the old file or the whole new one. Without ``overwrite`` the temporary file is
+hard-linked to the target instead, which fails if anything appeared there since the caller checked the path:
+it is never replaced. The temporary name ends with the target's own name, so writers that choose a format by
+the name (joblib's ``.gz``) behave as for the target. A writer killed mid-write leaves only its hidden
+temporary; the next write of the same target removes those of processes that no longer run on this host.
 """
 
 import contextlib
-import ctypes
 import errno
 import os
 import re
@@ -21,18 +20,18 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from skflow.utils._errors import OutputPathError
+
 _TMP = re.compile(r"^\.skflow-tmp-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
-_RENAME_EXCHANGE = 2
 
 
-def host() -> str:
-    """This machine's name, as temporary names record it (no ``-``: the names are parsed back)."""
+def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
 def temporary_name(name: str) -> str:
     """A hidden name for a temporary sibling of ``name``, unique to this process and call."""
-    return f".skflow-tmp-{os.getpid()}@{host()}-{secrets.token_hex(4)}-{name}"
+    return f".skflow-tmp-{os.getpid()}@{_host()}-{secrets.token_hex(4)}-{name}"
 
 
 def pid_is_running(pid: int) -> bool:
@@ -49,14 +48,14 @@ def pid_is_running(pid: int) -> bool:
 def is_stale_temporary(entry: str, name: str) -> bool:
     """Whether ``entry`` is a temporary sibling of ``name`` left by a process of this host that no longer runs."""
     match = _TMP.match(entry)
-    return bool(match) and match["name"] == name and match["host"] == host() and not pid_is_running(int(match["pid"]))
+    return bool(match) and match["name"] == name and match["host"] == _host() and not pid_is_running(int(match["pid"]))
 
 
-def remove_stale_temporaries(folder: Path, name: str) -> None:
-    """Remove temporary siblings of ``name`` left by processes of this host that no longer run."""
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary siblings of ``path`` left by processes of this host that no longer run."""
     with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            if not is_stale_temporary(entry.name, name):
+        for entry in os.scandir(path.parent):
+            if not is_stale_temporary(entry.name, path.name):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):
@@ -65,12 +64,11 @@ def remove_stale_temporaries(folder: Path, name: str) -> None:
                     os.unlink(entry.path)
 
 
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a folder's data to disk (folders: where the filesystem supports it)."""
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's data to disk (folders: where the system supports it)."""
     try:
-        fd = os.open(path, flags)
-    except (IsADirectoryError, PermissionError):  # Windows cannot open folders; nothing to flush
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0))
+    except (IsADirectoryError, PermissionError):  # Windows cannot open folders
         return
     try:
         os.fsync(fd)
@@ -82,48 +80,63 @@ def fsync_path(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def replaced_atomically(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block succeeds, it replaces ``path`` whole.
+def temporary_sibling(path: str | os.PathLike, *, folder: bool = False) -> Iterator[Path]:
+    """A hidden sibling of ``path`` (a new empty folder with ``folder``), removed if it is still there at the end.
 
-    The block writes the new content to the yielded path. On success the file
-    is flushed to disk and renamed over ``path``; on any exception (Ctrl-C
-    included) it is deleted and ``path`` is left exactly as it was.
+    Temporary siblings of ``path`` left by dead processes of this host are removed first.
     """
     path = Path(path)
-    remove_stale_temporaries(path.parent, path.name)
+    _remove_stale_temporaries(path)
     tmp = path.parent / temporary_name(path.name)
+    if folder:
+        tmp.mkdir()
     try:
         yield tmp
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
+    finally:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_path(path.parent)
+            shutil.rmtree(tmp) if folder else os.unlink(tmp)
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so that it holds the old text or the whole new one, never a part."""
-    with replaced_atomically(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
-def exchange(a: Path, b: Path) -> bool:
-    """Swap two existing paths in one atomic step (Linux ``renameat2``); False where that is not supported."""
+def _put_new(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` the name ``path``, which must not exist: a hard link fails if anything appeared there."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd = -100
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
+        os.link(tmp, path, follow_symlinks=False)
+    except FileExistsError:
+        raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and was not "
+                              "replaced; pass --overwrite (overwrite=True) to replace it") from None
+    except OSError as exc:  # a filesystem without hard links: the check and the rename are two steps there
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(path):
+            raise OutputPathError(f"{path}: appeared while skflow was writing it, and was not replaced") from None
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str | os.PathLike, *, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole.
+
+    On success the new file is flushed to disk and renamed over ``path``
+    (``overwrite``), or, without ``overwrite``, given the name only if
+    nothing is there (:class:`OutputPathError` otherwise, ``path`` untouched).
+    On any exception (Ctrl-C included) the temporary file is deleted and
+    ``path`` is left exactly as it was.
+    """
+    path = Path(path)
+    with temporary_sibling(path) as tmp:
+        yield tmp
+        _fsync(tmp)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _put_new(tmp, path)
+    _fsync(path.parent)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that it holds the old text or the whole new one, never a part."""
+    with replaced_atomically(path, overwrite=overwrite) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 @contextlib.contextmanager
@@ -134,15 +147,9 @@ def folder_created_atomically(path: str | os.PathLike) -> Iterator[Path]:
     left as it was: a reader never sees a half-written folder at ``path``.
     """
     path = Path(path)
-    remove_stale_temporaries(path.parent, path.name)
-    staging = path.parent / temporary_name(path.name)
-    try:
-        staging.mkdir()
+    with temporary_sibling(path, folder=True) as staging:
         yield staging
         if path.is_dir():
             path.rmdir()  # empty, or this fails and nothing is replaced
         os.rename(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    fsync_path(path.parent)
+    _fsync(path.parent)

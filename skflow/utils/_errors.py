@@ -1,4 +1,4 @@
-"""Errors about saved models, shared by every subsystem that reads one."""
+"""Errors shared by every subsystem: saved models that cannot be trusted, outputs that must not be written."""
 
 
 class InvalidModelError(ValueError):
@@ -11,3 +11,7 @@ class UntrustedTypeError(InvalidModelError):
     """The file holds a type that skflow does not trust; nothing in it was built."""
 
     __module__ = "skflow.persistence"
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot or must not be written: found before any work is done, or at the write."""

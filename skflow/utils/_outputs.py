@@ -25,14 +25,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from skflow.utils._atomic import (
-    exchange,
     folder_created_atomically,
-    fsync_path,
-    remove_stale_temporaries,
     replaced_atomically,
-    temporary_name,
+    temporary_sibling,
     write_text_atomically,
 )
+from skflow.utils._errors import OutputPathError
 
 __all__ = [
     "MARKER",
@@ -47,10 +45,6 @@ __all__ = [
 ]
 
 MARKER = ".skflow-output"
-
-
-class OutputPathError(ValueError):
-    """An output path that cannot or must not be written: found before any work is done."""
 
 
 def check_output_file(
@@ -131,19 +125,13 @@ class OutputFolder:
     @contextlib.contextmanager
     def staged(self) -> Iterator[Path]:
         """A new hidden folder beside the output to write into; deleted if the block fails or is interrupted."""
-        remove_stale_temporaries(self.path.parent, self.path.name)
-        staging = self.path.parent / temporary_name(self.path.name)
-        staging.mkdir()
-        try:
+        with temporary_sibling(self.path, folder=True) as staging:  # gone already once committed
             yield staging
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # gone already once committed
 
     def commit(self, staging: Path, **record) -> None:
         """Write the marker (the files, and ``record``) into ``staging`` last, then make it the output."""
         files = _files_under(staging)
         write_text_atomically(staging / MARKER, json.dumps({"files": files, **record}, indent=1) + "\n")
-        fsync_path(staging)
         if not self.path.exists():
             os.rename(staging, self.path)
         elif not any(self.path.iterdir()):  # an empty folder of the user's: fill it, the marker last
@@ -168,7 +156,23 @@ class OutputFolder:
                 os.rename(self.path, old)
                 os.rename(staging, self.path)
             _delete_listed(old, old_files)
-        fsync_path(self.path.parent)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux ``renameat2``); False where that is not supported."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
 
 
 def _delete_listed(folder: Path, files: list[str]) -> None:
