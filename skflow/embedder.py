@@ -128,8 +128,12 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         an embedder with it set unless called with ``trust_remote_code=True``.
     token : str or bool, default=None
         Hugging Face token for private hub models (True: the one saved by
-        ``hf auth login``). Never shown in a repr and never saved: pickles,
-        ``.skops`` files, the cache key and exports hold ``None`` instead.
+        ``hf auth login``; the ``HF_TOKEN`` environment variable works too).
+        ``get_params`` returns it as a `skflow.embedding.HiddenToken`: a
+        string whose value is ``***`` (so its ``str``, ``repr``, JSON and log
+        forms are masked) that keeps the token for huggingface_hub alone.
+        Never saved: pickles, ``.skops`` files, the cache key and exports hold
+        ``None`` instead.
     model_kwargs : dict, default=None
         Extra options for ``AutoModel.from_pretrained``: ``attn_implementation``,
         ``variant``, ``use_safetensors``, ``subfolder``, ``device_map``,

@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -216,10 +217,19 @@ def _foreign_database(path: Path) -> None:
         db.execute("INSERT INTO embeddings VALUES (1, x'00', x'00', x'00')")
 
 
-def _our_format_2(path: Path) -> None:
+def _our_format(path: Path, version: int) -> None:
     EmbeddingCache(path.parent.parent, {"k": 1}, dim=384).put_many(["x"], _vectors(1))
     with contextlib.closing(sqlite3.connect(path)) as db:
-        db.execute("PRAGMA user_version = 2")
+        if version == 1:  # the stores before 0.3, bound to no configuration
+            db.execute("DROP TABLE configuration")
+        db.execute(f"PRAGMA user_version = {version}")
+
+
+def _copied_from_another_configuration(path: Path) -> None:
+    other = EmbeddingCache(path.parent.parent / "elsewhere", {"k": 2}, dim=384)
+    other.put_many(["text 0", "text 1"], _vectors(2, seed=1))
+    path.unlink()
+    shutil.copyfile(other.path, path)
 
 
 @pytest.mark.parametrize(
@@ -229,9 +239,12 @@ def _our_format_2(path: Path) -> None:
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "embeddings.sqlite3 is damaged"),
         (lambda p: p.write_bytes(p.read_bytes()[:1000]), "embeddings.sqlite3 is damaged"),
         (lambda p: (p.unlink(), _foreign_database(p)), "embeddings.sqlite3 is another program's database"),
-        (lambda p: (p.unlink(), _our_format_2(p)), "embeddings.sqlite3 has format 2, not 1"),
+        (lambda p: (p.unlink(), _our_format(p, 3)), "embeddings.sqlite3 has format 3, not 2"),
+        (lambda p: (p.unlink(), _our_format(p, 1)), "embeddings.sqlite3 has format 1, not 2"),
+        (_copied_from_another_configuration, "embeddings.sqlite3 was made for another configuration"),
     ],
-    ids=["text file", "truncated to half", "truncated in its first page", "foreign table", "future format"],
+    ids=["text file", "truncated to half", "truncated in its first page", "foreign table", "future format",
+         "unbound old format", "copied from another configuration"],
 )
 def test_a_store_that_is_not_ours_or_damaged_is_left_alone_and_recomputed_with_a_clear_warning(tmp_path, damage,
                                                                                             reason):
@@ -249,6 +262,22 @@ def test_a_store_that_is_not_ours_or_damaged_is_left_alone_and_recomputed_with_a
     cache = EmbeddingCache(tmp_path, {"k": 1}, dim=384)
     cache.put_many(texts[:10], vectors[:10])  # deleted as the warning says: a cache again
     assert cache.get_many(texts[:10])[1].all() and not cache.skipped
+
+
+def test_a_store_copied_from_the_mean_folder_into_the_cls_folder_is_not_served(tmp_path):
+    texts = TEXTS[:3]
+    mean = BertEmbedder(dtype="float32", device="cpu", pooling="mean", cache_dir=tmp_path / "mean")
+    cls = BertEmbedder(dtype="float32", device="cpu", pooling="cls", cache_dir=tmp_path / "cls")
+    mean_vectors, cls_vectors = mean.transform(texts), cls.transform(texts)
+    assert np.abs(mean_vectors - cls_vectors).max() > 0.1
+    ((mean_store,), (cls_store,)) = ((tmp_path / p).glob("*/embeddings.sqlite3") for p in ("mean", "cls"))
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            (cls_store.parent / (cls_store.name + suffix)).unlink()
+    shutil.copyfile(mean_store, cls_store)  # what `cp -r` of the mean folder onto the cls one does
+    with pytest.warns(RuntimeWarning, match="made for another configuration than " + cls_store.parent.name):
+        np.testing.assert_array_equal(cls.transform(texts), cls_vectors)  # the cls vectors, recomputed
+    assert cls_store.read_bytes() == mean_store.read_bytes()  # left alone: the warning says to delete it
 
 
 def test_a_damaged_file_warns_through_the_embedder_and_the_vectors_are_right(tmp_path):

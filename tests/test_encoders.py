@@ -6,6 +6,7 @@ compared with transformers run on each text alone, unpadded.
 """
 
 import json
+import logging
 import os
 import pickle
 import zipfile
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import FeatureUnion, make_pipeline
 from sklearn.utils._param_validation import InvalidParameterError
 from transformers import AutoModel, AutoTokenizer, BertConfig, LlamaConfig, Qwen2Config, RobertaConfig
@@ -174,12 +176,29 @@ def _assert_no_secret(folder) -> None:
                     assert not any(SECRET.encode() in archive.read(m) for m in archive.namelist()), name
 
 
-def test_the_token_is_never_shown_pickled_saved_cached_or_exported(tiny, tmp_path):
+def test_the_token_is_never_shown_pickled_saved_cached_or_exported(tiny, tmp_path, caplog, monkeypatch):
+    import transformers
+
+    loaded_with = []
+    real = transformers.AutoModel.from_pretrained
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained",
+                        lambda *a, **kw: (loaded_with.append(kw.get("token")), real(*a, **kw))[1])
+    caplog.set_level(logging.DEBUG)
     embedder = BertEmbedder(tiny["bert"], pooling="mean", token=SECRET, cache_dir=tmp_path / "cache")
     pipe = make_pipeline(embedder, Whitener(n_components=8)).fit([f"{t} {i}" for i in range(4) for t in TEXTS])
-    shown = [repr(embedder), repr(pipe), str(embedder.get_params()), pipe._repr_html_(), repr(clone(embedder))]
+    params, token = embedder.get_params(), embedder.get_params()["token"]
+    shown = [repr(embedder), repr(pipe), str(params), pipe._repr_html_(), repr(clone(embedder)),
+             json.dumps(params, default=str), str(token), f"{token}", "%s" % token, format(token), token + "",
+             token.encode().decode(), str([token]),
+             json.dumps(pipe.get_params(), default=str), caplog.text]
     assert not any(SECRET in text for text in shown) and "token='***'" in repr(embedder)
-    assert clone(embedder).get_params()["token"] == SECRET  # clone keeps it usable (GridSearchCV)
+    assert json.loads(json.dumps({"token": token})) == {"token": "***"}  # no default=: the JSON form itself
+    copy = clone(embedder)
+    assert copy.get_params()["token"].reveal() == SECRET  # clone keeps it usable
+    assert copy.set_params(token=token).get_params()["token"].reveal() == SECRET
+    search = GridSearchCV(clone(pipe), {"whitener__power": [0.5, 0.25]}, cv=2)
+    search.fit([f"{t} {i}" for i in range(4) for t in TEXTS])
+    assert loaded_with and set(loaded_with) == {SECRET} and all(type(t) is str for t in loaded_with)  # the raw token
     assert SECRET.encode() not in pickle.dumps(pipe)
     with pytest.raises(TypeError, match="never pickled"):
         pickle.dumps(embedder.get_params())  # the HiddenToken itself refuses

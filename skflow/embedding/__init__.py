@@ -43,6 +43,7 @@ from skflow.embedding._options import (
     hide_token,
     hub_kwargs,
     model_kwargs_key,
+    reveal_token,
 )
 from skflow.embedding._run import encode_texts, encoder_settings
 from skflow.embedding._texts import validate_texts
@@ -82,6 +83,7 @@ __all__ = [
     "resolve_dtype",
     "resolve_model_source",
     "resolve_pooling",
+    "reveal_token",
     "tokenize",
     "validate_texts",
 ]

@@ -10,9 +10,14 @@ instant leaves each one whole or absent. Each row carries its text's full hash
 and a checksum of hash and vector: a damaged row is detected, recomputed and
 rewritten. Vectors come back bit for bit (little-endian float32).
 
+Each store is bound to its configuration: it holds the SHA-256 of the key
+(table ``configuration``), checked at every opening, so a store copied or moved
+into another configuration's folder is never served there.
+
 Not trusted, and recomputed with a warning: a store (or its ``-wal``, ``-shm``
 or ``-journal`` file) that is a symbolic or hard link, not a regular file, not
-a database, damaged, or another program's database; such a file is never
+a database, damaged, another program's database, of another format (stores of
+format 1 were not bound), or made for another configuration; such a file is never
 modified or deleted: the warning says to delete it. A store owned by another
 user (who could have planted any vector) is never read: this user keeps its
 own beside it. Nothing goes through a symbolically linked configuration folder.
@@ -42,7 +47,7 @@ from skflow.utils import prove_writable, write_text_atomically
 STORE_NAME = "embeddings.sqlite3"
 _SIDE_FILES = ("-wal", "-shm", "-journal")
 _APPLICATION_ID = 0x534B4645  # "SKFE" in the database header: this file is an skflow embedding store
-_FORMAT = 1  # PRAGMA user_version
+_FORMAT = 2  # PRAGMA user_version; 2: the store holds the hash of its configuration's key
 _PAGE_SIZE = 32768  # 21 rows of 384 float32 per page, 97% full (4 KiB pages: 2 rows, 75%); see benchmarks
 _BUSY_TIMEOUT_S = 300.0  # in all, for one statement: SQLite waits 30 s at a time, _retry tries again
 _READ_BATCH = 500  # under SQLite's 999 bound variables of old versions
@@ -54,6 +59,7 @@ _SCHEMA = (
     "CREATE TABLE embeddings (prefix INTEGER NOT NULL UNIQUE, text_hash BLOB NOT NULL, "
     "vector BLOB NOT NULL, checksum BLOB NOT NULL)"
 )
+_BINDING = "CREATE TABLE configuration (key_sha256 TEXT NOT NULL)"  # one row: the key this store was made for
 _T = TypeVar("_T")
 
 
@@ -124,9 +130,9 @@ class EmbeddingCache:
     """
 
     def __init__(self, root: str | os.PathLike, key: dict, dim: int):
-        blob = json.dumps(key, sort_keys=True).encode()
+        self.key_sha256 = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
         self.root = Path(root).expanduser()
-        self.folder = self.root / hashlib.sha256(blob).hexdigest()[:24]
+        self.folder = self.root / self.key_sha256[:24]
         self.path = self.folder / STORE_NAME
         self.key = key
         self.dim = dim
@@ -316,7 +322,7 @@ class EmbeddingCache:
                 return False
             db.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # only takes effect before the first table
             _retry(lambda: db.execute("PRAGMA journal_mode = WAL").fetchone())
-            _retry(lambda: _create(db, self._is_ours))
+            _retry(lambda: _create(db, self._is_ours, self.key_sha256))
         db.execute("PRAGMA synchronous = NORMAL")  # whole transactions survive a killed process; see docs
         db.execute("PRAGMA cache_size = -65536")  # 64 MiB: pages of a batch are read once
         return True
@@ -332,6 +338,14 @@ class EmbeddingCache:
         columns = [(row[1], row[2]) for row in db.execute("PRAGMA table_info(embeddings)")]
         if version != _FORMAT or columns != _COLUMNS:
             raise _StoreError(_unusable(f"{self.path.name} has format {version}, not {_FORMAT}"))
+        try:
+            bound = [row[0] for row in _retry(lambda: db.execute("SELECT key_sha256 FROM configuration").fetchall())]
+        except sqlite3.OperationalError as exc:  # no such table: a crafted store
+            if _is_busy(exc):
+                raise
+            bound = []
+        if bound != [self.key_sha256]:  # copied or moved from another configuration's folder: its vectors differ
+            raise _StoreError(_unusable(f"{self.path.name} was made for another configuration than {self.folder.name}"))
         return True
 
     def _write_key(self) -> None:
@@ -383,10 +397,13 @@ def _write(db: sqlite3.Connection, rows: list) -> None:  # a row of the same pre
         db.executemany(f"INSERT OR REPLACE INTO embeddings ({_FIELDS}) VALUES (?, ?, ?, ?)", rows)
 
 
-def _create(db: sqlite3.Connection, is_ours: Callable[[sqlite3.Connection], bool]) -> None:
-    """Create the table and mark the file as ours, unless another process just did."""
+def _create(db: sqlite3.Connection, is_ours: Callable[[sqlite3.Connection], bool], key_sha256: str) -> None:
+    """Create the tables, bind the store to its configuration and mark the file as ours, unless another process
+    just did."""
     with _transaction(db):
         if not is_ours(db):
             db.execute(_SCHEMA)
+            db.execute(_BINDING)
+            db.execute("INSERT INTO configuration (key_sha256) VALUES (?)", (key_sha256,))
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {_FORMAT}")

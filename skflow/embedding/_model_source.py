@@ -30,6 +30,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from skflow.embedding._options import reveal_token
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.tiktoken", "vocab*.txt", "merges*.txt", "*.py")
@@ -142,7 +144,8 @@ def hub_commit(repo_id: str, revision: str | None, token=None) -> str:
     from transformers.utils import cached_file
 
     try:
-        config = cached_file(repo_id, "config.json", revision=revision, **({} if token is None else {"token": token}))
+        hub = {} if token is None else {"token": reveal_token(token)}
+        config = cached_file(repo_id, "config.json", revision=revision, **hub)
     except (OSError, ValueError) as exc:
         raise EncoderNotFoundError(not_found_message(repo_id, revision, str(exc).split("\n")[0])) from exc
     snapshot = Path(config).parent

@@ -4,8 +4,9 @@ Checked here, before anything is loaded, and turned into what transformers takes
 
 - ``trust_remote_code`` is passed on only when True (transformers' default
   stays in charge otherwise);
-- ``token`` is passed on only when given, never stored: `HiddenToken` keeps a
-  token string out of reprs and error messages, and the estimator drops it
+- ``token`` is passed on only when given, never stored: `HiddenToken` is a
+  string whose value is ``***`` with the token kept aside, so every printed,
+  logged or JSON form of the parameters shows the mask; the estimator drops it
   from its pickled state;
 - ``model_kwargs`` may hold only the keys in `MODEL_KWARGS`, with plain JSON
   values, so that they can be saved, compared and hashed into the cache key;
@@ -44,15 +45,41 @@ NEW_PARAMETER_DEFAULTS = {"prompt": None, "trust_remote_code": False, "token": N
 
 
 class HiddenToken(str):
-    """A Hugging Face token that never shows itself: its ``repr`` is ``'***'``; ``str`` and comparisons use it.
+    """A Hugging Face token whose every printed form is ``***``: its string value IS the mask.
 
-    Copying (``copy.copy``, ``copy.deepcopy``, scikit-learn's ``clone``) returns the same object.
+    ``str``, ``repr``, f-strings, ``json.dumps``, logging and ``.encode()``
+    all see ``'***'``; the token itself is kept aside and only `reveal` gives
+    it (skflow calls it where it hands the token to huggingface_hub). Two
+    HiddenTokens are equal when their tokens are. Copying (``copy.copy``,
+    ``copy.deepcopy``, scikit-learn's ``clone``) returns the same object;
+    pickling is refused.
     """
 
-    __slots__ = ()
+    MASK = "***"
+
+    def __new__(cls, token: str):
+        hidden = super().__new__(cls, cls.MASK)
+        hidden.__dict__["_token"] = str.__str__(token) if not isinstance(token, HiddenToken) else token.reveal()
+        return hidden
+
+    def reveal(self) -> str:
+        """The token itself, for huggingface_hub."""
+        return self.__dict__["_token"]
 
     def __repr__(self) -> str:
-        return "'***'"
+        return f"'{self.MASK}'"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, HiddenToken) and other.reveal() == self.reveal()
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((HiddenToken, self.reveal()))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a HiddenToken cannot be changed")
 
     def __copy__(self):
         return self
@@ -63,10 +90,18 @@ class HiddenToken(str):
     def __reduce__(self):
         raise TypeError("a Hugging Face token is never pickled")
 
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a Hugging Face token is never pickled")
+
 
 def hide_token(token):
     """``token`` as a `HiddenToken` if it is a string, else as it is (None, True, False)."""
     return HiddenToken(token) if isinstance(token, str) and not isinstance(token, HiddenToken) else token
+
+
+def reveal_token(token):
+    """The token to hand to huggingface_hub: a `HiddenToken`'s own value, anything else as it is."""
+    return token.reveal() if isinstance(token, HiddenToken) else token
 
 
 def check_prompt(prompt) -> str | None:
@@ -88,6 +123,7 @@ def check_token(token) -> None:
     """A token is None, a bool (True: the token saved by ``hf auth login``) or a non-empty string."""
     if token is None or isinstance(token, bool):
         return
+    token = reveal_token(token)
     if not isinstance(token, str):
         raise TypeError(f"token must be a str, a bool or None, got a {type(token).__name__}")
     if not token.strip() or any(c.isspace() for c in token):
@@ -150,11 +186,12 @@ def frozen_kwargs(model_kwargs: dict) -> str:
 def hub_kwargs(trust_remote_code: bool, token) -> tuple:
     """What transformers and huggingface_hub get: ``trust_remote_code`` only when True, ``token`` only when set.
 
-    A hashable tuple of pairs (the registry's cache key holds it in memory only).
+    A hashable tuple of pairs, the token revealed (transformers sends it as it is): it lives in memory only,
+    in the in-process model registry's key, never in a file, a log or the embedding cache's key.
     """
     options = []
     if bool(trust_remote_code):
         options.append(("trust_remote_code", True))
     if token is not None and token is not False:
-        options.append(("token", hide_token(token)))
+        options.append(("token", reveal_token(token)))
     return tuple(options)
