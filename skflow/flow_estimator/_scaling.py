@@ -38,6 +38,9 @@ import numpy as np
 from skflow.utils import row_chunks
 
 CONSTANT_RELATIVE_STD = 1e-6
+# The smallest median standard deviation fitted: every modelled feature's (at least 1e-6 of it) then stays
+# above the 1e-35 that skflow.load accepts for scale_ (skflow.flow_estimator._state).
+SMALLEST_TYPICAL_STD = 1e-29
 # The largest magnitude whose square is finite in float32 (about 1.8e19).
 MAX_ABS_VALUE = float(np.sqrt(np.finfo(np.float32).max))
 _N_LISTED = 20
@@ -77,24 +80,44 @@ class FeatureScaling:
 
     @classmethod
     def fit(cls, X: np.ndarray) -> "FeatureScaling":
-        """Mean and standard deviation of the rows of ``X`` (any array, memory-mapped too), in float64 chunks."""
+        """Mean and standard deviation of the rows of ``X`` (any array, memory-mapped too), in float64 chunks.
+
+        Chunks are merged as Chan et al. do, and each feature's sum of squared
+        deviations is kept as ``reference**2 * sum((deviation / reference)**2)``
+        with ``reference`` its largest deviation seen (LAPACK's ``dnrm2``): no
+        square of a deviation is formed, so none underflows, and the standard
+        deviations are right at every scale (the squares of 1e-160 left float64's
+        normal range; at 1e-200 every feature came out constant).
+        """
         n_rows, n_features = X.shape
-        mean, m2, count = np.zeros(n_features), np.zeros(n_features), 0
-        for start, chunk in row_chunks(X, np.float64):  # Chan et al.'s pairwise merge of chunk moments
+        mean, count = np.zeros(n_features), 0
+        reference, scaled_m2 = np.zeros(n_features), np.zeros(n_features)  # m2 = reference**2 * scaled_m2
+        for start, chunk in row_chunks(X, np.float64):
             check_float32_range(chunk, start)
             chunk_mean = chunk.mean(axis=0)
             deviation = np.subtract(chunk, chunk_mean)
-            chunk_m2 = np.square(deviation, out=deviation).sum(axis=0)
+            chunk_reference = np.abs(deviation).max(axis=0)
+            np.divide(deviation, np.where(chunk_reference > 0, chunk_reference, 1.0), out=deviation)
             total = count + len(chunk)
             delta = chunk_mean - mean
-            mean = mean + delta * (len(chunk) / total)
-            m2 = m2 + chunk_m2 + np.square(delta) * (count * len(chunk) / total)
-            count = total
-        std = np.sqrt(m2 / count)
+            parts = ((reference, scaled_m2), (chunk_reference, np.square(deviation, out=deviation).sum(axis=0)),
+                     (np.abs(delta), np.full(n_features, count * len(chunk) / total)))
+            new_reference = np.maximum.reduce([part[0] for part in parts])
+            safe = np.where(new_reference > 0, new_reference, 1.0)
+            scaled_m2 = sum(m2 * np.square(ref / safe) for ref, m2 in parts)
+            reference, mean, count = new_reference, mean + delta * (len(chunk) / total), total
+        std = reference * np.sqrt(scaled_m2 / count)
         constant = std <= CONSTANT_RELATIVE_STD * np.maximum(np.abs(mean), typical_std(std))
         if constant.all():
             raise ValueError(
                 f"All {n_features} features of X are constant: there is no distribution for the flow to model."
+            )
+        if typical_std(std) < SMALLEST_TYPICAL_STD:
+            raise ValueError(
+                f"X's spread is too small: the median standard deviation of its features is {typical_std(std):.3g}, "
+                f"below {SMALLEST_TYPICAL_STD:g} (a saved model keeps standard deviations of at least 1e-35). The "
+                "model does not depend on the data's scale: multiply X by a constant (the same one for fit and "
+                "transform) and fit again."
             )
         return cls(mean=mean, scale=np.where(constant, 1.0, std), constant=constant)
 

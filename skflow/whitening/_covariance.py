@@ -19,6 +19,20 @@ import numpy as np
 
 from skflow.utils import InvalidModelError, replaced_atomically, row_chunks
 
+# The window of data a Whitener fits (and loads), checked by `RunningMoments.check_spread`: a mean and a
+# scatter matrix below MAGNITUDE_LIMIT (beyond it the scatter's products overflow float64), and a largest
+# variance of at least SMALLEST_VARIANCE (below it the squares of the deviations near float64's subnormal
+# range, 2e-308, and lose digits; measured: 3.6 away from the scale-1 map at 1e-160). Inside it the map does
+# not depend on the data's scale (to 2e-10 on real embeddings from 1e-130 to 1e140: tests/test_whitener.py).
+MAGNITUDE_LIMIT = 1e300
+SMALLEST_VARIANCE = 1e-280
+# A feature whose standard deviation is at most this fraction of its mean is constant to rounding.
+CONSTANT_RELATIVE_STD = 1e-6
+_TOO_LARGE = (
+    f"X has values too large for a covariance in float64 (mean or scatter matrix at or above {MAGNITUDE_LIMIT:g}); "
+    "divide X by a constant: the whitened vectors do not depend on the scale."
+)
+
 
 @dataclass(frozen=True)
 class RunningMoments:
@@ -46,15 +60,32 @@ class RunningMoments:
             centred = part - mean_b
             scatter_b = centred.T @ centred
         if not np.isfinite(scatter_b).all():
-            raise ValueError(
-                "X has values too large for a covariance in float64 (their squares overflow, |x| > ~1e154); "
-                "divide X by a constant: the whitened vectors do not depend on the scale."
-            )
+            raise ValueError(_TOO_LARGE)
         n = self.n_samples + n_b
         delta = mean_b - self.mean
         mean = self.mean + delta * (n_b / n)
         scatter = self.scatter + scatter_b + np.outer(delta, delta) * (self.n_samples * n_b / n)
         return RunningMoments(n, mean, (scatter + scatter.T) / 2)  # symmetric to the last bit
+
+    def check_spread(self) -> None:
+        """A ValueError unless these moments can be whitened in float64 and saved: ``mean`` and ``scatter``
+        below `MAGNITUDE_LIMIT` in magnitude, a largest variance of at least `SMALLEST_VARIANCE`, and rows
+        that are not all equal to rounding (each feature's standard deviation at most
+        `CONSTANT_RELATIVE_STD` of its mean's magnitude)."""
+        if not (np.abs(self.mean).max() < MAGNITUDE_LIMIT and np.abs(self.scatter).max() < MAGNITUDE_LIMIT):
+            raise ValueError(_TOO_LARGE)
+        variances = np.diag(self.covariance())
+        if variances.max() < SMALLEST_VARIANCE:
+            raise ValueError(
+                f"The rows of X are all equal, or differ by too little for moments in float64: the largest "
+                f"variance is {variances.max():.3g}, below {SMALLEST_VARIANCE:g}. If they differ, multiply X by a "
+                "constant: the whitened vectors do not depend on the scale."
+            )
+        if (np.sqrt(variances) <= CONSTANT_RELATIVE_STD * np.abs(self.mean)).all():
+            raise ValueError(
+                "The rows of X are all equal to rounding (every feature's standard deviation is at most "
+                f"{CONSTANT_RELATIVE_STD:g} of its mean): there is no direction to whiten. Fit on rows that differ."
+            )
 
     def covariance(self) -> np.ndarray:
         """``scatter / (n - 1)``, as PCA's."""
@@ -150,8 +181,6 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
 FITTED = ("mean_", "scatter_", "components_", "explained_variance_", "scale_", "n_components_",
           "variance_floor_", "n_samples_seen_", "n_features_in_")
 OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
-# Above this, squares (and the scatter's products) overflow float64 on the way to the spectrum.
-MAGNITUDE_LIMIT = 1e150
 
 
 def check_whitener_state(state: dict, params: tuple[str, ...]) -> None:

@@ -332,6 +332,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                 f"Whitener(n_remove={self.n_remove}, n_components={self.n_components}) needs more features "
                 f"than the data have: n_features = {n_features}."
             )
+        moments.check_spread()
         eigenvalues, directions, floor = moments.spectrum(self.eigenvalue_floor)
         kept = slice(self.n_remove, self.n_remove + n_kept)
         variances = np.maximum(eigenvalues[kept], floor)
