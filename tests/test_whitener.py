@@ -352,10 +352,57 @@ def test_onnxruntime_equals_transform(tmp_path, embeddings, params):
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
-def test_values_whose_squares_overflow_are_a_clear_error():
-    X = np.random.default_rng(0).normal(size=(50, 4)) * 1e200
-    whitener = Whitener()
-    with pytest.raises(ValueError, match="too large for a covariance in float64"):
-        whitener.fit(X)
-    assert not hasattr(whitener, "mean_")
-    assert np.isfinite(Whitener().fit(X * 1e-150).transform(X * 1e-150)).all()
+EXPONENTS = range(-300, 301, 10)
+
+
+def _scale_window(make, X: np.ndarray, X_test: np.ndarray) -> list[int]:
+    """The exponents e at which ``make().fit(X * 10**e)`` is accepted; at each, the saved and reloaded model maps
+    ``X_test * 10**e`` as the scale-1 model maps ``X_test`` (to 1e-8). Every other scale is one ValueError saying
+    which way to rescale, with nothing fitted."""
+    reference = make().fit(X).transform(X_test)
+    accepted = []
+    for e in EXPONENTS:
+        scale, model = 10.0**e, make()
+        try:
+            model.fit(X * scale)
+        except ValueError as exc:
+            assert ("multiply X by a constant" if e < 0 else "divide X by a constant") in str(exc), (e, str(exc))
+            assert not hasattr(model, "mean_")
+            continue
+        reloaded = pickle.loads(pickle.dumps(model))  # what fit accepts, load accepts
+        np.testing.assert_allclose(reloaded.transform(X_test * scale), reference, atol=1e-8, err_msg=f"1e{e}")
+        accepted.append(e)
+    assert accepted == list(range(accepted[0], accepted[-1] + 1, 10))  # one window
+    return accepted
+
+
+def test_the_map_does_not_depend_on_the_scale_and_outside_its_window_is_refused():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 8)) @ rng.normal(size=(8, 8)) + 5
+    X[:, 3] = 1.5  # a constant feature, as real encoders have
+    window = _scale_window(Whitener, X, X[:50])
+    assert window[0] <= -130 and window[-1] >= 140, window  # was: 3.6 away at 1e-160, 6.2 from 1e-170 down
+
+
+def test_real_embeddings_are_whitened_alike_at_every_accepted_scale(embeddings):
+    rows = embeddings["mean"][0].reshape(-1, 384).astype(np.float64)
+    window = _scale_window(lambda: Whitener(n_components=256), rows, rows[:200])
+    assert window[0] <= -130 and window[-1] >= 140, window
+
+
+@pytest.mark.parametrize("n_rows", [3, 10, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_that_are_all_equal_are_refused_not_whitened_into_1e18(n_rows, dtype):
+    rng = np.random.default_rng(n_rows)
+    # the mean of copies of a row differs from it by rounding: variances of 1e-36 were scaled up to 1e18
+    X = np.repeat(rng.normal(size=(1, 8)) * 3 + 1, n_rows, axis=0).astype(dtype)
+    for fit in (Whitener.fit, Whitener.partial_fit, lambda w, X: w.fit(X.reshape(n_rows, 1, 8))):
+        whitener = Whitener()
+        with pytest.raises(ValueError, match="The rows of X are all equal"):
+            fit(whitener, X)
+        assert not hasattr(whitener, "mean_")
+    with pytest.raises(ValueError, match="The rows of X are all equal, or differ by too little"):
+        Whitener().fit(np.zeros((5, 8), dtype=dtype))
+    varied = rng.normal(size=(50, 8))
+    merged = Whitener().fit(varied).partial_fit(X)  # equal rows among others: an ordinary fit
+    assert np.abs(merged.transform(varied)).max() < 100  # 1000 copies of one row weigh: up to 15, never 1e18
