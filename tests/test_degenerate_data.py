@@ -1,5 +1,7 @@
 """Data the flow used to get silently wrong: tiny or huge scales, constant features, LU on real embeddings."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -59,6 +61,49 @@ def test_constant_features_are_passed_through_centred_and_left_out_of_the_densit
     moved[:, constant] += 5.0  # no density on constant features: the log-likelihood ignores them
     np.testing.assert_array_equal(flow.score_samples(moved), flow.score_samples(rows))
     assert np.all(flow.sample(50, random_state=0)[:, constant] == flow.mean_[constant])
+
+
+EXPONENTS = [*range(-300, 301, 10), -28, 17, 18]
+
+
+def _flow_scale_window(X: np.ndarray, X_test: np.ndarray) -> list[int]:
+    """The exponents e at which a flow fits ``X * 10**e``: each gives, once saved and reloaded, the latents of
+    the scale-1 flow (to 1e-5; constant features pass through centred, in X's units); every other one is one
+    ValueError saying which way to rescale, nothing fitted."""
+    def make():
+        return FlowGaussianizer(random_state=0, n_levels=1, depth=1, hidden_channels=8)
+
+    reference = make().fit(X).transform(X_test)
+    accepted = []
+    for e in sorted(EXPONENTS):
+        scale, flow = 10.0**e, make()
+        try:
+            flow.fit(X * scale)
+        except ValueError as exc:
+            assert ("multiply X by a constant" if e < 0 else "divide X by a constant") in str(exc), (e, str(exc))
+            assert not hasattr(flow, "flow_")
+            continue
+        reloaded = pickle.loads(pickle.dumps(flow))  # what fit accepts, load accepts (scale_ >= 1e-35)
+        Z, constant = reloaded.transform(X_test * scale), reloaded.constant_features_
+        np.testing.assert_allclose(Z[:, ~constant], reference[:, ~constant], atol=1e-5, err_msg=f"1e{e}")
+        np.testing.assert_allclose(Z[:, constant] / scale, reference[:, constant], rtol=1e-6, atol=1e-12)  # centred
+        accepted.append(e)
+    return accepted
+
+
+def test_the_latents_do_not_depend_on_the_scale_and_outside_the_window_it_is_refused():
+    X = make_anisotropic_mixture(1000, 8, random_state=0)
+    X[:, 3] = 2.0  # a constant feature: judged constant at every scale
+    window = _flow_scale_window(X, X[:100])
+    # the median standard deviation must be >= 1e-29 (it is ~1 here) and |x| <= 1.8e19 (|x| reaches 46 here);
+    # before, 0.85 away at 1e-160 and every feature "constant" at 1e-200
+    assert window == [-28, -20, -10, 0, 10, 17], window
+
+
+def test_real_embeddings_give_the_same_latents_at_every_accepted_scale(stsb_test_mean):
+    rows = stsb_test_mean[0].reshape(-1, 384).astype(np.float64)[:1500]
+    window = _flow_scale_window(rows, rows[:200])
+    assert window == [-28, -20, -10, 0, 10, 17, 18], window  # median std 0.28: 2.8e-29 at 1e-28; |x| <= 1.6
 
 
 def test_all_constant_features_are_an_error():
