@@ -17,7 +17,7 @@ from skflow.datasets import STS_SETS
 from skflow.embedder import DTYPES, POOLINGS, BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.flows import COUPLINGS, PERMUTATIONS
-from skflow.gaussianizer import FlowGaussianizer
+from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 from skflow.utils import check_output_file, write_text_atomically
 
@@ -63,15 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto",
                     help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
     ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
-    ev.add_argument("--epochs", type=int, default=1, help="flow epochs (default: %(default)s, as the paper)")
+    ev.add_argument("--epochs", type=int, default=1,
+                    help=f"flow epochs, 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
     ev.add_argument("--quiet", action="store_true", help="no progress output")
     _add_scale_commands(commands)
     return parser
 
 
-def _count(minimum: int):
-    """An argparse type: an integer of at least ``minimum``."""
+def _count(minimum: int, maximum: int | None = None):
+    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``)."""
 
     def parse(text: str) -> int:
         try:
@@ -80,6 +81,8 @@ def _count(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
 
     return parse
@@ -142,7 +145,8 @@ def _add_scale_commands(commands) -> None:
     fi.add_argument("input_dir", metavar="INPUT_DIR")
     fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding")
-    fi.add_argument("--epochs", type=_count(1), default=_FLOW["max_epochs"])
+    fi.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=_FLOW["max_epochs"],
+                    help=f"1 to {MAX_EPOCHS} (default: %(default)s)")
     for flag, kind in (("batch-size", int), ("learning-rate", float), ("weight-decay", float), ("n-levels", int),
                        ("depth", int), ("hidden-channels", int)):
         fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")])

@@ -115,11 +115,18 @@ def evaluate(
         of that method on that set, plus ``fit_seconds``; ``results["skipped"]``
         lists the sets left out and why.
     """
-    for method in methods:  # a bad name or flow parameter fails before any work
-        estimator = make_method(method, random_state=random_state, flow_params=flow_params)
+    estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
+                  for method in methods}  # a bad name, parameter or size fails before any work
+    for estimator in estimators.values():
         if estimator is not None:
             estimator._validate_params()
     embedder._validate_params()
+    width = len(embedder.get_feature_names_out())  # from the encoder's configuration: nothing is embedded
+    for method, estimator in estimators.items():
+        needed = estimator.n_remove + (estimator.n_components or 1) if isinstance(estimator, Whitener) else 1
+        if needed > width:
+            raise ValueError(f"method {method!r} needs {needed} dimensions, but {embedder.model_name_or_path!r} "
+                             f"embeds {width}.")
     unknown = [s for s in sets if s not in STS_SETS]
     if unknown:
         raise ValueError(f"Unknown STS sets {unknown}; valid names are {', '.join(STS_SETS)}.")

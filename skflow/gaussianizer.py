@@ -23,10 +23,12 @@ from skflow.flow_estimator import (
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.utils import progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
 
-__all__ = ["ConstantFeaturesWarning", "FlowGaussianizer"]
+__all__ = ["MAX_EPOCHS", "ConstantFeaturesWarning", "FlowGaussianizer"]
 
 # Rows used for the data-dependent ActNorm initialisation.
 _INIT_SAMPLES = 4096
+# The most epochs fit accepts: far past any useful training (the paper makes one); 1e11 used to be accepted.
+MAX_EPOCHS = 10_000
 
 
 class FlowGaussianizer(BaseFlow):
@@ -81,8 +83,10 @@ class FlowGaussianizer(BaseFlow):
     batch_size : int, default=64
         Rows per training step (64 sentences = the official 32 pairs).
     max_epochs : int, default=1
-        Passes over the training data in ``fit``; ``partial_fit`` makes one
-        pass over the rows of each call.
+        Passes over the training data in ``fit``, from 1 to ``MAX_EPOCHS``
+        (10,000: far past any useful training, the paper makes one; a larger
+        value is refused before any work rather than run for days);
+        ``partial_fit`` makes one pass over the rows of each call.
     clip_grad_norm : float or None, default=1.0
         Global gradient norm clip; None disables it.
     early_stopping : bool, default=False
@@ -180,7 +184,7 @@ class FlowGaussianizer(BaseFlow):
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "max_epochs": [Interval(Integral, 1, MAX_EPOCHS, closed="both")],
         "clip_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
