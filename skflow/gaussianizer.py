@@ -43,7 +43,9 @@ class FlowGaussianizer(BaseFlow):
     and one epoch.
 
     The features are first standardised in float64 (the map's log-determinant
-    includes it), so the result does not depend on the data's scale. Features
+    includes it), so the result does not depend on the data's scale (a
+    median standard deviation below 1e-29 is a ``ValueError`` saying to
+    multiply X by a constant: a saved model keeps ``scale_`` >= 1e-35). Features
     that are constant (standard deviation at most 1e-6 times the larger of
     their own mean and the median standard deviation; real encoders have a
     few) have no density: they are left out of the flow and of the

@@ -48,6 +48,13 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     ``partial_fit`` merges each call's rows into the same moments:
     ``partial_fit`` over chunks gives ``fit`` on their concatenation.
 
+    The map does not depend on the data's scale inside the window float64
+    moments can hold: a largest variance of at least 1e-280, a mean and
+    scatter matrix below 1e300. Outside it, and on rows that are all equal
+    (to rounding: every feature's standard deviation at most 1e-6 of its
+    mean), ``fit`` and ``partial_fit`` raise a ``ValueError`` and change
+    nothing (see ``docs/whitening.md``).
+
     Directions whose variance is below ``eigenvalue_floor`` times the
     largest one are scaled as if their variance were that floor. Real
     encoders have constant dimensions: their covariance has eigenvalues of
