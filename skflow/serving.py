@@ -206,8 +206,12 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     """
     embedder, post = _check_pipeline(pipeline)
     out = Path(path).expanduser()
+    if out.is_symlink():  # the folder is renamed into place: a link would be replaced, not written through
+        raise FileExistsError(f"{out}: is a symbolic link; give a new folder, or an empty one that is not a link")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty folder")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None), embedder.token)
     check_prompt(embedder.prompt)

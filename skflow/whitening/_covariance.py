@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skflow.utils import InvalidModelError, replaced_atomically, row_chunks
+from skflow.utils import InvalidModelError, check_output_file, replaced_atomically, row_chunks
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="skflow")
     model.ir_version = 9  # readable by the onnxruntime releases of the last years
     onnx.checker.check_model(model)
-    out = Path(path).expanduser()
+    out = check_output_file(path)  # a folder, or a missing folder above it: one line naming the path
     with replaced_atomically(out) as temporary:
         temporary.write_bytes(model.SerializeToString())
     return out
