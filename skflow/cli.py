@@ -3,8 +3,11 @@
 import argparse
 import json
 import math
+import os
 import platform
+import re
 import signal
+import stat
 import sys
 import threading
 import warnings
@@ -19,11 +22,12 @@ from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, st
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import check_output_file, write_text_atomically
+from skflow.utils import OutputPathError, check_output_file, write_text_atomically
 
 # The defaults the commands show and pass on are the estimators' own, read once.
 _EMBEDDER = BertEmbedder().get_params()
 _FLOW = FlowGaussianizer().get_params()
+_DEVICES = "auto, cpu, cuda, cuda:N"  # what skflow.utils.resolve_device takes
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -48,21 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_encoder_arguments(ev)
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
-                    help="none, whiten, whiten-K (PCA to K components), flow (default: %(default)s)")
+                    help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions), "
+                    "soft-whiten, abtt-D (all-but-the-top: the top D directions removed), flow "
+                    "(default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
                     help=f"STS sets among {', '.join(STS_SETS)} (default: all seven, skipping those whose data "
                     "is missing; a set named here must be there)")
-    ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS,
-                    help="aggregation over subsets (default: %(default)s)")
-    ev.add_argument("--output", default="skflow_results", metavar="FILE",
-                    help="writes FILE.json and FILE.md (default: %(default)s)")
-    ev.add_argument("--data-home", help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
+    ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
+                    help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
+    ev.add_argument("--output", default="skflow_results", metavar="FILE", type=_file_name,
+                    help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
+                    "(default: %(default)s)")
+    ev.add_argument("--data-home", type=_non_empty,
+                    help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
     ev.add_argument("--device", default="auto",
-                    help="where the encoder runs and the flow trains: auto, cpu, cuda, cuda:N")
-    ev.add_argument("--cache-dir", help="embedding cache folder, reused across runs")
+                    help=f"where the encoder runs and the flow trains: {_DEVICES} (default: %(default)s)")
+    ev.add_argument("--cache-dir", type=_non_empty, help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1,
                     help=f"flow epochs, 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
@@ -88,6 +96,21 @@ def _count(minimum: int, maximum: int | None = None):
     return parse
 
 
+def _non_empty(text: str) -> str:
+    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (an empty path would mean the current folder)")
+    return text
+
+
+def _file_name(text: str) -> str:
+    """An argparse type: a path that names a file (not empty, not ``.``, ``..`` or ending with a separator)."""
+    _non_empty(text)
+    if Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"must name a file, got {text!r}")
+    return text
+
+
 def _non_negative(text: str) -> float:
     """An argparse type: a finite number >= 0."""
     try:
@@ -104,13 +127,14 @@ def _add_encoder_arguments(sub) -> None:
     sub.add_argument("--model", default=_EMBEDDER["model_name_or_path"],
                      help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
     sub.add_argument("--pooling", default=_EMBEDDER["pooling"], choices=sorted(POOLINGS), metavar="POOLING",
-                     help="cls, mean, first_last_avg (the paper's 'last2avg'), last_two_avg (default: %(default)s; "
-                     "last2avg is a deprecated alias of last_two_avg)")
+                     help=f"{', '.join(sorted(POOLINGS))} (default: %(default)s; first_last_avg is the paper's "
+                     "'last2avg', and skflow's last2avg a deprecated alias of last_two_avg)")
     sub.add_argument("--max-length", type=int, default=_EMBEDDER["max_length"],
                      help="tokens per sentence (default: %(default)s)")
     sub.add_argument("--batch-size", type=int, default=_EMBEDDER["batch_size"],
                      help="texts per forward pass (default: %(default)s)")
-    sub.add_argument("--dtype", default=_EMBEDDER["dtype"], choices=["auto", *DTYPES])
+    sub.add_argument("--dtype", default=_EMBEDDER["dtype"], choices=["auto", *DTYPES], metavar="DTYPE",
+                     help=f"the encoder's dtype: {', '.join(['auto', *DTYPES])} (default: %(default)s)")
 
 
 def _add_scale_commands(commands) -> None:
@@ -150,9 +174,12 @@ def _add_scale_commands(commands) -> None:
     for flag, kind in (("batch-size", int), ("learning-rate", float), ("weight-decay", float), ("n-levels", int),
                        ("depth", int), ("hidden-channels", int)):
         fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")])
-    fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS))
-    fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS)
-    fi.add_argument("--device", default=_FLOW["device"])
+    fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS), metavar="COUPLING",
+                    help=f"{', '.join(sorted(COUPLINGS))} (default: %(default)s)")
+    fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS, metavar="PERMUTATION",
+                    help=f"{', '.join(PERMUTATIONS)} (default: %(default)s)")
+    fi.add_argument("--device", default=_FLOW["device"], help=f"where the flow trains: {_DEVICES} "
+                    "(default: %(default)s)")
     fi.add_argument("--seed", type=int, default=0)
     common(fi, workers=False)
 
@@ -255,6 +282,7 @@ def _evaluate_command(args) -> int:
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
         outputs = [check_output_file(f"{stem}{suffix}") for suffix in (".json", ".md")]
+        _replaceable(outputs)
         embedder = BertEmbedder(
             args.model,
             pooling=args.pooling,
@@ -290,13 +318,60 @@ def _evaluate_command(args) -> int:
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
-        for path, text in zip(outputs, texts):
-            write_text_atomically(path, text)  # each file holds the old results or the whole new ones
-    except OSError as exc:  # the table is printed above: the results are not lost
+        replaced = _replaceable(outputs)  # again: a file may have appeared, or been changed, during the run
+        for path, text in zip(outputs, texts):  # each file holds the old results or the whole new ones
+            write_text_atomically(path, text, overwrite=path in replaced)
+    except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _user_error(f"the results are printed above, but writing them failed: {exc}")
     if log:
         log(f"wrote {outputs[0]} and {outputs[1]}")
     return 0
+
+
+# Every line of a results table evaluate writes: a heading, a table row, or empty.
+_HEADING = ", Spearman x 100"
+_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
+_RESULTS_LIMIT = 2**26
+
+
+def _replaceable(paths: list[Path]) -> set[Path]:
+    """Those of ``paths`` that exist, once each existing one is found to be results that evaluate wrote.
+
+    ``evaluate`` never replaces a file it did not write (``--output README``
+    must not replace README.md): an existing file is replaced only if its
+    content is a results file (``.json``: an object with the ``sets`` and
+    the ``config`` evaluate writes; ``.md``: only its tables).
+    """
+    existing = {path for path in paths if os.path.lexists(path)}
+    for path in existing:
+        if not _is_results_file(path):
+            raise OutputPathError(f"{path}: exists and is not a results file that skflow evaluate wrote; it is never "
+                                  "replaced: give another --output, or move the file away")
+    return existing
+
+
+def _is_results_file(path: Path) -> bool:
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a FIFO never blocks
+    except OSError:
+        return False
+    with os.fdopen(descriptor, "rb") as stream:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _RESULTS_LIMIT:
+            return False
+        try:
+            text = stream.read(_RESULTS_LIMIT).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return False
+    if path.suffix == ".md":
+        lines = text.splitlines()
+        return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
+    try:
+        results = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(results, dict) and {"sets", "config"} <= set(results)
+            and isinstance(results["config"], dict) and "skflow" in results["config"])
 
 
 def _run(args, embedder, log) -> dict:

@@ -34,6 +34,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules.module import Module
 from sentence_transformers.base.modules.transformer import Transformer
+from sentence_transformers.util import check_version_requirements
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
@@ -56,6 +57,7 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import (
     REDUCTIONS,
     STOCK_MODES,
+    ExportedFolder,
     check_folder,
     check_pooling_config,
     load_stock_modules,
@@ -204,8 +206,12 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     """
     embedder, post = _check_pipeline(pipeline)
     out = Path(path).expanduser()
+    if out.is_symlink():  # the folder is renamed into place: a link would be replaced, not written through
+        raise FileExistsError(f"{out}: is a symbolic link; give a new folder, or an empty one that is not a link")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not an empty folder")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None), embedder.token)
     check_prompt(embedder.prompt)
@@ -259,8 +265,11 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     ``trust_remote_code=False`` (an ``auto_map`` anywhere in the folder is
     never followed), from local safetensors files only; a ``Dense``'s weights
     from safetensors only; the post-processing of a ``FlowPooling`` is read
-    with :func:`skflow.load`. ``kwargs`` (``device``, ...) go to
-    ``SentenceTransformer``.
+    with :func:`skflow.load`. Every setting of the folder is honoured as
+    ``SentenceTransformer(path)`` honours it (``max_seq_length``,
+    ``do_lower_case``, ``include_prompt``, the prompts, ``similarity_fn_name``,
+    ``truncate_dim``, ...) or refused; see ``docs/serving.md``. ``kwargs``
+    (``device``, ...) go to ``SentenceTransformer`` and win over the folder's settings.
 
     Parameters
     ----------
@@ -298,16 +307,18 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
                         f"it takes no {', '.join(refused)}")
     folder = check_folder(path)
-    kwargs = {**_prompts(None, folder.prompts, folder.default_prompt_name), **kwargs}
+    settings = dict(folder.model_settings)
+    check_version_requirements(settings.pop("requirements", None), source=str(path))
+    kwargs = {**settings, **kwargs}  # the caller's arguments first, as sentence-transformers has them
     config = folder.pooling_config
     if folder.dense is not None:
-        transformer = _load_transformer(folder.transformer, hidden_states=False)
+        transformer = _load_transformer(folder, hidden_states=False)
         modules = load_stock_modules(folder, transformer.get_embedding_dimension())
         return SentenceTransformer(modules=[transformer, *modules], **kwargs)
     if not (folder.pooling / FLOW_FILE).exists():
         raise persistence.InvalidModelError(f"{folder.pooling / FLOW_FILE}: missing; FlowPooling needs its flow")
     post = _load_post_processing(folder.pooling / FLOW_FILE)
-    transformer = _load_transformer(folder.transformer, hidden_states=config["layers"] is not None)
+    transformer = _load_transformer(folder, hidden_states=config["layers"] is not None)
     n_hidden = n_hidden_layers(transformer.auto_model.config)
     if config["layers"] is not None and max(config["layers"]) > n_hidden:
         raise persistence.InvalidModelError(
@@ -322,16 +333,16 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=post)], **kwargs)
 
 
-def _prompts(prompt: str | None, prompts: dict | None = None, default: str | None = None) -> dict:
-    """sentence-transformers' ``prompts`` and ``default_prompt_name``.
+def _prompts(prompt: str | None) -> dict:
+    """sentence-transformers' ``prompts`` and ``default_prompt_name`` for the embedder's ``prompt``.
 
     The embedder's prompt is the default one, and also its ``"query"`` and
     ``"document"`` prompts, so that ``encode``, ``encode_query`` and
     ``encode_document`` all give the pipeline's vectors.
     """
-    if prompt:
-        prompts, default = {PROMPT_NAME: prompt, "query": prompt, "document": prompt}, PROMPT_NAME
-    return {"prompts": dict(prompts), "default_prompt_name": default} if prompts else {}
+    if not prompt:
+        return {}
+    return {"prompts": {PROMPT_NAME: prompt, "query": prompt, "document": prompt}, "default_prompt_name": PROMPT_NAME}
 
 
 def _pad_on_the_right(tokenizer) -> None:
@@ -361,13 +372,16 @@ def _load_post_processing(path) -> FlowGaussianizer | Whitener:
     return post
 
 
-def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
-    """The encoder and tokenizer in ``folder``, loaded so that nothing in the folder can make transformers run code."""
+def _load_transformer(exported: ExportedFolder, hidden_states: bool) -> Transformer:
+    """The encoder and tokenizer of the folder, with its checked settings, loaded so that nothing in the folder can
+    make transformers run code."""
     never = {"trust_remote_code": False, "local_files_only": True}
+    folder = exported.transformer
     try:
         with quiet_transformers():
             return Transformer(
                 str(folder),
+                **exported.transformer_settings,  # max_seq_length, do_lower_case, ...: applied as for any folder
                 model_kwargs={**never, "use_safetensors": True},  # no pickled .bin weights
                 processor_kwargs=dict(never),
                 config_kwargs={**never, **({"output_hidden_states": True} if hidden_states else {})},

@@ -2,16 +2,18 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from skflow import BertEmbedder, Whitener
 from skflow.cli import main
 from skflow.datasets import load_sts
-from skflow.evaluation import evaluate, make_method, markdown_tables
+from skflow.evaluation import METHODS, evaluate, make_method, markdown_tables
 from skflow.metrics import sts_spearman
 
 
@@ -185,12 +187,24 @@ def test_results_are_printed_before_a_failing_write_and_not_lost(tmp_path, capsy
     assert err.startswith("error: the results are printed above, but writing them failed") and err.count("\n") == 1
 
 
+def _fake_results(monkeypatch, spearman=0.5, during=None):
+    """``evaluate`` replaced by one that returns a report at once (after calling ``during``)."""
+    report = {"subsets": {"test": {"spearman": spearman, "n_pairs": 3}}, "wmean": spearman, "mean": spearman,
+              "all": spearman, "fit_seconds": 0.1}
+
+    def fake(*args, **kwargs):
+        if during is not None:
+            during()
+        return {"sets": {"stsb": {"none": report}}, "skipped": {}}
+
+    monkeypatch.setattr("skflow.cli.evaluate", fake)
+
+
 def test_results_files_are_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
-    report = {"subsets": {"test": {"spearman": 0.5, "n_pairs": 3}}, "wmean": 0.5, "mean": 0.5, "all": 0.5,
-              "fit_seconds": 0.1}
-    monkeypatch.setattr("skflow.cli.evaluate", lambda *a, **k: {"sets": {"stsb": {"none": report}}, "skipped": {}})
-    (tmp_path / "r.json").write_text("previous results")
-    (tmp_path / "r.md").write_text("previous table")
+    _fake_results(monkeypatch, spearman=0.25)
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 0
+    previous = {name: (tmp_path / name).read_text() for name in ("r.json", "r.md")}
+    _fake_results(monkeypatch)
     real_write_text = type(tmp_path).write_text
 
     def half_then_disk_full(self, text, *args, **kwargs):
@@ -201,9 +215,71 @@ def test_results_files_are_replaced_whole_or_not_at_all(tmp_path, capsys, monkey
     assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
     assert "writing them failed" in capsys.readouterr().err
     monkeypatch.undo()
-    assert (tmp_path / "r.json").read_text() == "previous results"
-    assert (tmp_path / "r.md").read_text() == "previous table"
+    assert {name: (tmp_path / name).read_text() for name in ("r.json", "r.md")} == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]  # no half-written temporary left
+    _fake_results(monkeypatch)
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 0
+    assert "| none | 50.00 |" in (tmp_path / "r.md").read_text()  # its own results are replaced by the next run
+
+
+def _plant(tmp_path, name, kind):
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link":
+        (tmp_path / "elsewhere.md").write_text("| a table | someone keeps |\n")
+        path.symlink_to(tmp_path / "elsewhere.md")
+    else:
+        path.write_text(kind)
+    return path
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("README.md", "# My project\n\nNotes the user wrote.\n"),
+    ("README.md", "| a table | of the user's |\n"),
+    ("README.md", ""),
+    ("README.json", json.dumps({"sets": {}, "config": {"mine": 1}})),
+    ("README.json", "not json"),
+    ("README.md", "fifo"),
+    ("README.md", "link"),
+])
+def test_evaluate_never_replaces_a_file_it_did_not_write(tmp_path, capsys, monkeypatch, name, kind):
+    """``--output README`` replaced the user's README.md with the results table."""
+    _fake_results(monkeypatch, during=lambda: pytest.fail("evaluated before the output was checked"))
+    planted = _plant(tmp_path, name, kind)
+    before = {p.name: os.lstat(p) for p in tmp_path.iterdir()}
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "README"), "--quiet"]) == 2
+    err = _one_line_error(capsys)
+    assert f"{planted}: exists and is not a results file that skflow evaluate wrote" in err
+    assert {p.name: os.lstat(p) for p in tmp_path.iterdir()} == before
+
+
+def test_a_file_that_appears_or_changes_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
+    notes = tmp_path / "r.md"
+    _fake_results(monkeypatch, during=lambda: notes.write_text("# written by the user during the run\n"))
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "r.md: exists and is not a results file" in _one_line_error(capsys)
+    assert notes.read_text() == "# written by the user during the run\n" and not (tmp_path / "r.json").exists()
+    _fake_results(monkeypatch)
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "s"), "--quiet"]) == 0
+    _fake_results(monkeypatch, during=lambda: (tmp_path / "s.json").write_text('{"mine": true}'))
+    assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "s"), "--quiet"]) == 2
+    assert (tmp_path / "s.json").read_text() == '{"mine": true}'
+
+
+@pytest.mark.parametrize("option, value", [("--output", ""), ("--output", " "), ("--output", "."),
+                                           ("--output", "results/"), ("--output", ".."), ("--cache-dir", ""),
+                                           ("--data-home", "")])
+def test_empty_names_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, option, value):
+    """``--output ""`` wrote ``..json`` and ``..md``; ``--cache-dir ""`` cached into the current folder."""
+    _fake_results(monkeypatch, during=lambda: pytest.fail("evaluated despite an empty name"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["evaluate", "--sets", "stsb", "--quiet", option, value])
+    assert info.value.code == 2
+    err = _one_line_error(capsys)
+    assert f"argument {option}: must" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_usage_errors_are_one_line_too(capsys):
@@ -243,3 +319,67 @@ def test_command_defaults_are_the_estimators_defaults():
     for key in ("batch_size", "learning_rate", "weight_decay", "n_levels", "depth", "hidden_channels", "coupling",
                 "permutation", "device"):
         assert fit[key] == flow[key], key
+
+
+def _accepted_values(action) -> list[str] | None:
+    """What a command takes for ``action``, read from the code: argparse's choices, or the lists in the errors of
+    ``make_method`` and ``resolve_device`` (which check ``--method`` and ``--device``); None for free values."""
+    from skflow.utils import resolve_device
+
+    if action.choices is not None and not isinstance(action.choices, dict):  # a dict: the subcommands
+        return [str(choice) for choice in action.choices]
+    if action.dest == "method":
+        with pytest.raises(ValueError) as error:
+            make_method("?")
+        listed = re.sub(r"\([^)]*\)", "", re.search(r"valid methods are (.*)\.$", str(error.value)).group(1))
+        return [name for name in re.findall(r"[a-z][\w-]*", listed) if name != "and"]
+    if action.dest == "device":
+        with pytest.raises(ValueError) as error:
+            resolve_device("?")
+        return re.findall(r"'([^']+)'", str(error.value).split(", got")[0])
+    return None
+
+
+def _options_with_values():
+    from skflow.cli import _parser
+
+    parser = _parser()
+    for command, sub in parser._subparsers._group_actions[0].choices.items():
+        for action in sub._actions:
+            values = _accepted_values(action)
+            if values:
+                yield command, sub, action, values
+
+
+def _names(values, text: str) -> list[str]:
+    """Those of ``values`` that ``text`` does not name as a whole word."""
+    return [value for value in values if not re.search(rf"(?<![\w-]){re.escape(value)}(?![\w:-])", text)]
+
+
+def test_every_help_text_lists_every_value_its_option_takes():
+    """``evaluate --help`` listed none, whiten, whiten-K, flow for --method; center, soft-whiten, abtt-D exist too."""
+    seen = set()
+    for command, sub, action, values in _options_with_values():
+        seen.add((command, action.option_strings[0]))
+        text = sub._get_formatter()._expand_help(action) if action.help else ""
+        assert not _names(values, text), (command, action.option_strings, _names(values, text), text)
+    assert {("evaluate", "--method"), ("evaluate", "--pooling"), ("evaluate", "--device"), ("embed", "--dtype"),
+            ("fit", "--coupling"), ("fit", "--permutation"), ("fit", "--device")} <= seen
+    methods = [action for _, _, action, _ in _options_with_values() if action.dest == "method"]
+    forms = _accepted_values(methods[0])
+    assert set(METHODS) <= set(forms) and {"center", "abtt-D", "whiten-K", "soft-whiten"} <= set(forms)
+    for form in forms:  # each form the help names is one that the command takes
+        assert form == "none" or make_method(re.sub(r"-[KD]$", "-3", form)) is not None
+
+
+def test_the_docs_list_every_value_each_option_takes():
+    """Some table row or paragraph of docs/ that names the option lists every value it takes."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    units = []
+    for path in sorted(docs.glob("*.md")):
+        for block in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            units += block.splitlines() if block.lstrip().startswith("|") else [" ".join(block.split())]
+    for command, _, action, values in _options_with_values():
+        option = action.option_strings[0]
+        naming = [unit for unit in units if f"`{option}`" in unit]
+        assert any(not _names(values, unit) for unit in naming), (command, option, values, naming)

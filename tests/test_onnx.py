@@ -58,3 +58,27 @@ def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_pat
     with pytest.raises(OSError, match="simulated"):
         make().fit(rows[2000:4000]).to_onnx(path)
     assert path.read_bytes() == old and sorted(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("target", ["folder", "link to a folder", "under a missing folder", "under a file"])
+@pytest.mark.parametrize("make", [lambda: FlowGaussianizer(max_epochs=1, depth=1, random_state=0), lambda: Whitener()],
+                         ids=["flow", "whitener"])
+def test_an_export_onto_an_odd_target_is_one_line_naming_it(tmp_path, make, target):
+    """``to_onnx`` onto a folder named the hidden temporary file, not the user's path."""
+    from skflow.synthetic import make_anisotropic_mixture
+    from skflow.utils import OutputPathError
+
+    model = make().fit(make_anisotropic_mixture(600, 8, random_state=0))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "folder")
+    path = {"folder": tmp_path / "folder", "link to a folder": tmp_path / "link",
+            "under a missing folder": tmp_path / "missing" / "m.onnx",
+            "under a file": tmp_path / "file" / "m.onnx"}[target]
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(OutputPathError) as error:
+        model.to_onnx(path)
+    message = str(error.value)
+    assert "\n" not in message and ".skflow-tmp" not in message and str(path.parent if "under" in target else path) \
+        in message
+    assert sorted(tmp_path.rglob("*")) == before

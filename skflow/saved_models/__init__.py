@@ -8,12 +8,19 @@ make them safe for files somebody else wrote live here. See
 
 from skflow.saved_models._estimators import check_estimators, estimators
 from skflow.saved_models._skops import check_skops_archive
-from skflow.saved_models._st_folder import REDUCTIONS, STOCK_MODES, check_folder, check_pooling_config
+from skflow.saved_models._st_folder import (
+    REDUCTIONS,
+    STOCK_MODES,
+    ExportedFolder,
+    check_folder,
+    check_pooling_config,
+)
 from skflow.saved_models._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
 
 __all__ = [
     "REDUCTIONS",
     "STOCK_MODES",
+    "ExportedFolder",
     "check_estimators",
     "check_folder",
     "check_pooling_config",

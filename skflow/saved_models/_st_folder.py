@@ -47,7 +47,25 @@ IDENTITY = "torch.nn.modules.linear.Identity"
 REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 # skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
-PROMPTS_FILE = "config_sentence_transformers.json"
+MODEL_CONFIG_FILE = "config_sentence_transformers.json"
+# The SentenceTransformer settings of MODEL_CONFIG_FILE: honoured as sentence-transformers honours them, or refused.
+MODEL_SETTINGS = ("__version__", "model_type", "prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim",
+                  "requirements")
+SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")  # SentenceTransformer's
+# sentence-transformers reads the Transformer's settings from the first of these that holds any
+TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_config.json",
+                            "sentence_distilbert_config.json", "sentence_camembert_config.json",
+                            "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
+                            "sentence_xlnet_config.json")
+# Transformer settings passed on to sentence-transformers' Transformer, which applies them as it does for any folder
+TRANSFORMER_SETTINGS = ("max_seq_length", "do_lower_case", "query_length", "document_length", "unpad_inputs")
+# Transformer settings that may only hold a plain text encoder's value: other tasks, modalities, processing or
+# loading arguments chosen by the folder are refused
+TEXT_ENCODER = {"transformer_task": "feature-extraction",
+                "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+                "module_output_name": "token_embeddings", "processing_kwargs": {}, "query_expansion": None,
+                **dict.fromkeys(("model_args", "model_kwargs", "tokenizer_args", "processor_kwargs", "config_args",
+                                 "config_kwargs"), {})}
 MAX_PROMPTS, PROMPT_MAX_CHARS = 64, 4096
 POOLING_KEYS = ("reduction", "layers", "normalize")
 MODULE_KEYS = {"idx": int, "name": str, "path": str, "type": str}
@@ -66,11 +84,12 @@ class ExportedFolder(NamedTuple):
     root: Path  # links resolved
     transformer: Path
     pooling: Path
-    pooling_config: dict  # FlowPooling: reduction, layers, normalize; stock: reduction, dimension, normalize
+    pooling_config: dict  # FlowPooling: reduction, layers, normalize; stock: reduction, dimension, include_prompt,
+    # normalize
+    transformer_settings: dict  # Transformer keyword arguments (TRANSFORMER_SETTINGS), checked
+    model_settings: dict  # SentenceTransformer keyword arguments (prompts, ...) and "requirements", checked
     dense: Path | None = None  # stock folders: the Dense module's folder
     dense_config: dict | None = None  # and its in_features, out_features, bias
-    prompts: dict | None = None  # config_sentence_transformers.json's prompts, checked
-    default_prompt_name: str | None = None
 
 
 def check_folder(path: str | os.PathLike) -> ExportedFolder:
@@ -99,10 +118,10 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
         raise InvalidModelError(f"{where}: lists {', '.join(kinds)}; it {_LAYOUT_RULE}")
     folders = dict(zip(kinds, (_module_dir(root, module["path"]) for module in modules)))
     config_file = folders[kinds[1]] / "config.json"
-    prompts = check_prompts(root / PROMPTS_FILE)
+    settings = check_transformer_config(folders["Transformer"]), check_model_config(root / MODEL_CONFIG_FILE)
     if kinds[1] == "FlowPooling":
         return ExportedFolder(root, folders["Transformer"], folders["FlowPooling"],
-                              check_pooling_config(read_json(config_file), config_file), None, None, *prompts)
+                              check_pooling_config(read_json(config_file), config_file), *settings)
     pooling = {**check_stock_pooling_config(read_json(config_file), config_file), "normalize": "Normalize" in kinds}
     if "Normalize" in kinds:
         _check_normalize(folders["Normalize"])
@@ -111,16 +130,68 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
     if dense["in_features"] != pooling["dimension"]:
         raise InvalidModelError(f"{dense_file}: in_features is {dense['in_features']}, the pooling gives "
                                 f"{pooling['dimension']}")
-    return ExportedFolder(root, folders["Transformer"], folders["Pooling"], pooling, folders["Dense"], dense, *prompts)
+    return ExportedFolder(root, folders["Transformer"], folders["Pooling"], pooling, *settings, folders["Dense"], dense)
 
 
-def check_prompts(path: Path) -> tuple[dict | None, str | None]:
-    """``prompts`` and ``default_prompt_name`` of ``config_sentence_transformers.json`` (absent: none), checked."""
+def check_transformer_config(folder: Path) -> dict:
+    """The Transformer's settings, read from the file sentence-transformers reads, as `Transformer` keyword arguments.
+
+    Each setting is either passed on to sentence-transformers' ``Transformer``
+    (`TRANSFORMER_SETTINGS`: it applies them exactly as when it loads the
+    folder itself) or must hold a plain text encoder's value (`TEXT_ENCODER`);
+    any other key is refused, so that no setting is silently ignored.
+    """
+    for name in TRANSFORMER_CONFIG_FILES:
+        path = folder / name
+        config = read_json(path) if path.exists() else {}
+        if config:
+            break
+    if not isinstance(config, dict):
+        raise InvalidModelError(f"{path}: must be a JSON object")
+    unknown = sorted(set(config) - set(TRANSFORMER_SETTINGS) - set(TEXT_ENCODER))
+    if unknown:
+        raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it honours "
+                                f"{', '.join(TRANSFORMER_SETTINGS)}, and a text encoder's {', '.join(TEXT_ENCODER)})")
+    for key, value in TEXT_ENCODER.items():
+        if key in config and config[key] != value:
+            raise InvalidModelError(f"{path}: {key} must be {value!r} (a text encoder's), got {config[key]!r}")
+    settings = {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
+    for key, value in settings.items():
+        if key in ("max_seq_length", "query_length", "document_length"):
+            if value is not None:
+                _positive_int(value, key, path)
+        elif not isinstance(value, bool) and not (key == "unpad_inputs" and value is None):
+            raise InvalidModelError(f"{path}: {key} must be true or false, got {value!r}")
+    return settings
+
+
+def check_model_config(path: Path) -> dict:
+    """The settings of ``config_sentence_transformers.json`` (absent: none), as `SentenceTransformer` arguments.
+
+    Prompts, the default prompt, the similarity function and ``truncate_dim``
+    are passed on as sentence-transformers takes them from the folder;
+    ``requirements`` is returned for sentence-transformers' own check; a
+    ``model_type`` other than ``SentenceTransformer`` and any other key are refused.
+    """
     if not path.exists():
-        return None, None
+        return {}
     config = read_json(path)
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
+    unknown = sorted(set(config) - set(MODEL_SETTINGS))
+    if unknown:
+        raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it knows "
+                                f"{', '.join(MODEL_SETTINGS)})")
+    if config.get("model_type", "SentenceTransformer") != "SentenceTransformer":
+        raise InvalidModelError(f"{path}: model_type must be 'SentenceTransformer', got {config['model_type']!r}")
+    similarity, truncate_dim = config.get("similarity_fn_name"), config.get("truncate_dim")
+    if similarity is not None and similarity not in SIMILARITY_FN_NAMES:
+        raise InvalidModelError(f"{path}: similarity_fn_name must be one of {', '.join(SIMILARITY_FN_NAMES)}, got "
+                                f"{similarity!r}")
+    if truncate_dim is not None:
+        _positive_int(truncate_dim, "truncate_dim", path)
+    settings = {"similarity_fn_name": similarity, "truncate_dim": truncate_dim, "requirements": config.get(
+        "requirements")}
     prompts, default = config.get("prompts"), config.get("default_prompt_name")
     prompts = {} if prompts is None else prompts
     if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
@@ -130,7 +201,9 @@ def check_prompts(path: Path) -> tuple[dict | None, str | None]:
                                 f"{PROMPT_MAX_CHARS} characters")
     if default is not None and (not isinstance(default, str) or default not in prompts):
         raise InvalidModelError(f"{path}: default_prompt_name {default!r} is not one of the prompts {sorted(prompts)}")
-    return (prompts or None), default
+    if prompts:
+        settings.update(prompts=dict(prompts), default_prompt_name=default)
+    return {key: value for key, value in settings.items() if value is not None}
 
 
 def check_pooling_config(config, where) -> dict:
@@ -160,7 +233,7 @@ def check_stock_pooling_config(config, where) -> dict:
     The format of sentence-transformers before 5.4 (``word_embedding_dimension``
     and one boolean per mode), which skflow writes because Text Embeddings
     Inference reads only that, or the later one (``embedding_dimension``,
-    ``pooling_mode``). Returns ``{"reduction", "dimension"}``.
+    ``pooling_mode``). Returns ``{"reduction", "dimension", "include_prompt"}``.
     """
     if not isinstance(config, dict):
         raise InvalidModelError(f"{where}: Pooling's configuration must be a JSON object")
@@ -184,9 +257,11 @@ def check_stock_pooling_config(config, where) -> dict:
     if mode not in STOCK_MODES.values():
         raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())}, "
                                 f"got {mode!r}")
-    if not isinstance(config.get("include_prompt", True), bool):
+    include_prompt = config.get("include_prompt", True)
+    if not isinstance(include_prompt, bool):
         raise InvalidModelError(f"{where}: include_prompt must be true or false")
-    return {"reduction": mode, "dimension": _positive_int(config[dimension_key], dimension_key, where)}
+    return {"reduction": mode, "dimension": _positive_int(config[dimension_key], dimension_key, where),
+            "include_prompt": include_prompt}
 
 
 def check_dense_config(config, where) -> dict:

@@ -65,7 +65,8 @@ def load_stock_modules(folder: ExportedFolder, encoder_dimension: int) -> list[t
     weight, bias = read_dense_weights(folder.dense, dense)
     linear = Dense(dense["in_features"], dense["out_features"], bias=dense["bias"],
                    activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
-    return [Pooling(config["dimension"], config["reduction"]), *([Normalize()] if config["normalize"] else []), linear]
+    pooling = Pooling(config["dimension"], config["reduction"], include_prompt=config["include_prompt"])
+    return [pooling, *([Normalize()] if config["normalize"] else []), linear]
 
 
 def _write_json(path: Path, value) -> None:

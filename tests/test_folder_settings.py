@@ -1,0 +1,164 @@
+"""Differential: every setting of an exported folder is honoured by ``load_sentence_transformer`` as plain
+``SentenceTransformer(path)`` honours it, or refused.
+
+Each case crafts a variant of an exported folder (stock modules, or FlowPooling) and either expects the checking
+loader to refuse it, naming the file, or to give the same vectors (``encode``, ``encode_query``,
+``encode_document``), the same similarities and the same limits as sentence-transformers' own loader, to 1e-5.
+Cases marked as changing the vectors must also move them away from the unmodified folder's: a setting that both
+loaders ignored would not pass.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+from sklearn.pipeline import make_pipeline
+
+from skflow import BertEmbedder, Whitener, export_sentence_transformer
+from skflow.persistence import InvalidModelError
+from skflow.serving import load_sentence_transformer
+
+EMBEDDER = {"dtype": "float32", "max_length": 64, "device": "cpu", "show_progress_bar": False, "prompt": "query: "}
+LONG = " ".join(["The committee postponed the vote on the harbour bridge after a long debate about its cost."] * 6)
+TEXTS = ["A man is playing a guitar.", "Two dogs RUN in the snow!", LONG, "Stocks fell sharply today.", LONG[:200]]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, sts_data_home):
+    """An exported stock folder (mean pooling, a prompt) and a FlowPooling one (first_last_avg), made once."""
+    from skflow.datasets import load_sts
+
+    texts = load_sts("stsb", split="test", data_home=sts_data_home).pairs[:100].ravel()
+    root = tmp_path_factory.mktemp("exported")
+    folders = {}
+    for kind, pooling in (("stock", "mean"), ("flow_pooling", "first_last_avg")):
+        embedder = BertEmbedder(pooling=pooling, **EMBEDDER).fit([])
+        pipe = make_pipeline(embedder, Whitener(n_components=64).fit(embedder.transform(texts)))
+        folders[kind] = export_sentence_transformer(pipe, root / kind)
+    return folders
+
+
+def _edit(path: Path, **changes) -> None:
+    config = json.loads(path.read_text()) if path.exists() else {}
+    for key, value in changes.items():
+        if value is _DROP:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+_DROP = object()
+ST, MODEL, POOLING, TOKENIZER = ("sentence_bert_config.json", "config_sentence_transformers.json",
+                                 "1_Pooling/config.json", "tokenizer_config.json")
+
+
+def _legacy_name(folder: Path) -> None:
+    """sentence-transformers reads the first of its old file names that holds settings."""
+    (folder / ST).write_text("{}")
+    (folder / "sentence_roberta_config.json").write_text(json.dumps({"max_seq_length": 12, "do_lower_case": False}))
+
+
+def _new_pooling_format(folder: Path) -> None:
+    (folder / POOLING).write_text(json.dumps({"embedding_dimension": 384, "pooling_mode": "mean",
+                                              "include_prompt": False}))
+
+
+# case -> (edit of the folder, whether it changes the vectors of the unmodified folder)
+HONOURED = {
+    "include_prompt false": (lambda f: _edit(f / POOLING, include_prompt=False), True),
+    "the new Pooling format, include_prompt false": (_new_pooling_format, True),
+    "a shorter max_seq_length": (lambda f: _edit(f / ST, max_seq_length=16), True),
+    "max_seq_length above the tokenizer's": (lambda f: (_edit(f / ST, max_seq_length=128),
+                                                        _edit(f / TOKENIZER, model_max_length=16)), True),
+    "the tokenizer's model_max_length alone": (lambda f: (_edit(f / ST, max_seq_length=_DROP),
+                                                          _edit(f / TOKENIZER, model_max_length=16)), True),
+    "an old settings file name": (_legacy_name, True),
+    "do_lower_case": (lambda f: _edit(f / ST, do_lower_case=True), False),  # the encoder is uncased
+    "query and document lengths": (lambda f: _edit(f / ST, query_length=8, document_length=10), True),
+    "unpad_inputs false": (lambda f: _edit(f / ST, unpad_inputs=False), False),
+    "left padding": (lambda f: _edit(f / TOKENIZER, padding_side="left"), False),
+    "dot similarity": (lambda f: _edit(f / MODEL, similarity_fn_name="dot"), False),
+    "euclidean similarity": (lambda f: _edit(f / MODEL, similarity_fn_name="euclidean"), False),
+    "truncate_dim": (lambda f: _edit(f / MODEL, truncate_dim=16), True),
+    "another query prompt": (lambda f: _edit(f / MODEL, prompts={"default": "query: ", "query": "search: ",
+                                                                 "document": ""}), True),
+    "no default prompt": (lambda f: _edit(f / MODEL, default_prompt_name=_DROP), True),
+    "no model settings at all": (lambda f: (f / MODEL).unlink(), True),
+    "requirements that hold": (lambda f: _edit(f / MODEL, requirements={"torch": ">=1.0"}), False),
+}
+
+REFUSED = {
+    "another model type": (lambda f: _edit(f / MODEL, model_type="SparseEncoder"), "model_type must be"),
+    "a similarity it does not have": (lambda f: _edit(f / MODEL, similarity_fn_name="maxsim"),
+                                      "similarity_fn_name must be one of"),
+    "an unknown model setting": (lambda f: _edit(f / MODEL, normalize_embeddings=True),
+                                 r"does not load the settings \['normalize_embeddings'\]"),
+    "a truncate_dim of 0": (lambda f: _edit(f / MODEL, truncate_dim=0), "truncate_dim must be a positive int"),
+    "tokenizer arguments": (lambda f: _edit(f / ST, tokenizer_args={"model_max_length": 8}),
+                            "tokenizer_args must be {}"),
+    "model arguments": (lambda f: _edit(f / ST, model_args={"torch_dtype": "float16"}), "model_args must be {}"),
+    "processing arguments": (lambda f: _edit(f / ST, processing_kwargs={"text": {"max_length": 8}}),
+                             "processing_kwargs must be {}"),
+    "another task": (lambda f: _edit(f / ST, transformer_task="fill-mask"), "transformer_task must be"),
+    "another tokenizer": (lambda f: _edit(f / ST, tokenizer_name_or_path="/tmp"),
+                          r"does not load the settings \['tokenizer_name_or_path'\]"),
+    "a max_seq_length of 0": (lambda f: _edit(f / ST, max_seq_length=0), "max_seq_length must be a positive int"),
+    "a string do_lower_case": (lambda f: _edit(f / ST, do_lower_case="yes"), "do_lower_case must be true or false"),
+}
+
+
+def _variant(exported, kind: str, tmp_path: Path, edit) -> Path:
+    folder = tmp_path / kind
+    shutil.copytree(exported[kind], folder)
+    edit(folder)
+    return folder
+
+
+def _outputs(model: SentenceTransformer) -> dict:
+    encoded = model.encode(TEXTS)
+    return {"encode": encoded, "query": model.encode_query(TEXTS), "document": model.encode_document(TEXTS),
+            "similarity": model.similarity(encoded, encoded).numpy()}
+
+
+@pytest.mark.parametrize("kind", ["stock", "flow_pooling"])
+@pytest.mark.parametrize("case", list(HONOURED))
+def test_each_setting_gives_the_vectors_sentence_transformers_gives(exported, tmp_path, kind, case):
+    edit, changes = HONOURED[case]
+    if kind == "flow_pooling" and "include_prompt" in case:
+        pytest.skip("FlowPooling folders have no Pooling module")
+    folder = _variant(exported, kind, tmp_path, edit)
+    theirs = SentenceTransformer(str(folder), device="cpu", trust_remote_code=kind == "flow_pooling")
+    ours = load_sentence_transformer(folder, device="cpu")
+    assert (ours.max_seq_length, ours.similarity_fn_name, ours.truncate_dim, ours.default_prompt_name,
+            ours.prompts) == (theirs.max_seq_length, theirs.similarity_fn_name, theirs.truncate_dim,
+                              theirs.default_prompt_name, theirs.prompts)
+    expected, got = _outputs(theirs), _outputs(ours)
+    for name in expected:
+        assert got[name].shape == expected[name].shape, name
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-5, rtol=0, err_msg=name)
+    if changes:
+        original = _outputs(load_sentence_transformer(exported[kind], device="cpu"))
+        assert any(original[name].shape != got[name].shape or np.abs(original[name] - got[name]).max() > 1e-3
+                   for name in ("encode", "query", "document"))
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_setting_skflow_cannot_honour_is_refused_naming_the_file(exported, tmp_path, case):
+    edit, message = REFUSED[case]
+    folder = _variant(exported, "stock", tmp_path, edit)
+    with pytest.raises(InvalidModelError, match=message) as error:
+        load_sentence_transformer(folder, device="cpu")
+    assert str(folder.resolve()) in str(error.value)
+
+
+def test_requirements_the_environment_does_not_meet_are_refused_as_sentence_transformers_does(exported, tmp_path):
+    folder = _variant(exported, "stock", tmp_path,
+                      lambda f: _edit(f / MODEL, requirements={"sentence_transformers": ">=999"}))
+    with pytest.raises(ImportError, match="sentence_transformers"):
+        SentenceTransformer(str(folder), device="cpu")
+    with pytest.raises(ImportError, match="sentence_transformers"):
+        load_sentence_transformer(folder, device="cpu")
