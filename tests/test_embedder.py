@@ -512,5 +512,5 @@ def test_a_subclass_with_its_own_signature_keeps_get_params_working():
             self.marker = marker
 
     assert Marked(marker="m", pooling="cls").get_params() == {"marker": "m"}
-    assert BertEmbedder(token="hf_secret").get_params()["token"] == "hf_secret"
+    assert BertEmbedder(token="hf_secret").get_params()["token"].reveal() == "hf_secret"
     assert "hf_secret" not in repr(BertEmbedder(token="hf_secret"))

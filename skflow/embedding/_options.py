@@ -78,9 +78,6 @@ class HiddenToken(str):
     def __hash__(self) -> int:
         return hash((HiddenToken, self.reveal()))
 
-    def __setattr__(self, name, value):
-        raise AttributeError("a HiddenToken cannot be changed")
-
     def __copy__(self):
         return self
 
@@ -88,9 +85,6 @@ class HiddenToken(str):
         return self
 
     def __reduce__(self):
-        raise TypeError("a Hugging Face token is never pickled")
-
-    def __reduce_ex__(self, protocol):
         raise TypeError("a Hugging Face token is never pickled")
 
 
