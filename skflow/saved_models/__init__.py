@@ -6,7 +6,7 @@ make them safe for files somebody else wrote live here. See
 ``docs/serving.md`` for the threat model.
 """
 
-from skflow.saved_models._estimators import check_estimators, estimators
+from skflow.saved_models._estimators import check_estimator, estimators
 from skflow.saved_models._skops import check_skops_archive
 from skflow.saved_models._st_folder import REDUCTIONS, STOCK_MODES, check_folder, check_pooling_config
 from skflow.saved_models._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
@@ -14,7 +14,7 @@ from skflow.saved_models._st_stock import load_stock_modules, stock_modules, wri
 __all__ = [
     "REDUCTIONS",
     "STOCK_MODES",
-    "check_estimators",
+    "check_estimator",
     "check_folder",
     "check_pooling_config",
     "check_skops_archive",

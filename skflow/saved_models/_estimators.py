@@ -26,21 +26,20 @@ from skflow.utils import InvalidModelError
 _PLACEHOLDERS = ("drop", "passthrough")
 
 
-def check_estimators(model, validated: tuple[type, ...]) -> None:
-    """Refuse, with an `InvalidModelError`, a model with a malformed composite or an invalid estimator inside.
+def check_estimator(estimator: BaseEstimator, validated: tuple[type, ...]) -> None:
+    """Refuse, with an `InvalidModelError`, a malformed composite or invalid parameters (one of `estimators`).
 
     ``validated``: classes whose parameters are validated besides scikit-learn's.
     """
-    for estimator in estimators(model):
-        name = type(estimator).__name__
-        _check_no_shadowing(estimator, name)
-        _check_composite(estimator, name)
-        ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
-        if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
-            try:
-                type(estimator)._validate_params(estimator)
-            except (ValueError, TypeError) as exc:
-                raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
+    name = type(estimator).__name__
+    _check_no_shadowing(estimator, name)
+    _check_composite(estimator, name)
+    ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
+    if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
+        try:
+            type(estimator)._validate_params(estimator)
+        except (ValueError, TypeError) as exc:
+            raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
 
 
 def _check_no_shadowing(estimator, name: str) -> None:
