@@ -48,9 +48,12 @@ class FlowGaussianizer(BaseFlow):
     few) have no density: they are left out of the flow and of the
     log-likelihood, with a ``ConstantFeaturesWarning`` naming them, and
     passed through centred. A value above 1.8e19 in magnitude (its square
-    overflows float32) is a ``ValueError``. A fit whose loss becomes
-    non-finite, or rises more than 10 nats per feature above where it
-    started, stops with a ``FloatingPointError`` and changes nothing.
+    overflows float32) is a ``ValueError``, and so is, before anything is
+    built, a flow of more than 1,000 steps (``depth`` x levels) or more
+    weights than the machine's memory can train at about 40 bytes each
+    (see ``docs/flow.md``). A fit whose loss becomes non-finite, or rises
+    more than 10 nats per feature above where it started, stops with a
+    ``FloatingPointError`` and changes nothing.
 
     Training runs in float32 on ``device``; ``transform``,
     ``inverse_transform`` and ``score_samples`` run in float64 on a CPU copy of

@@ -46,9 +46,13 @@ def restore_flow(state: dict) -> Glow | None:
         check_flow_size(config, n_saved=sum(a.size for a in weights.values()))
     except ValueError as exc:
         raise InvalidModelError(f"the flow's configuration is refused: {exc}") from None
-    with torch.device("meta"):  # shapes only; the saved arrays become the weights
-        flow = Glow(**config).double()
-    expected = flow.state_dict()
+    with torch.device("meta"):  # shapes only, of one step per level: the steps of a level are alike
+        first_steps = Glow(**{**config, "depth": 1}).double()
+    expected = {  # names "levels.<level>.<step>.<layer>..."
+        f"levels.{level}.{step}.{rest}": tensor
+        for key, tensor in first_steps.state_dict().items() for _, level, _, rest in [key.split(".", 3)]
+        for step in range(config["depth"])
+    }
     if set(expected) != set(weights):
         missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
         raise InvalidModelError(f"the weights do not fit the configuration (missing {missing[:3]}, extra {extra[:3]})")
@@ -62,13 +66,15 @@ def restore_flow(state: dict) -> Glow | None:
     trainer = state["_trainer_state"]
     if not isinstance(trainer, dict) or set(trainer) != set(TRAINER_KEYS):
         raise InvalidModelError(f"the optimiser state must be a dict with the keys {list(TRAINER_KEYS)}")
-    n_parameters = sum(p.numel() for p in flow.parameters())
+    n_parameters = config["depth"] * sum(p.numel() for p in first_steps.parameters())
     for key in ("exp_avg", "exp_avg_sq"):
         _check_array(f"the optimiser state's {key}", trainer[key], (n_parameters,), torch.float32)
     generator = torch.Generator().get_state()
     _check_array("the optimiser state's generator", trainer["generator"], generator.shape, generator.dtype)
     _check_values(weights)
     _check_fitted_values(state, config["n_features"])
+    with torch.device("meta"):  # every array checked: the flow the file describes, its arrays as weights
+        flow = Glow(**config).double()
     flow.load_state_dict({name: torch.from_numpy(np.array(array)) for name, array in weights.items()}, assign=True)
     return flow.eval().requires_grad_(False)
 
