@@ -13,7 +13,6 @@ threat model.
 """
 
 import os
-import stat
 from pathlib import Path
 
 from sklearn.base import BaseEstimator
@@ -21,7 +20,7 @@ from sklearn.base import BaseEstimator
 from skflow.embedder import BertEmbedder
 from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.saved_models import check_estimator, check_skops_archive, estimators
+from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import InvalidModelError, UntrustedTypeError
 from skflow.whitening import Whitener
 
@@ -124,32 +123,26 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
         raise TypeError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
     path = Path(path).expanduser()
     try:
-        data = _read_regular_file(path)
-        check_skops_archive(data)
+        data = read_skops_file(path)
         untrusted = skops.io.get_untrusted_types(data=data)
-    except InvalidModelError as exc:
-        raise InvalidModelError(f"{path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - not a skops file: one clear error
-        raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
-    refused = [name for name in untrusted if name not in SKFLOW_TYPES]
-    if refused:
-        raise UntrustedTypeError(
-            f"{path}: refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
-            "skflow.load trusts only skflow's estimators and what skops trusts by default (scikit-learn, numpy). "
-            "If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it with "
-            "skops.io.load(path, trusted=[...])."
-        )
-    try:
+        refused = [name for name in untrusted if name not in SKFLOW_TYPES]
+        if refused:
+            raise UntrustedTypeError(
+                f"refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
+                "skflow.load trusts only skflow's estimators and what skops trusts by default (scikit-learn, "
+                "numpy). If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it "
+                "with skops.io.load(path, trusted=[...])."
+            )
         model = skops.io.loads(data, trusted=list(untrusted))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
-        for estimator in estimators(model):
+        for estimator in estimators(model):  # each checked once, however nested
             check_estimator(estimator, _SKFLOW_CLASSES)
             if isinstance(estimator, BertEmbedder):
                 _check_embedder(estimator, trust_remote_code)
     except (InvalidModelError, UntrustedTypeError) as exc:
         raise type(exc)(f"{path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - a damaged file: one clear error
+    except Exception as exc:  # noqa: BLE001 - not a skops file, or a damaged one: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     return model
 
@@ -167,12 +160,3 @@ def _check_embedder(embedder: BertEmbedder, allowed: bool) -> None:
             "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
             "that repository."
         )
-
-
-def _read_regular_file(path: Path) -> bytes:
-    """The file's bytes, read once (what is checked is what is loaded); a FIFO or device is refused unread."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would block until a writer came
-    with os.fdopen(descriptor, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise InvalidModelError("not a regular file")
-        return stream.read()

@@ -7,7 +7,7 @@ make them safe for files somebody else wrote live here. See
 """
 
 from skflow.saved_models._estimators import check_estimator, estimators
-from skflow.saved_models._skops import check_skops_archive
+from skflow.saved_models._skops import read_skops_file
 from skflow.saved_models._st_folder import REDUCTIONS, STOCK_MODES, check_folder, check_pooling_config
 from skflow.saved_models._st_stock import load_stock_modules, stock_modules, write_interoperable_configs
 
@@ -17,9 +17,9 @@ __all__ = [
     "check_estimator",
     "check_folder",
     "check_pooling_config",
-    "check_skops_archive",
     "estimators",
     "load_stock_modules",
+    "read_skops_file",
     "stock_modules",
     "write_interoperable_configs",
 ]

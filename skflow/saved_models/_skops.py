@@ -21,6 +21,8 @@ crafted configuration before a module is built.
 
 import io
 import json
+import os
+import stat
 import zipfile
 from math import prod
 
@@ -35,8 +37,13 @@ MAX_DEPTH = 200
 _HEADER_VERSIONS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def check_skops_archive(data: bytes) -> None:
-    """Refuse, with an `InvalidModelError`, a skops file that declares more than its size allows."""
+def read_skops_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a ``.skops`` file, read once (what is checked is what is loaded), its declared sizes bounded.
+
+    Refused with an `InvalidModelError` (naming no path) if not a regular file or a zip that declares more
+    than its size allows.
+    """
+    data = read_regular_file(path)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
@@ -45,6 +52,20 @@ def check_skops_archive(data: bytes) -> None:
         members = {info.filename: info for info in archive.infolist()}  # the last of equal names, as zipfile reads
         schema = _read_schema(archive, members, len(data))
         _check_members(archive, members, _nodes(schema), len(data))
+    return data
+
+
+def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of a regular file (of at most ``limit``), read once; else an `InvalidModelError` naming no path.
+
+    A FIFO or device is refused unread (opening a FIFO would block until a writer came).
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as stream:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
+            raise InvalidModelError("not a regular file" + ("" if limit is None else f" of at most {limit} bytes"))
+        return stream.read(-1 if limit is None else limit + 1)
 
 
 def _read_schema(archive: zipfile.ZipFile, members: dict, size: int):
@@ -91,10 +112,8 @@ def _check_members(archive: zipfile.ZipFile, members: dict, nodes: list[dict], s
     limit = max(TOTAL_FLOOR, TOTAL_RATIO * size)
     _check_total(total, limit, size)  # every member's declared size, before any is read
     for (_, name), loader in read.items():
-        if loader == "NdArrayNode":
-            _npy_header(archive, members[name], name)
-        elif loader == "SparseMatrixNode":
-            total += _npz_size(archive, members[name], name)
+        if loader in ("NdArrayNode", "SparseMatrixNode"):
+            total += _check_headers(archive, members[name], name, sparse=loader == "SparseMatrixNode")
             _check_total(total, limit, size)
 
 
@@ -105,13 +124,24 @@ def _check_total(total: int, limit: int, size: int) -> None:
         )
 
 
-def _npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> None:
-    """A ``.npy`` member's header, which must account for the member's size exactly."""
+def _check_headers(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, sparse: bool) -> int:
+    """A ``.npy`` member's header, or those of a sparse matrix's ``.npz`` (a zip in the zip, streamed, never read
+    whole); returns what the ``.npz``'s arrays declare besides the member (0 for a ``.npy``)."""
     try:
-        with archive.open(info) as stream:
-            _read_npy_header(stream, info.file_size, name)
+        with archive.open(info) as member:
+            if not sparse:
+                _read_npy_header(member, info.file_size, name)
+                return 0
+            with zipfile.ZipFile(member) as inner:
+                for part in inner.infolist():
+                    with inner.open(part) as stream:
+                        _read_npy_header(stream, part.file_size, f"{name}/{part.filename}")
+                return sum(part.file_size for part in inner.infolist())
+    except InvalidModelError:
+        raise
     except (ValueError, EOFError, OSError, zipfile.BadZipFile) as exc:
-        raise InvalidModelError(f"array {name}: not a readable .npy header ({exc})") from None
+        what = f"sparse matrix {name}: not a readable .npz" if sparse else f"array {name}: not a readable .npy header"
+        raise InvalidModelError(f"{what} ({exc})") from None
 
 
 def _read_npy_header(stream, size: int, name: str) -> None:
@@ -124,15 +154,3 @@ def _read_npy_header(stream, size: int, name: str) -> None:
     declared = stream.tell() + prod(shape) * dtype.itemsize
     if declared != size:
         raise InvalidModelError(f"array {name}: its header declares {declared} bytes, the member {size}")
-
-
-def _npz_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> int:
-    """What a sparse matrix's ``.npz`` member (a zip inside the zip) declares, its arrays' headers checked."""
-    try:
-        with archive.open(info) as member, zipfile.ZipFile(member) as inner:  # streamed (seekable), never read whole
-            for part in inner.infolist():
-                with inner.open(part) as stream:
-                    _read_npy_header(stream, part.file_size, f"{name}/{part.filename}")
-            return sum(part.file_size for part in inner.infolist())
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile) as exc:
-        raise InvalidModelError(f"sparse matrix {name}: not a readable .npz ({exc})") from None
