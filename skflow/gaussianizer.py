@@ -15,6 +15,7 @@ from skflow.flow_estimator import (
     FlowTrainer,
     InMemoryRows,
     NonFiniteLossError,
+    check_flow_size,
     n_batches,
     n_held_out,
     train_epochs,
@@ -51,9 +52,12 @@ class FlowGaussianizer(BaseFlow):
     few) have no density: they are left out of the flow and of the
     log-likelihood, with a ``ConstantFeaturesWarning`` naming them, and
     passed through centred. A value above 1.8e19 in magnitude (its square
-    overflows float32) is a ``ValueError``. A fit whose loss becomes
-    non-finite, or rises more than 10 nats per feature above where it
-    started, stops with a ``FloatingPointError`` and changes nothing.
+    overflows float32) is a ``ValueError``, and so is, before anything is
+    built, a flow of more than 1,000 steps (``depth`` x levels) or more
+    weights than the machine's memory can train at about 40 bytes each
+    (see ``docs/flow.md``). A fit whose loss becomes non-finite, or rises
+    more than 10 nats per feature above where it started, stops with a
+    ``FloatingPointError`` and changes nothing.
 
     Training runs in float32 on ``device``; ``transform``,
     ``inverse_transform`` and ``score_samples`` run in float64 on a CPU copy of
@@ -257,6 +261,7 @@ class FlowGaussianizer(BaseFlow):
         """
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
+            self._flow_config_for(X2d.shape[1])  # refused before the scaling pass, if even all features cannot fit
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d)
             rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -311,6 +316,8 @@ class FlowGaussianizer(BaseFlow):
         first = not hasattr(self, "flow_")
         with unchanged_on_failure(self, also=self.__dict__.get("_trainer")):
             X2d, _ = validate_embeddings(self, X, reset=first)
+            if first:
+                self._flow_config_for(X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d) if first else self._scaling()
             rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -339,11 +346,20 @@ class FlowGaussianizer(BaseFlow):
         """A randomly initialised flow for the modelled features, and the generator of every later draw."""
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        self._flow_config = dict(
-            n_features=scaling.n_modelled, n_levels=self.n_levels, depth=self.depth,
+        self._flow_config = self._flow_config_for(scaling.n_modelled)
+        return Glow(**self._flow_config, generator=generator).to(device), generator
+
+    def _flow_config_for(self, n_features: int) -> dict:
+        """The flow's configuration for ``n_features`` modelled features; a ValueError if it cannot be trained here."""
+        config = dict(
+            n_features=n_features, n_levels=self.n_levels, depth=self.depth,
             hidden_channels=self.hidden_channels, coupling=self.coupling, permutation=self.permutation,
         )
-        return Glow(**self._flow_config, generator=generator).to(device), generator
+        try:  # by arithmetic: nothing is built
+            check_flow_size(config)
+        except ValueError as exc:
+            raise ValueError(f"FlowGaussianizer: {exc}; lower depth, n_levels or hidden_channels") from None
+        return config
 
     def _initialised_trainer(self, flow: Glow, generator: torch.Generator, rows, scaling: FeatureScaling):
         """The trainer of ``flow``, after the data-dependent initialisation on a sample of ``rows``."""

@@ -3,17 +3,16 @@
 ``skflow.dump(model, path)`` writes a ``.skops`` file; ``skflow.load(path)``
 reads one back, trusting exactly skflow's own estimators and the types that
 skops trusts by default (scikit-learn's estimators, numpy arrays, builtins).
-Before skops reads any array, the file's declared sizes are checked against
-what its content needs (`skflow.saved_models._skops`); a file that names any other
-type is refused before anything in it is built, with a message naming the
-type. What is restored is checked before it is used: a FlowGaussianizer's
-state against its configuration (`skflow.flow_estimator._state`), every estimator
-inside the model, however nested (`skflow.saved_models._estimators`). See
-``docs/serving.md`` for the threat model.
+Before skops reads any array, the file's declared sizes are bounded by its
+size (`skflow.saved_models`); a file that names any other type is refused
+before anything in it is built, with a message naming the type. What is
+restored is checked once, as restored, before it is used: a
+FlowGaussianizer's state by the estimator (`skflow.flow_estimator`), every
+estimator inside the model, however nested. See ``docs/serving.md`` for the
+threat model.
 """
 
 import os
-import stat
 from pathlib import Path
 
 from sklearn.base import BaseEstimator
@@ -21,7 +20,7 @@ from sklearn.base import BaseEstimator
 from skflow.embedder import BertEmbedder
 from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.saved_models import check_estimators, check_skops_archive, estimators
+from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import InvalidModelError, OutputPathError, UntrustedTypeError
 from skflow.whitening import Whitener
 
@@ -77,9 +76,9 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
 def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
-    The file is checked before skops reads any array from it (declared sizes
-    against the shapes its content needs; see ``docs/serving.md``), and what
-    is restored is checked before it is returned.
+    The file's declared sizes are bounded before skops reads any array from
+    it (see ``docs/serving.md``), and what is restored is checked before it
+    is returned.
 
     Parameters
     ----------
@@ -105,7 +104,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
         the file holds a `BertEmbedder` with ``trust_remote_code=True`` and
         ``trust_remote_code`` was not given.
     InvalidModelError
-        The file declares more data than its content needs, or a restored
+        The file declares more data than its size allows, or a restored
         estimator is inconsistent (a flow whose configuration does not match
         its weights, fitted attributes without weights, invalid parameters,
         a malformed pipeline, ...). The message names the file.
@@ -130,56 +129,40 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
         raise TypeError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
     path = Path(path).expanduser()
     try:
-        data = _read_regular_file(path)
-        check_skops_archive(data)
+        data = read_skops_file(path)
         untrusted = skops.io.get_untrusted_types(data=data)
-    except InvalidModelError as exc:
-        raise InvalidModelError(f"{path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - not a skops file: one clear error
-        raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
-    refused = [name for name in untrusted if name not in SKFLOW_TYPES]
-    if refused:
-        raise UntrustedTypeError(
-            f"{path}: refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
-            "skflow.load trusts only skflow's estimators and what skops trusts by default (scikit-learn, numpy). "
-            "If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it with "
-            "skops.io.load(path, trusted=[...])."
-        )
-    try:
+        refused = [name for name in untrusted if name not in SKFLOW_TYPES]
+        if refused:
+            raise UntrustedTypeError(
+                f"refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
+                "skflow.load trusts only skflow's estimators and what skops trusts by default (scikit-learn, "
+                "numpy). If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it "
+                "with skops.io.load(path, trusted=[...])."
+            )
         model = skops.io.loads(data, trusted=list(untrusted))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
-        check_estimators(model, _SKFLOW_CLASSES)
-        _check_remote_code(model, trust_remote_code)
+        for estimator in estimators(model):  # each checked once, however nested
+            check_estimator(estimator, _SKFLOW_CLASSES)
+            if isinstance(estimator, BertEmbedder):
+                _check_embedder(estimator, trust_remote_code)
     except (InvalidModelError, UntrustedTypeError) as exc:
         raise type(exc)(f"{path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - a damaged file: one clear error
+    except Exception as exc:  # noqa: BLE001 - not a skops file, or a damaged one: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     return model
 
 
-def _check_remote_code(model, allowed: bool) -> None:
+def _check_embedder(embedder: BertEmbedder, allowed: bool) -> None:
     """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
-    for estimator in estimators(model):
-        if not isinstance(estimator, BertEmbedder):
-            continue
-        try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
-            check_model_kwargs(estimator.model_kwargs), check_prompt(estimator.prompt), check_token(estimator.token)
-        except (TypeError, ValueError) as exc:
-            raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
-        if estimator.trust_remote_code is not False and not allowed:
-            raise UntrustedTypeError(
-                f"holds a BertEmbedder with trust_remote_code={estimator.trust_remote_code!r} for "
-                f"{estimator.model_name_or_path!r}: its transform would run code from that model's repository. "
-                "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
-                "that repository."
-            )
-
-
-def _read_regular_file(path: Path) -> bytes:
-    """The file's bytes, read once (what is checked is what is loaded); a FIFO or device is refused unread."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would block until a writer came
-    with os.fdopen(descriptor, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise InvalidModelError("not a regular file")
-        return stream.read()
+    try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
+        check_model_kwargs(embedder.model_kwargs), check_prompt(embedder.prompt), check_token(embedder.token)
+    except (TypeError, ValueError) as exc:
+        raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
+    if embedder.trust_remote_code is not False and not allowed:
+        raise UntrustedTypeError(
+            f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
+            f"{embedder.model_name_or_path!r}: its transform would run code from that model's repository. "
+            "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
+            "that repository."
+        )

@@ -266,3 +266,23 @@ def test_clear_errors_for_devices_empty_features_and_ignored_y(data):
     with pytest.warns(UserWarning, match=r"y is ignored for input of shape \(1200, 12\)"):
         ignored = flow.score(data, np.ones(len(data)))
     assert ignored == flow.score(data)
+
+
+def test_sizes_that_cannot_fit_are_refused_before_anything_is_built(data, monkeypatch):
+    import skflow.gaussianizer
+
+    def never(*args, **kwargs):
+        raise AssertionError("a flow was built")
+
+    at_the_limit = FlowGaussianizer(n_levels=1, depth=1000, learning_rate=1e-9, random_state=0).fit(data[:200, :1])
+    assert len(at_the_limit.flow_.levels[0]) == 1000  # MAX_STEPS steps (depth x levels) fit
+    monkeypatch.setattr(skflow.gaussianizer, "Glow", never)
+    too_deep = "the flow would have 3000000 steps \\(depth x levels\\), more than 1000; lower depth"
+    too_wide = r"the flow would have \d+ weights; training them takes about 40 bytes each, more than this machine's"
+    for flow, message in [(FlowGaussianizer(depth=10**6), too_deep),
+                          (FlowGaussianizer(hidden_channels=10**6), too_wide),
+                          (FlowGaussianizer(n_levels=1, depth=1001), "the flow would have 1001 steps")]:
+        for method in (flow.fit, flow.partial_fit):
+            with pytest.raises(ValueError, match=f"^FlowGaussianizer: {message}"):
+                method(data)
+            assert not hasattr(flow, "n_features_in_")

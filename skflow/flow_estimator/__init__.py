@@ -10,20 +10,12 @@ from skflow.flow_estimator._arrays import LatentMap, inverse, latent_and_log_pro
 from skflow.flow_estimator._base import BaseFlow
 from skflow.flow_estimator._rows import InMemoryRows, n_batches, n_held_out, training_rows
 from skflow.flow_estimator._scaling import ConstantFeaturesWarning, FeatureScaling
-from skflow.flow_estimator._shapes import state_arrays
-from skflow.flow_estimator._state import (
-    array_label,
-    check_config,
-    check_fitted_keys,
-    check_n_features_in,
-    check_saved_array,
-    check_sizes,
-    fitted_arrays,
-    restore_flow,
-)
+from skflow.flow_estimator._size import MAX_STEPS, check_flow_size
+from skflow.flow_estimator._state import restore_flow
 from skflow.flow_estimator._trainer import FlowTrainer, NonFiniteLossError, train_epochs
 
 __all__ = [
+    "MAX_STEPS",
     "BaseFlow",
     "ConstantFeaturesWarning",
     "FeatureScaling",
@@ -31,19 +23,12 @@ __all__ = [
     "InMemoryRows",
     "LatentMap",
     "NonFiniteLossError",
-    "array_label",
-    "check_config",
-    "check_fitted_keys",
-    "check_n_features_in",
-    "check_saved_array",
-    "check_sizes",
-    "fitted_arrays",
+    "check_flow_size",
     "inverse",
     "latent_and_log_prob",
     "n_batches",
     "n_held_out",
     "restore_flow",
-    "state_arrays",
     "train_epochs",
     "training_rows",
     "validate_latents",

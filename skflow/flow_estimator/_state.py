@@ -1,16 +1,17 @@
-"""A fitted flow's saved state, checked before anything is built from it.
+"""A fitted flow's saved state, checked once, as restored, before the flow is built from it.
 
 A saved FlowGaussianizer holds its flow as a configuration and a dict of
 numpy arrays. The state may come from a file somebody else wrote, so it is
 checked first: fitted attributes and weights come together or not at all;
-the configuration's keys, types and ranges; its sizes and number of arrays
-against the file's, by arithmetic (`skflow.flow_estimator._shapes`), before any array
-is compared or any module built; then every array's name, shape and dtype
-exactly, the values that must hold (finite, positive scales, permutations),
-and the optimiser state that ``partial_fit`` continues from. Only then is the
-flow built, from the arrays themselves (no second copy, no random
-initialisation). `skflow.saved_models._skops` applies the same size and shape
-rules to a ``.skops`` file before skops reads an array.
+the configuration's keys, types and ranges; its size by arithmetic against
+the bounds and the saved weights (`skflow.flow_estimator._size`), before any
+module is built; then every array against the ``state_dict`` of the flow
+built on the ``meta`` device (names, shapes, dtypes: derived from the
+modules, not restated), the values that must hold (finite, bounded scales,
+permutations), and the optimiser state that ``partial_fit`` continues from.
+Only then are the saved arrays assigned to that flow (no random
+initialisation). ``skflow.load`` bounds the archive's memory before skops
+reads it (`skflow.saved_models`) and relies on this check for the flow.
 """
 
 from numbers import Integral, Real
@@ -18,12 +19,11 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from skflow.flow_estimator._shapes import ArraySpec, n_parameters, n_state_arrays, state_arrays
+from skflow.flow_estimator._size import check_flow_size
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.utils import InvalidModelError
 
 _CONFIG_INTS = ("n_features", "n_levels", "depth", "hidden_channels")
-GENERATOR_STATE_SIZE = torch.Generator().get_state().numel()  # bytes of torch's CPU generator state
 TRAINER_KEYS = ("exp_avg", "exp_avg_sq", "n_steps", "generator", "reference_loss")
 # What fit and partial_fit leave besides flow_; all present, or none of them.
 _FITTED = ("n_features_in_", "_flow_config", "mean_", "scale_", "constant_features_", "n_iter_", "loss_curve_",
@@ -39,35 +39,47 @@ def restore_flow(state: dict) -> Glow | None:
     if state.get("flow_") is None:
         return None
     config, weights = state["_flow_config"], state["flow_"]
-    check_config(config)
+    _check_config(config)
     if not isinstance(weights, dict) or not all(isinstance(a, np.ndarray) for a in weights.values()):
         raise InvalidModelError("the flow's weights must be a dict of numpy arrays")
-    check_sizes(config, sum(a.size for a in weights.values()), len(weights))
-    specs = state_arrays(config)  # enumerated only now that their number is the file's
-    if set(specs) != set(weights):
-        missing, extra = sorted(set(specs) - set(weights)), sorted(set(weights) - set(specs))
+    try:
+        check_flow_size(config, n_saved=sum(a.size for a in weights.values()))
+    except ValueError as exc:
+        raise InvalidModelError(f"the flow's configuration is refused: {exc}") from None
+    with torch.device("meta"):  # shapes only, of one step per level: the steps of a level are alike
+        first_steps = Glow(**{**config, "depth": 1}).double()
+    expected = {  # names "levels.<level>.<step>.<layer>..."
+        f"levels.{level}.{step}.{rest}": tensor
+        for key, tensor in first_steps.state_dict().items() for _, level, _, rest in [key.split(".", 3)]
+        for step in range(config["depth"])
+    }
+    if set(expected) != set(weights):
+        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
         raise InvalidModelError(f"the weights do not fit the configuration (missing {missing[:3]}, extra {extra[:3]})")
-    for name, spec in specs.items():
-        check_saved_array(("flow_", name), weights[name].shape, weights[name].dtype, spec)
+    for name, tensor in expected.items():
+        _check_array(f"weight {name!r}", weights[name], tensor.shape, tensor.dtype)
     n_features = state["n_features_in_"]
-    check_n_features_in(n_features, config["n_features"])
+    if not isinstance(n_features, Integral) or isinstance(n_features, bool) or n_features < config["n_features"]:
+        raise InvalidModelError(f"n_features_in_ must be an int of at least {config['n_features']}, got {n_features!r}")
+    for key, dtype in (("mean_", torch.float64), ("scale_", torch.float64), ("constant_features_", torch.bool)):
+        _check_array(key, state[key], (n_features,), dtype)
     trainer = state["_trainer_state"]
     if not isinstance(trainer, dict) or set(trainer) != set(TRAINER_KEYS):
         raise InvalidModelError(f"the optimiser state must be a dict with the keys {list(TRAINER_KEYS)}")
-    for key, spec in fitted_arrays(config, n_features).items():
-        array = state[key[0]] if len(key) == 1 else trainer[key[1]]
-        if not isinstance(array, np.ndarray):
-            raise InvalidModelError(f"{array_label(key)} must be a numpy array, got {type(array).__name__}")
-        check_saved_array(key, array.shape, array.dtype, spec)
+    n_parameters = config["depth"] * sum(p.numel() for p in first_steps.parameters())
+    for key in ("exp_avg", "exp_avg_sq"):
+        _check_array(f"the optimiser state's {key}", trainer[key], (n_parameters,), torch.float32)
+    generator = torch.Generator().get_state()
+    _check_array("the optimiser state's generator", trainer["generator"], generator.shape, generator.dtype)
     _check_values(weights)
     _check_fitted_values(state, config["n_features"])
-    with torch.device("meta"):  # shapes only; the saved arrays become the weights
+    with torch.device("meta"):  # every array checked: the flow the file describes, its arrays as weights
         flow = Glow(**config).double()
     flow.load_state_dict({name: torch.from_numpy(np.array(array)) for name, array in weights.items()}, assign=True)
     return flow.eval().requires_grad_(False)
 
 
-def check_config(config) -> None:
+def _check_config(config) -> None:
     """The configuration has exactly skflow's keys, positive ints and known names."""
     expected = {*_CONFIG_INTS, "coupling", "permutation"}
     if not isinstance(config, dict) or set(config) != expected:
@@ -80,46 +92,14 @@ def check_config(config) -> None:
         raise InvalidModelError(f"unknown coupling or permutation: {config['coupling']!r}, {config['permutation']!r}")
 
 
-def check_sizes(config: dict, n_saved_weights: int, n_saved_arrays: int) -> None:
-    """Every size and the number of arrays of ``config`` (checked) against what the file holds, by arithmetic."""
-    too_large = [key for key in _CONFIG_INTS if config[key] > n_saved_weights]
-    if too_large:
-        raise InvalidModelError(f"the flow's {', '.join(too_large)} exceed the {n_saved_weights} saved weights")
-    n_arrays = n_state_arrays(config)
-    if n_arrays != n_saved_arrays:
-        raise InvalidModelError(
-            f"the flow's configuration has {n_arrays} weight arrays (levels x depth steps), the file {n_saved_arrays}"
-        )
-
-
-def check_n_features_in(value, n_modelled: int) -> None:
-    if not isinstance(value, Integral) or isinstance(value, bool) or value < n_modelled:
-        raise InvalidModelError(f"n_features_in_ must be an int of at least {n_modelled}, got {value!r}")
-
-
-def fitted_arrays(config: dict, n_features_in: int) -> dict[tuple[str, ...], ArraySpec]:
-    """``(attribute,)`` or ``("_trainer_state", key)`` -> the shape and dtype of the other arrays of a fitted flow."""
-    features, moments = (n_features_in,), (n_parameters(config),)
-    out = {("mean_",): ArraySpec(features, np.dtype(np.float64), False)}
-    out[("scale_",)] = ArraySpec(features, np.dtype(np.float64), False)
-    out[("constant_features_",)] = ArraySpec(features, np.dtype(bool), False)
-    out[("_trainer_state", "exp_avg")] = ArraySpec(moments, np.dtype(np.float32), False)
-    out[("_trainer_state", "exp_avg_sq")] = ArraySpec(moments, np.dtype(np.float32), False)
-    out[("_trainer_state", "generator")] = ArraySpec((GENERATOR_STATE_SIZE,), np.dtype(np.uint8), False)
-    return out
-
-
-def array_label(key: tuple[str, ...]) -> str:
-    if key[0] == "flow_":
-        return f"weight {key[1]!r}"
-    return key[0] if len(key) == 1 else f"the optimiser state's {key[1]}"
-
-
-def check_saved_array(key: tuple[str, ...], shape: tuple, dtype: np.dtype, spec: ArraySpec) -> None:
-    if tuple(shape) != spec.shape or dtype != spec.dtype:
-        raise InvalidModelError(
-            f"{array_label(key)} is {dtype}{list(shape)}, the configuration needs {spec.dtype}{list(spec.shape)}"
-        )
+def _check_array(what: str, value, shape: tuple, dtype: torch.dtype) -> None:
+    """``value`` is a numpy array of exactly ``shape`` and the numpy twin of ``dtype``."""
+    needed = torch.empty((), dtype=dtype).numpy().dtype
+    if not isinstance(value, np.ndarray):
+        raise InvalidModelError(f"{what} must be a numpy array, got {type(value).__name__}")
+    if value.shape != tuple(shape) or value.dtype != needed:
+        raise InvalidModelError(f"{what} is {value.dtype}{list(value.shape)}, the configuration needs "
+                                f"{needed}{list(shape)}")
 
 
 def check_fitted_keys(state: dict) -> None:

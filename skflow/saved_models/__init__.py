@@ -6,8 +6,8 @@ make them safe for files somebody else wrote live here. See
 ``docs/serving.md`` for the threat model.
 """
 
-from skflow.saved_models._estimators import check_estimators, estimators
-from skflow.saved_models._skops import check_skops_archive
+from skflow.saved_models._estimators import check_estimator, estimators
+from skflow.saved_models._skops import read_skops_file
 from skflow.saved_models._st_folder import (
     REDUCTIONS,
     STOCK_MODES,
@@ -21,12 +21,12 @@ __all__ = [
     "REDUCTIONS",
     "STOCK_MODES",
     "ExportedFolder",
-    "check_estimators",
+    "check_estimator",
     "check_folder",
     "check_pooling_config",
-    "check_skops_archive",
     "estimators",
     "load_stock_modules",
+    "read_skops_file",
     "stock_modules",
     "write_interoperable_configs",
 ]

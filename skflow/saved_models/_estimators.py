@@ -24,23 +24,23 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 from skflow.utils import InvalidModelError
 
 _PLACEHOLDERS = ("drop", "passthrough")
+_PAIRS, _TRIPLES = "(name, estimator) pairs", "(name, transformer, columns)"
 
 
-def check_estimators(model, validated: tuple[type, ...]) -> None:
-    """Refuse, with an `InvalidModelError`, a model with a malformed composite or an invalid estimator inside.
+def check_estimator(estimator: BaseEstimator, validated: tuple[type, ...]) -> None:
+    """Refuse, with an `InvalidModelError`, a malformed composite or invalid parameters (one of `estimators`).
 
     ``validated``: classes whose parameters are validated besides scikit-learn's.
     """
-    for estimator in estimators(model):
-        name = type(estimator).__name__
-        _check_no_shadowing(estimator, name)
-        _check_composite(estimator, name)
-        ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
-        if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
-            try:
-                type(estimator)._validate_params(estimator)
-            except (ValueError, TypeError) as exc:
-                raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
+    name = type(estimator).__name__
+    _check_no_shadowing(estimator, name)
+    _check_composite(estimator, name)
+    ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
+    if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
+        try:
+            type(estimator)._validate_params(estimator)
+        except (ValueError, TypeError) as exc:
+            raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
 
 
 def _check_no_shadowing(estimator, name: str) -> None:
@@ -74,46 +74,29 @@ def estimators(model) -> Iterator[BaseEstimator]:
 
 def _check_composite(estimator, name: str) -> None:
     if isinstance(estimator, Pipeline):
-        _check_pairs(estimator.steps, f"{name}.steps", allow_none=True)
+        _check_items(estimator.steps, f"{name}.steps", _PAIRS, allow_none=True)
     if isinstance(estimator, FeatureUnion):
-        _check_pairs(estimator.transformer_list, f"{name}.transformer_list")
+        _check_items(estimator.transformer_list, f"{name}.transformer_list", _PAIRS)
     if isinstance(estimator, ColumnTransformer):
         for attribute in ("transformers", "transformers_"):
             if attribute in vars(estimator):
-                _check_triples(getattr(estimator, attribute), f"{name}.{attribute}")
+                _check_items(getattr(estimator, attribute), f"{name}.{attribute}", _TRIPLES)
         remainder = estimator.remainder
         if not (_is_placeholder(remainder) or isinstance(remainder, BaseEstimator)):
             raise InvalidModelError(f"{name}.remainder must be an estimator, 'drop' or 'passthrough'")
 
 
-def _check_pairs(items, where: str, allow_none: bool = False) -> None:
-    if not isinstance(items, list) or not items:
-        raise InvalidModelError(f"{where} must be a non-empty list of (name, estimator) pairs, got {_kind(items)}")
+def _check_items(items, where: str, form: str, allow_none: bool = False) -> None:
+    """A list of ``form`` tuples (of pairs: not empty), each holding an estimator second, their names unique."""
+    width, pairs = form.count(",") + 1, form == _PAIRS
+    if not isinstance(items, list) or (pairs and not items):
+        raise InvalidModelError(f"{where} must be a {'non-empty ' * pairs}list of {form}, got {_kind(items)}")
     for item in items:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise InvalidModelError(f"{where} must be a list of (name, estimator) pairs, got an item {_kind(item)}")
-        _check_step(item[1], where, allow_none)
-    _check_unique([item[0] for item in items], where)
-
-
-def _check_triples(items, where: str) -> None:
-    if not isinstance(items, list):
-        raise InvalidModelError(f"{where} must be a list of (name, transformer, columns), got {_kind(items)}")
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str)):
-            raise InvalidModelError(
-                f"{where} must be a list of (name, transformer, columns), got an item {_kind(item)}"
-            )
-        _check_step(item[1], where)
-    _check_unique([item[0] for item in items], where)
-
-
-def _check_step(step, where: str, allow_none: bool = False) -> None:
-    if not (isinstance(step, BaseEstimator) or _is_placeholder(step) or (allow_none and step is None)):
-        raise InvalidModelError(f"{where} holds {_kind(step)}, not an estimator, 'drop' or 'passthrough'")
-
-
-def _check_unique(names: list[str], where: str) -> None:
+        if not (isinstance(item, tuple) and len(item) == width and isinstance(item[0], str)):
+            raise InvalidModelError(f"{where} must be a list of {form}, got an item {_kind(item)}")
+        if not (isinstance(item[1], BaseEstimator) or _is_placeholder(item[1]) or (allow_none and item[1] is None)):
+            raise InvalidModelError(f"{where} holds {_kind(item[1])}, not an estimator, 'drop' or 'passthrough'")
+    names = [item[0] for item in items]
     if len(set(names)) != len(names):
         raise InvalidModelError(f"{where} has repeated names: {names}")
 

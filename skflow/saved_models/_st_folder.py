@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from skflow.embedding import POOLINGS
+from skflow.saved_models._skops import read_regular_file
 from skflow.utils import InvalidModelError, UntrustedTypeError
 
 TRANSFORMER_TYPES = ("sentence_transformers.base.modules.transformer.Transformer",
@@ -296,15 +297,11 @@ def read_dense_weights(folder: Path, config: dict) -> tuple[torch.Tensor, torch.
         shapes["linear.bias"] = (config["out_features"],)
     limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data = read_regular_file(path, limit)
     except FileNotFoundError:
         raise InvalidModelError(f"{path}: missing; skflow reads a Dense's weights from safetensors only") from None
-    with os.fdopen(descriptor, "rb") as stream:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise InvalidModelError(f"{path}: not a regular file of at most {limit} bytes (float32 weights of the "
-                                    f"configured shapes)")
-        data = stream.read(limit + 1)
+    except InvalidModelError as exc:
+        raise InvalidModelError(f"{path}: {exc} (float32 weights of the configured shapes)") from None
     try:
         tensors = load(data)
     except Exception as exc:  # noqa: BLE001 - safetensors' own error types: one clear error
@@ -337,18 +334,12 @@ def _positive_int(value, key: str, where) -> int:
 def read_json(path: Path):
     """A small JSON file, refused if missing, not a regular file, too large or not JSON."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-        with os.fdopen(descriptor, "rb") as stream:
-            info = os.fstat(descriptor)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > JSON_LIMIT:
-                raise InvalidModelError(f"{path}: not a regular file of at most {JSON_LIMIT} bytes")
-            return json.loads(stream.read(JSON_LIMIT + 1).decode("utf-8"))
+        return json.loads(read_regular_file(path, JSON_LIMIT).decode("utf-8"))
     except FileNotFoundError:
         raise InvalidModelError(f"{path}: missing; {_NOT_OURS}") from None
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InvalidModelError):
-            raise
-        raise InvalidModelError(f"{path}: not readable JSON ({type(exc).__name__}: {exc})") from None
+    except (OSError, ValueError) as exc:  # an InvalidModelError (a ValueError) of the reader too
+        reason = exc if isinstance(exc, InvalidModelError) else f"not readable JSON ({type(exc).__name__}: {exc})"
+        raise InvalidModelError(f"{path}: {reason}") from None
 
 
 def _pseudo_filesystems() -> set[int]:
