@@ -281,7 +281,7 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
             outputs.add(name[: -len(base)])
         elif not is_hidden(base):
             visible.append((name, regular))
-    owned = {output: [] for output in outputs if not outputs & _folders_above(output)}  # the outermost
+    owned = {output: [] for output in sorted(outputs) if not outputs & _folders_above(output)}  # the outermost
     read = set()
     for name, _ in visible:
         owner = next((output for output in _folders_above(name) if output in owned), None)

@@ -227,13 +227,14 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
 def check_not_an_input(out: Location, inputs, what: str) -> None:
     """Refuse an output that is, contains or lies inside an input (local paths: links resolved)."""
     for item in inputs:
-        source = locate(item, OutputPathError).key
-        if source == out.key:
-            raise OutputPathError(f"{out.shown}: the {what} is the input {item}; choose another output")
-        if source.startswith(out.key.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} contains the input {item}; choose another output")
-        if out.key.startswith(source.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} lies inside the input {item}; choose another output")
+        source = locate(item, OutputPathError)
+        if source.key == out.key:
+            raise OutputPathError(f"{out.shown}: the {what} is the input {source.shown}; choose another output")
+        if source.key.startswith(out.key.rstrip("/") + "/"):
+            raise OutputPathError(f"{out.shown}: the {what} contains the input {source.shown}; choose another output")
+        if out.key.startswith(source.key.rstrip("/") + "/"):
+            raise OutputPathError(f"{out.shown}: the {what} lies inside the input {source.shown}; choose another "
+                                  "output")
 
 
 def check_writable(folder: Location, what: str) -> None:
