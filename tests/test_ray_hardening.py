@@ -32,7 +32,7 @@ import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
 from skflow.ray_jobs import MARKER, OutputFolder, input_files
-from skflow.utils import replaced_atomically
+from skflow.utils import OutputPathError, replaced_atomically
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -488,6 +488,35 @@ def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_ins
         assert sorted(p.name for p in (tmp_path / "z").iterdir()) == sorted([*files, MARKER])
         assert pq.read_table(tmp_path / "z").num_rows == 40
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib", "z"]
+
+
+class _AnotherFitMeanwhile(FlowGaussianizer):
+    """Before its first training step, another ``skflow fit`` (a real process) writes the same output file."""
+
+    def partial_fit(self, X, y=None):
+        if not hasattr(self, "n_samples_seen_"):
+            run = _command("fit", *type(self).other, "--quiet", timeout=600)
+            assert run.returncode == 0, run.stderr[-2000:]
+        return super().partial_fit(X, y)
+
+
+@pytest.mark.parametrize("name", ["flow.skops", "flow.joblib"])
+def test_a_model_file_that_appears_during_a_fit_is_not_replaced_without_overwrite(ray_instance, tmp_path, name):
+    """Two fits to one path: the one that ends last is refused (one line, exit 2 on the command line); the file
+    holds the first model, whole. With --overwrite the last one wins."""
+    emb, out = _embeddings(tmp_path / "emb"), tmp_path / name
+    _AnotherFitMeanwhile.other = (emb, "--output", out, "--epochs", "2")
+    with pytest.raises(OutputPathError) as refused:
+        distributed.fit(emb, out, flow=_AnotherFitMeanwhile(max_epochs=1, random_state=0), quiet=True)
+    assert str(refused.value).startswith(f"{out}: ") and "\n" not in str(refused.value)
+    first = out.read_bytes()
+    assert distributed.load_model(out).n_samples_seen_ == 80 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "emb", name]  # the other fit's model (2 epochs), and no temporary file
+    _AnotherFitMeanwhile.other = (*_AnotherFitMeanwhile.other, "--overwrite")
+    flow = distributed.fit(emb, out, flow=_AnotherFitMeanwhile(max_epochs=1, random_state=0), overwrite=True,
+                           quiet=True)
+    assert out.read_bytes() != first and flow.n_samples_seen_ == 40  # this fit's model, written last
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", name]
 
 
 # ---------------------------------------------------------------- the real command, in a process of its own
