@@ -1,27 +1,14 @@
 """A corpus: which files are read, in which format, how one is read on the driver, and the checks of its rows.
 
-Every file the user names is read; a folder is read with everything under it
-(subfolders included, local links followed), except hidden entries, whose
-names start with ``.`` or ``_`` (``.skflow-output``, Spark's ``_SUCCESS``,
-``.crc`` files: bookkeeping, not data), as pyarrow's datasets and Spark skip
-them; skflow's outputs in it are read as their manifests list
-(:func:`skflow.ray_jobs._outputs.read_as_listed`). Nothing else is skipped:
-a file of another kind (an unknown extension, a FIFO) or an object whose key
-cannot be read makes the listing refused, naming it. Local folders and
-object-store prefixes are listed and read the same way
-(:mod:`skflow.ray_jobs._storage`). Extensions match in any case; CSV, JSON
-lines and text files may be compressed.
-
-A text file holds one text a line: lines end at ``\\n`` only (a ``\\r``
-before it is removed), so a form feed or U+2028 inside a text stays in it;
-empty and whitespace-only lines are skipped. The same function splits the
-lines here and in the Ray tasks, so the counts agree.
-
-Rows are checked on the driver before any heavy work, except those of
-Parquet files on object storage (shards of embeddings, large corpora): the
-driver reads their footers only, and their rows are checked where they are
-processed (:class:`RowChecks`); only a batch that fails makes that process
-read the files one at a time, to name the file and the row.
+Every file named is read, and a folder with everything under it (local or on
+object storage alike, :mod:`skflow.ray_jobs._storage`) except hidden names
+(``.`` or ``_`` first: bookkeeping such as ``_SUCCESS``, as pyarrow's datasets
+and Spark skip them); skflow's outputs in it as their manifests list. Any
+other file (an unknown extension, a FIFO) makes the listing refused, naming it.
+A text file holds one text a line, split at ``\\n`` only, here and in Ray.
+Rows are checked on the driver, except those of Parquet files on object
+storage: their footers are read there, their rows where they are processed
+(:class:`RowChecks`).
 """
 
 import os

@@ -6,12 +6,10 @@
 by its first bytes as well as its name, so a skops file named ``.joblib`` is
 said to be one rather than failing inside joblib.
 
-A local model is written by the one writer of single files
-(:func:`skflow.utils.replaced_atomically`: a temporary sibling, then
-``os.replace``; without ``overwrite``, a path that appeared since the check
-is not replaced). A model on object storage is written to a local temporary
-file, then uploaded to its name in one upload (:func:`~skflow.ray_jobs._storage.upload`:
-no temporary object, no server-side copy), and read by downloading it.
+A local model is written by :func:`skflow.utils.replaced_atomically` (without
+``overwrite``, a path that appeared since the check is not replaced); one on
+object storage is written locally, then uploaded in one call
+(:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
 """
 
 import bz2
@@ -158,12 +156,12 @@ def _local_copy(where: Location):
     if not where.is_remote:
         yield Path(where.path)
         return
+    import pyarrow.fs as pafs
+
     with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
         local = Path(folder) / where.name
         try:
-            with where.filesystem.open_input_stream(where.path) as source, open(local, "wb") as target:
-                while chunk := source.read(1 << 24):
-                    target.write(chunk)
+            pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
         except Exception as exc:  # noqa: BLE001 - access denied, network: one line
             raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
         yield local

@@ -1,24 +1,16 @@
 """Output folders of ``skflow embed | transform``: written once, in place, and committed by a manifest written last.
 
-Ray Data writes the run's Parquet files straight into the output folder, on a
-local disk or on object storage alike, under names unique to the run
-(``skflow-PID@HOST-TOKEN-TASK-BLOCK.parquet``; nothing is staged or copied).
-When the rows written, as Ray reports them, equal the rows read, the driver
-writes the manifest ``.skflow-output`` (JSON: the files, the rows, the
-command) in one step: locally a temporary file and ``os.replace`` (without
-``overwrite``, a link that fails if a manifest appeared meanwhile), on object
-storage one upload. The manifest makes the output: readers read the files it
-lists (:func:`read_as_listed`). A failure before it deletes the run's own
-files. With ``overwrite``, the files of the old manifest are deleted once the
-new one is in place, and so are run files that no manifest lists whose run
-died (its driver ran on this host and is gone); nothing else is deleted.
-
-Two runs writing one output at once: without ``overwrite``, the second to
-commit finds the first's manifest and refuses (locally the link decides; on
-object storage the check and the upload are two requests, so two commits in
-the same instant can both pass, the last manifest winning); with
-``overwrite``, the last manifest wins and the other run's files, listed by no
-manifest, are deleted by the next ``--overwrite`` once it has ended.
+Ray Data writes the run's Parquet files straight into the output folder (local
+or object storage alike) under names unique to the run; when the rows Ray
+reports equal the rows read, the manifest ``.skflow-output`` (the files, the
+rows, the command) is written in one step: ``os.replace`` (without
+``overwrite``, a link that fails if one appeared), or one upload. Readers read
+the files it lists (:func:`read_as_listed`). A failure before it deletes the
+run's files. ``overwrite`` then deletes the old manifest's files, and run files
+no manifest lists whose driver ran on this host and is gone; nothing else.
+Two writers at once: without ``overwrite`` the later commit is refused (on
+object storage, two commits in one instant can both pass); with it the last
+manifest wins. See ``docs/scale.md``.
 """
 
 import contextlib

@@ -1,18 +1,12 @@
-"""One filesystem layer for the Ray commands: local folders and object stores through ``pyarrow.fs``.
+"""One filesystem layer for the Ray commands: local folders and object stores alike, through ``pyarrow.fs``.
 
-A local path is opened with pyarrow's ``LocalFileSystem``; a URI
-(``scheme://...``) with :meth:`pyarrow.fs.FileSystem.from_uri` (S3, GCS,
-Azure, HDFS), else with fsspec's filesystem for the scheme (``hf://``,
-``memory://``), wrapped as a pyarrow filesystem; ``file://`` is a local path.
-The checks on the driver, Ray Data's readers and skflow's writer use the same
-filesystem object, so all of them see the same files.
-
-Credentials come from the environment the filesystem reads (for S3:
-``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, roles;
-``AWS_ENDPOINT_URL``, which pyarrow 26 reads in ``from_uri``; ``AWS_REGION``),
-never from the command line: a URI holding a user or password or a query
-string is refused without repeating it, and every message built from a
-filesystem error goes through :func:`scrub`.
+Local paths (``file://`` too) open with pyarrow's ``LocalFileSystem``; URIs
+with :meth:`pyarrow.fs.FileSystem.from_uri` (S3, GCS, Azure, HDFS), else with
+fsspec's filesystem for the scheme (``hf://``, ``memory://``). The driver's
+checks, Ray Data's readers and skflow's writer use the same filesystem.
+Credentials come from the environment the filesystem reads, never from the
+command line: a URI holding a user, a password or a query string is refused
+without repeating it, and messages built from a store's errors are scrubbed.
 """
 
 import functools
