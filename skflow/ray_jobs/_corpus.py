@@ -21,6 +21,7 @@ import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line
+from skflow.utils import some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -87,10 +88,9 @@ def input_files(inputs) -> Corpus:
             else:
                 files.append(path)
     if skipped:
-        raise InputError(
-            f"{len(skipped)} file(s) in the input folders would not be read: {some(skipped)}. skflow reads {_KNOWN} "
-            "(hidden names, starting with '.' or '_', are skipped); move the others away or name the files to read"
-        )
+        raise InputError(f"{len(skipped)} file(s) in the input folders would not be read: {some_names(skipped)}. "
+                         f"skflow reads {_KNOWN} (hidden names, starting with '.' or '_', are skipped); move the "
+                         "others away or name the files to read")
     unique = list({locate(f).key: f for f in files}.values())  # a file named twice (or through a link) is read once
     formats = [file_format(f) for f in unique]
     kinds = sorted({kind for kind, _ in formats})
@@ -100,10 +100,6 @@ def input_files(inputs) -> Corpus:
     if not unique:
         raise InputError("no input files")
     return Corpus(tuple(unique), kinds[0], tuple(c for _, c in formats))
-
-
-def some(names: list[str]) -> str:
-    return "; ".join(names[:5]) + (f"; and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 # ------------------------------------------------------------------ reading one file on the driver
@@ -228,10 +224,8 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
     if column not in names:
         raise InputError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
     if new_column is not None and new_column in names:
-        raise InputError(
-            f"{path}: has a column {new_column!r} already, which the output would add again; "
-            "choose another output column (or input)"
-        )
+        raise InputError(f"{path}: has a column {new_column!r} already, which the output would add again; choose "
+                         "another output column (or input)")
 
 
 def _footer_column(path: str, column: str, new_column: str | None):

@@ -206,8 +206,9 @@ def parquet_files(folder: Location, run: str):
     """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly.
 
     After :meth:`ray.data.Dataset.write_datasink`, ``written`` holds the
-    ``(name, rows)`` of every file that Ray's write tasks reported, and
-    ``rows`` their sum. A retried task writes the same names again.
+    ``(name, rows)`` of every file that Ray's write tasks reported (Ray 2.41
+    and later pass them to ``on_write_complete``), and ``rows`` their sum. A
+    retried task writes the same names again.
     """
     return _parquet_files_class()(folder, run)
 
