@@ -10,11 +10,11 @@ given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
 Everything that can be checked is checked on the driver before Ray starts
 (options, model, every input file but the rows of Parquet files on object
 storage, the output); those rows are checked where they are processed
-(:class:`skflow.ray_jobs.RowChecks`); an output appears complete
-or not at all and replaces only what skflow wrote (:mod:`skflow.utils._outputs`).
-Inputs, outputs and models may be object-store URIs (``s3://``, ``gs://``,
-...), checked through their filesystem by the same rules; what is atomic
-there is said in :mod:`skflow.ray_jobs._remote_outputs`.
+(:class:`skflow.ray_jobs.RowChecks`). An output folder is written once, in
+place, and is complete when its manifest, written last, lists its files; it
+replaces only what skflow wrote (:class:`skflow.ray_jobs.OutputFolder`).
+Inputs, outputs and models may be local paths or object-store URIs
+(``s3://``, ``gs://``, ...), read and written through one filesystem layer.
 See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
@@ -35,6 +35,7 @@ from skflow.embedding import (
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs import (
     InputError,
+    OutputFolder,
     RayClusterError,
     RowChecks,
     actor_cpus,
@@ -46,7 +47,6 @@ from skflow.ray_jobs import (
     input_files,
     is_remote,
     load_model,
-    output_folder,
     raised_error,
     ray_session,
     read_dataset,
@@ -55,8 +55,6 @@ from skflow.ray_jobs import (
     vectors_array,
     vectors_column,
     wait_for_the_actors_to_go,
-    write_parquet,
-    written_rows,
 )
 from skflow.utils import resolve_device
 
@@ -184,7 +182,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
         options = {"num_cpus": actor_cpus(workers, gpus_per_worker)}
         if gpus_per_worker:
             options["num_gpus"] = gpus_per_worker
-        with target.staged() as staging:
+        with target.writing() as sink:  # the run's files are deleted unless committed
             failure, cpus_free_before = None, None if connected_here else free_cpus()
             try:
                 dataset = read_dataset(corpus, text_column).map_batches(
@@ -195,8 +193,8 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     compute=_actor_pool(workers),
                     **options,
                 )
-                write_parquet(dataset, staging)
-            except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; the staging goes away
+                dataset.write_datasink(sink)
+            except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
                 raised, message = raised_error(exc)
                 if raised.rsplit(".", 1)[-1] == InputError.__name__:  # a row check in an actor: the user's input
                     failure = InputError(f"{message}; nothing was written")
@@ -209,12 +207,11 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                 if cpus_free_before is not None:  # else disconnecting ends the actors at once
                     wait_for_the_actors_to_go(cpus_free_before)
                 raise failure
-            written = written_rows(staging)
-            if written != n_rows:
-                raise JobFailedError(f"the Ray job wrote {written:,} rows of {n_rows:,}; nothing was written")
+            if sink.rows != n_rows:
+                raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {n_rows:,}; nothing was written")
             try:
-                target.commit(staging, command=command, rows=n_rows)
-            except OSError as exc:  # the store failed while the output was put in place: it was not
+                target.commit(sink, command=command)
+            except OSError as exc:  # the store failed while the manifest was written: the output is as it was
                 raise JobFailedError(f"{scrub(' '.join(str(exc).split()))}; nothing was written") from None
     return n_rows
 
@@ -245,7 +242,7 @@ def embed(
     output : path
         A folder that does not exist or is empty; receives Parquet shards with
         every input column plus ``embedding`` (fixed-length float32), and the
-        marker file ``.skflow-output``. It appears once complete.
+        manifest ``.skflow-output`` that lists them, written last.
     embedder : BertEmbedder, default=None
         The encoder and its settings (default: ``BertEmbedder()``).
     text_column : str, default="text"
@@ -256,7 +253,8 @@ def embed(
     threads_per_worker : int, default=None
         torch threads per actor; None shares this machine's cores among the workers.
     overwrite : bool, default=False
-        Replace ``output`` if it is a folder that skflow wrote.
+        Replace ``output`` if it is a folder that skflow wrote (the old files
+        are deleted once the new manifest is in place).
     address : str, default=None
         A Ray cluster to join (else ``RAY_ADDRESS``, else a local instance).
     quiet : bool, default=False
@@ -276,7 +274,7 @@ def embed(
     text_column = "text" if corpus.kind == "text" else text_column
     n_rows = check_texts(corpus, text_column, new_column=EMBEDDING_COLUMN)
     checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
-    target = output_folder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
+    target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
     threads = threads_per_worker or _threads(workers)
     actor = {"embedder": embedder, "text_column": text_column, "threads": threads, "checks": checks}
     return _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column,
@@ -299,9 +297,10 @@ def fit(
 
     ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe
     to share, read with :func:`skflow.load`); any other name with joblib.
-    Either way the file is written under a temporary name and renamed: it
-    holds the old model or the whole new one, never a part. With
-    ``overwrite``, only a model file (skops or joblib) is replaced.
+    Either way the file holds the old model or the whole new one, never a
+    part (:func:`skflow.ray_jobs.save_model`). With ``overwrite``, only a model
+    file (skops or joblib) is replaced; without it, a file that appeared at
+    ``output`` while the fit ran is not replaced (OutputPathError).
 
     Ray streams the vectors in blocks of a random order through a local
     shuffle buffer of 32,768 rows into :meth:`FlowGaussianizer.partial_fit`,
@@ -339,7 +338,7 @@ def fit(
             raise
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
-    save_model(flow, out)
+    save_model(flow, out, overwrite=overwrite)
     return flow
 
 
@@ -380,7 +379,7 @@ def transform(
         input_column = "text" if corpus.kind == "text" else text_column
         n_rows = check_texts(corpus, input_column, new_column=output_column)
         checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
-    target = output_folder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
+    target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
     threads = threads_per_worker or _threads(workers)
     actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads,
              "checks": checks}

@@ -3,7 +3,7 @@
 import pytest
 
 from skflow.ray_jobs import InputError, RowChecks, bad_remote_file, raised_error
-from skflow.ray_jobs._corpus_files import Corpus
+from skflow.ray_jobs._corpus import Corpus
 
 RAY_TEXT = (
     "\x1b[36mray::MapWorker(MapBatches(_EmbedBatches))\x1b[39m (pid=4242, ip=10.0.0.1)\n"

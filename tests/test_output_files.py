@@ -1,70 +1,187 @@
-"""Output folders and model files as a careless user or a concurrent run would meet them (no Ray needed)."""
+"""Output folders and model files as a careless user, a concurrent run or a kill would meet them (no Ray started).
+
+An output folder is written as the Ray commands write it, by the same sink (:func:`write_like_ray` calls its
+hooks in the order Ray Data does) and committed by the same manifest; the concurrent and killed writers are real
+processes.
+"""
 
 import bz2
 import gzip
+import json
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import types
 import zlib
+from pathlib import Path
 
 import joblib
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from skflow.ray_jobs._model_files import looks_like_model_file
-from skflow.utils import _outputs as outputs
-from skflow.utils._outputs import OutputFolder, OutputPathError
+from skflow.ray_jobs import MARKER, OutputFolder, input_files, looks_like_model_file
+from skflow.utils import OutputPathError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _write_output(path, **files):
-    folder = OutputFolder(path, overwrite=True)
-    with folder.staged() as staging:
-        for name, text in files.items():
-            (staging / name).write_text(text)
-        folder.commit(staging)
+def write_like_ray(target: OutputFolder, *tables: pa.Table, command: str = "embed") -> None:
+    """Write ``tables`` into ``target`` through its sink, as Ray Data's write does (one task), and commit them."""
+    with target.writing() as sink:
+        sink.on_write_start()
+        written = sink.write(iter(tables), types.SimpleNamespace(task_idx=0))
+        sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))
+        target.commit(sink, command=command)
 
 
-def test_files_that_appear_in_a_replaced_output_during_the_run_are_kept(tmp_path, monkeypatch):
+def _ids(folder) -> list[int]:
+    corpus = input_files([folder])
+    return sorted(pq.read_table(list(corpus.files)).column("id").to_pylist())
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_an_output_is_its_manifest_and_overwrite_deletes_only_what_a_manifest_or_a_dead_run_wrote(tmp_path):
     out = tmp_path / "out"
-    _write_output(out, **{"a.parquet": "old"})
-    exchange = outputs.exchange
+    write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": [1, 2]}))
+    manifest = json.loads((out / MARKER).read_text())
+    assert manifest["rows"] == 2 and manifest["command"] == "embed" and _names(out) == sorted([MARKER,
+                                                                                                *manifest["files"]])
+    dead = "skflow-999999999@{}-0123abcd-0-0.parquet"  # a run of this host whose driver is gone, never committed
+    from skflow.ray_jobs._outputs import _host
 
-    def user_writes_then_exchange(a, b):
-        (out / "user_notes.txt").write_text("mine")  # arrives after commit's last check
-        return exchange(a, b)
-
-    monkeypatch.setattr(outputs, "exchange", user_writes_then_exchange)
-    with pytest.warns(RuntimeWarning, match="were kept here"):
-        _write_output(out, **{"b.parquet": "new"})
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith("out.skflow-replaced-")]
-    assert len(kept) == 1 and [p.name for p in kept[0].iterdir()] == ["user_notes.txt"]
-    assert (kept[0] / "user_notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in out.iterdir()) == [".skflow-output", "b.parquet"]
-    _write_output(out, **{"c.parquet": "newer"})  # a later run's clean-up leaves the kept folder alone
-    assert (kept[0] / "user_notes.txt").read_text() == "mine"
-
-
-def test_a_link_to_a_folder_inside_an_output_is_a_file_skflow_did_not_write(tmp_path):
-    out = tmp_path / "out"
-    _write_output(out, **{"a.parquet": "old"})
+    pq.write_table(pa.table({"id": [7]}), out / dead.format(_host()))
+    other_host = "skflow-1@elsewhere-0123abcd-0-0.parquet"  # may still run: kept, not read
+    pq.write_table(pa.table({"id": [8]}), out / other_host)
+    with pytest.warns(UserWarning, match="2 other file"):
+        assert _ids(out) == [1, 2]
+    write_like_ray(OutputFolder(out, overwrite=True), pa.table({"id": [3]}))
+    new = json.loads((out / MARKER).read_text())["files"]
+    assert _names(out) == sorted([MARKER, *new, other_host])  # the old files and the dead run's are gone
+    (out / "notes.txt").write_text("mine")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "data.txt").write_text("mine")
     os.symlink(tmp_path / "mine", out / "link")
-    with pytest.raises(OutputPathError, match=r"holds files that skflow did not write \(link\)"):
+    with pytest.raises(OutputPathError, match=r"holds files that skflow did not write \(link/data.txt, notes.txt\)"):
         OutputFolder(out, overwrite=True)
     assert (tmp_path / "mine" / "data.txt").read_text() == "mine"
 
 
-def test_an_output_filled_during_a_run_is_not_replaced_without_overwrite(tmp_path):
+def test_a_file_that_appears_during_the_run_is_never_deleted_and_the_run_deletes_its_own_files(tmp_path):
     out = tmp_path / "out"
-    first, second = OutputFolder(out, overwrite=False), OutputFolder(out, overwrite=False)
-    with first.staged() as staging:
-        (staging / "a.parquet").write_text("first")
-        first.commit(staging)
-    with pytest.raises(OutputPathError, match="filled by someone else during the run"):
-        with second.staged() as staging:
-            (staging / "b.parquet").write_text("second")
-            second.commit(staging)
-    assert sorted(p.name for p in out.iterdir()) == [".skflow-output", "a.parquet"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the second run's staging folder is gone
+    write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": [1]}))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    target = OutputFolder(out, overwrite=True)
+    (out / "user_notes.txt").write_text("mine")  # arrives after the start check
+    with pytest.raises(OutputPathError, match=r"holds files that skflow did not write \(user_notes.txt\)"):
+        write_like_ray(target, pa.table({"id": [2]}))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {**before, "user_notes.txt": b"mine"}
+
+    fresh, late = OutputFolder(tmp_path / "new", overwrite=False), OutputFolder(tmp_path / "new", overwrite=False)
+    write_like_ray(fresh, pa.table({"id": [1]}))
+    with pytest.raises(OutputPathError, match="the output folder was filled during the run"):
+        write_like_ray(late, pa.table({"id": [2]}))
+    assert _ids(tmp_path / "new") == [1] and len(_names(tmp_path / "new")) == 2
+    with pytest.raises(ValueError, match="boom"), OutputFolder(tmp_path / "failed", overwrite=False).writing() as sink:
+        sink.on_write_start()
+        sink.write(iter([pa.table({"id": [1]})]), types.SimpleNamespace(task_idx=0))
+        raise ValueError("boom")
+    assert not (tmp_path / "failed").exists()  # the folder it made, and its files, are gone
+
+
+_WRITER = textwrap.dedent("""
+    import os, signal, sys, time, types
+    from pathlib import Path
+    import pyarrow as pa
+    from skflow.ray_jobs import OutputFolder
+    from tests.test_output_files import write_like_ray
+
+    out, overwrite, name, go = sys.argv[1], sys.argv[2] == "overwrite", sys.argv[3], Path(sys.argv[4])
+    target = OutputFolder(out, overwrite=overwrite)  # the start check
+    Path(go.parent / f"{name}.checked").touch()
+    while not go.exists():
+        time.sleep(0.01)
+    if name == "killed":  # a driver killed by its own pid after its first file, before its manifest
+        with target.writing() as sink:
+            sink.on_write_start()
+            sink.write(iter([pa.table({"id": [99]})]), types.SimpleNamespace(task_idx=0))
+            os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        write_like_ray(target, pa.table({"id": [int(name)]}))
+    except ValueError as exc:
+        print(exc)
+        sys.exit(2)
+""")
+
+
+def _writers(out, how: str, names, tmp_path) -> dict[str, subprocess.CompletedProcess]:
+    """Real processes that each check ``out``, wait until all have, then write it at once."""
+    go = tmp_path / "go"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = {name: subprocess.Popen([sys.executable, "-c", _WRITER, str(out), how, name, str(go)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in names}
+    try:
+        for name, proc in procs.items():
+            for _ in range(6000):
+                if (tmp_path / f"{name}.checked").exists() or proc.poll() is not None:
+                    break
+                __import__("time").sleep(0.01)
+        go.touch()
+        return {name: subprocess.CompletedProcess(proc.args, proc.wait(timeout=120), *proc.communicate())
+                for name, proc in procs.items()}
+    finally:
+        go.unlink(missing_ok=True)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.mark.filterwarnings("ignore:.*not part of it:UserWarning")  # the other run's files, when its manifest lost
+def test_two_writers_at_once_one_refused_without_overwrite_the_last_manifest_wins_with_it(tmp_path):
+    out = tmp_path / "out"
+    runs = _writers(out, "new", ["1", "2"], tmp_path)
+    codes = sorted(run.returncode for run in runs.values())
+    assert codes == [0, 2], {n: (r.returncode, r.stdout, r.stderr[-1500:]) for n, r in runs.items()}
+    winner = next(name for name, run in runs.items() if run.returncode == 0)
+    loser = next(run for run in runs.values() if run.returncode == 2)
+    assert loser.stdout.startswith(str(out)) and loser.stdout.count("\n") == 1, loser.stdout
+    assert _ids(out) == [int(winner)] and len(_names(out)) == 2  # the loser deleted its own file
+
+    runs = _writers(out, "overwrite", ["3", "4"], tmp_path)
+    assert [run.returncode for run in runs.values()] == [0, 0], {n: r.stderr[-1500:] for n, r in runs.items()}
+    assert _ids(out) in ([3], [4])  # one whole output: the last manifest's
+    write_like_ray(OutputFolder(out, overwrite=True), pa.table({"id": [5]}))  # both have ended: their files go
+    assert _ids(out) == [5] and len(_names(out)) == 2
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_output_readable_and_the_next_overwrite_cleans_up(tmp_path):
+    out = tmp_path / "out"
+    write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": [1, 2]}))
+    manifest = (out / MARKER).read_bytes()
+    run = _writers(out, "overwrite", ["killed"], tmp_path)["killed"]
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert (out / MARKER).read_bytes() == manifest and len(_names(out)) == 3  # the killed run's file beside it
+    with pytest.warns(UserWarning, match=r"1 other file\(s\) under it are not part of it and are not read"):
+        assert _ids(out) == [1, 2]
+    write_like_ray(OutputFolder(out, overwrite=True), pa.table({"id": [3]}))
+    assert _ids(out) == [3] and len(_names(out)) == 2
+
+    first = tmp_path / "first"  # a first write killed: readers refuse it, --overwrite replaces it
+    assert _writers(first, "new", ["killed"], tmp_path)["killed"].returncode == -signal.SIGKILL
+    for folder in (first, tmp_path):
+        with pytest.raises(ValueError, match=f"^{first}: holds the files of an skflow run without a {MARKER} "
+                                             "manifest"):
+            input_files([folder])
+    with pytest.raises(OutputPathError, match="exists and is not empty"):
+        OutputFolder(first, overwrite=False)
+    write_like_ray(OutputFolder(first, overwrite=True), pa.table({"id": [4]}))
+    assert _ids(first) == [4] and len(_names(first)) == 2
 
 
 def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):

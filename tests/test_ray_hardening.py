@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import joblib
@@ -30,7 +31,9 @@ import ray
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
-from skflow.utils._outputs import MARKER, OutputFolder, replaced_atomically
+from skflow.ray_jobs import MARKER, OutputFolder, input_files
+from skflow.utils import OutputPathError, replaced_atomically
+from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -91,11 +94,8 @@ def _flow_file(path: Path, d=8) -> Path:
 
 
 def _skflow_output(folder: Path) -> Path:
-    """An output folder as skflow leaves it (one shard and the marker)."""
-    target = OutputFolder(folder, overwrite=False)
-    with target.staged() as staging:
-        pq.write_table(pa.table({"id": [1, 2], "text": ["old", "output"]}), staging / "old.parquet")
-        target.commit(staging, command="embed", rows=2)
+    """An output folder as skflow leaves it (one shard and the manifest)."""
+    write_like_ray(OutputFolder(folder, overwrite=False), pa.table({"id": [1, 2], "text": ["old", "output"]}))
     return folder
 
 
@@ -140,7 +140,7 @@ def test_overwrite_replaces_only_a_folder_that_skflow_wrote(tmp_path, corpus, ca
     elsewhere.mkdir()
     (elsewhere / "keep.txt").write_text("keep")
     before = _tree(tmp_path)
-    assert "mine: is not a folder skflow wrote (no valid .skflow-output file" in _refused(
+    assert "mine: is not a folder skflow wrote (no valid .skflow-output manifest" in _refused(
         capsys, ["embed", corpus, "--output", mine, "--overwrite"])
     assert "is not a folder skflow wrote" in _refused(capsys, ["embed", corpus, "--output", forged, "--overwrite"])
     assert "holds files that skflow did not write (sub/user.csv)" in _refused(
@@ -251,8 +251,7 @@ def _json_lines(path: Path, rows) -> None:
 
 
 def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_ray):
-    from skflow.ray_jobs._corpus_checks import check_texts
-    from skflow.ray_jobs._corpus_files import input_files
+    from skflow.ray_jobs import check_texts
 
     def rows(*inputs):
         corpus = input_files(inputs)
@@ -265,7 +264,6 @@ def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_r
     _write_texts(texts / "sub" / "c.txt.GZ", SENTENCES[20:30])
     _write_texts(texts / ".hidden.txt", ["never read"])
     (texts / "_SUCCESS").write_text("")
-    (texts / "sub" / MARKER).write_text("{}")
     assert rows(texts)[0] == 30
     jsonl = tmp_path / "jsonl"
     jsonl.mkdir()
@@ -312,7 +310,7 @@ def test_format_errors_name_the_file_and_the_row(tmp_path, capsys, no_ray):
 
 
 def test_text_lines_end_at_newline_only():
-    from skflow.ray_jobs._corpus_files import text_rows
+    from skflow.ray_jobs._corpus import text_rows
 
     data = "one\x0ctwo\nthree\u2028four\r\nfive\x1cfive\u0085\n\n \t\n\ufeffsix\n".encode()
     assert text_rows("\ufeffbom\n".encode()) == ["bom"]
@@ -325,7 +323,7 @@ KILL_SCRIPT = textwrap.dedent('''
     import json, os, random, signal, sys, time
     import numpy as np
     from skflow import FlowGaussianizer
-    from skflow.ray_jobs._model_files import load_model, save_model
+    from skflow.ray_jobs import load_model, save_model
     from skflow.synthetic import make_anisotropic_mixture
 
     path, rounds = sys.argv[1], int(sys.argv[2])
@@ -372,7 +370,7 @@ def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(t
     assert {outcome for outcome, _ in outcomes} <= {"old", "new"} and "new" in dict(outcomes), outcomes
     assert sum(left for _, left in outcomes) >= 3, outcomes  # kills that landed in the middle of a write
     save_model_again = subprocess.run(  # the next write removes what the killed writers left
-        [sys.executable, "-c", ("import sys; from skflow.ray_jobs._model_files import save_model, load_model; "
+        [sys.executable, "-c", ("import sys; from skflow.ray_jobs import save_model, load_model; "
                                 "save_model(load_model(sys.argv[1]), sys.argv[1])"), tmp_path / "models" / name],
         capture_output=True, text=True, env=ENV, timeout=300, check=False)
     assert save_model_again.returncode == 0, save_model_again.stderr[-2000:]
@@ -405,8 +403,7 @@ def _embedder():
 
 
 def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
-    from skflow.ray_jobs._corpus_checks import check_texts
-    from skflow.ray_jobs._corpus_files import input_files
+    from skflow.ray_jobs import check_texts
     from skflow.ray_jobs._ray_data import read_dataset
 
     texts = tmp_path / "texts"
@@ -447,7 +444,7 @@ def test_gpus_that_no_node_has_are_refused_at_once(ray_instance, corpus, tmp_pat
     err = _refused(capsys, ["embed", corpus, "--output", tmp_path / "out", "--gpus-per-worker", "1", "--quiet"])
     assert "--gpus-per-worker 1 with --workers 1 needs 1 GPUs, 1 on one node; the Ray cluster has 0" in err
     assert time.monotonic() - start < 30 and not (tmp_path / "out").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["corpus"]  # no staging folder either
+    assert [p.name for p in tmp_path.iterdir()] == ["corpus"]  # no output folder either
 
 
 class FailingEmbedder(BertEmbedder):
@@ -475,9 +472,14 @@ def test_a_job_that_fails_keeps_the_previous_output_and_says_so(ray_instance, co
 def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_instance, tmp_path, capsys, monkeypatch):
     emb = _embeddings(tmp_path / "emb")
     flow = _flow_file(tmp_path / "flow.joblib")
-    monkeypatch.setattr(distributed, "written_rows", lambda folder: 39)  # as if a shard were lost
+    from skflow.ray_jobs._outputs import _parquet_files_class
+
+    def a_file_lost(sink, result):  # what Ray reports, less the last file written
+        sink.written = [file for returned in result.write_returns for file in returned][:-1]
+
+    monkeypatch.setattr(_parquet_files_class(), "on_write_complete", a_file_lost)
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"], code=1)
-    assert err == "error: the Ray job wrote 39 rows of 40; nothing was written"
+    assert re.fullmatch(r"error: the Ray job wrote \d+ rows of 40; nothing was written", err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
     monkeypatch.undo()
     for _ in range(2):  # a new output, then a replaced one: the old files go, nothing is left beside it
@@ -486,6 +488,35 @@ def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_ins
         assert sorted(p.name for p in (tmp_path / "z").iterdir()) == sorted([*files, MARKER])
         assert pq.read_table(tmp_path / "z").num_rows == 40
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib", "z"]
+
+
+class _AnotherFitMeanwhile(FlowGaussianizer):
+    """Before its first training step, another ``skflow fit`` (a real process) writes the same output file."""
+
+    def partial_fit(self, X, y=None):
+        if not hasattr(self, "n_samples_seen_"):
+            run = _command("fit", *type(self).other, "--quiet", timeout=600)
+            assert run.returncode == 0, run.stderr[-2000:]
+        return super().partial_fit(X, y)
+
+
+@pytest.mark.parametrize("name", ["flow.skops", "flow.joblib"])
+def test_a_model_file_that_appears_during_a_fit_is_not_replaced_without_overwrite(ray_instance, tmp_path, name):
+    """Two fits to one path: the one that ends last is refused (one line, exit 2 on the command line); the file
+    holds the first model, whole. With --overwrite the last one wins."""
+    emb, out = _embeddings(tmp_path / "emb"), tmp_path / name
+    _AnotherFitMeanwhile.other = (emb, "--output", out, "--epochs", "2")
+    with pytest.raises(OutputPathError) as refused:
+        distributed.fit(emb, out, flow=_AnotherFitMeanwhile(max_epochs=1, random_state=0), quiet=True)
+    assert str(refused.value).startswith(f"{out}: ") and "\n" not in str(refused.value)
+    first = out.read_bytes()
+    assert distributed.load_model(out).n_samples_seen_ == 80 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "emb", name]  # the other fit's model (2 epochs), and no temporary file
+    _AnotherFitMeanwhile.other = (*_AnotherFitMeanwhile.other, "--overwrite")
+    flow = distributed.fit(emb, out, flow=_AnotherFitMeanwhile(max_epochs=1, random_state=0), overwrite=True,
+                           quiet=True)
+    assert out.read_bytes() != first and flow.n_samples_seen_ == 40  # this fit's model, written last
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", name]
 
 
 # ---------------------------------------------------------------- the real command, in a process of its own
@@ -540,7 +571,7 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(t
         end = time.monotonic() + 180
         while time.monotonic() < end:  # Ray's head and a worker running
             members = " ".join(_session(driver.pid))
-            if "raylet" in members and "ray::" in members and list(tmp_path.glob(".skflow-tmp-*")):
+            if "raylet" in members and "ray::" in members:
                 break
             assert driver.poll() is None, "the command ended before it could be killed"
             time.sleep(0.2)
@@ -559,8 +590,13 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(t
         for line in _session(driver.pid):  # never leave anything behind, even if the test fails
             os.kill(int(line.split()[0]), signal.SIGKILL)
     assert left == [] and took < 10, (took, left)
-    assert _tree(old) == before  # the old output is whole; the hidden staging folder is the killed run's
-    assert all(p.name.startswith(".skflow-tmp-") for p in tmp_path.iterdir() if p.name not in ("old", "corpus"))
+    # the old output is whole and read as before: its manifest and files (a killed run's files may lie beside them)
+    assert {name: digest for name, digest in _tree(old).items() if name in before} == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a killed run's files beside it are named in a warning
+        read = input_files([old]).files
+    assert sorted(Path(f).name for f in read) == json.loads((old / MARKER).read_text())["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "old"]
 
 
 def _readme_ray_commands() -> list[list[str]]:

@@ -4,9 +4,8 @@ import gc
 import re
 import time
 
-from skflow.ray_jobs._corpus_checks import RowChecks
-from skflow.ray_jobs._corpus_files import InputError
-from skflow.ray_jobs._uris import scrub
+from skflow.ray_jobs._corpus import InputError, RowChecks
+from skflow.ray_jobs._storage import scrub
 
 # What reading a damaged Parquet file raises (pyarrow's errors derive from these names), in a worker or here.
 _READ_ERRORS = {"OSError", "IOError", "ArrowInvalid", "ArrowIOError", "ArrowException", "ArrowTypeError",

@@ -1,20 +1,20 @@
 """Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
 
-Each format is read with the same parser as :mod:`skflow.ray_jobs._corpus_files` uses
-on the driver: Parquet, CSV (text column as strings) and JSON lines with
-pyarrow's readers through Ray's; text files as whole files whose lines are
-split by :func:`skflow.ray_jobs._corpus_files.text_rows` (Ray's own ``read_text``
-splits at every Unicode line break and drops whitespace-only lines, so its
-counts differ). The compression of every file is given to Ray explicitly
-(Ray infers it from lower-case extensions only). Files named by URIs are
-read through the filesystem the driver checked them with, one read per
-filesystem (a mix of local files and URIs is read as their union).
+Each format is read with the parser the driver's checks use
+(:mod:`skflow.ray_jobs._corpus`): Parquet, CSV (text column as strings) and
+JSON lines with pyarrow's readers through Ray's; text files as whole files
+whose lines :func:`~skflow.ray_jobs._corpus.text_rows` splits (Ray's own
+``read_text`` splits at every Unicode line break and drops whitespace-only
+lines, so its counts differ). The compression of every file is given to Ray
+explicitly (Ray infers it from lower-case extensions only). Files on object
+storage are read through the filesystem the driver checked them with, one
+read per store and compression, then their union.
 """
 
 import numpy as np
 
-from skflow.ray_jobs._corpus_files import Corpus, InputError, csv_convert_options, text_rows
-from skflow.ray_jobs._uris import Remote, is_remote, list_files, resolve
+from skflow.ray_jobs._corpus import Corpus, InputError, csv_convert_options, text_rows
+from skflow.ray_jobs._storage import locate
 
 
 def _text_batch(batch):
@@ -27,17 +27,15 @@ def _text_batch(batch):
 
 
 def read_dataset(corpus: Corpus, text_column: str | None = None):
-    """A Ray dataset of every row of ``corpus`` (one read per filesystem and compression, then their union)."""
+    """A Ray dataset of every row of ``corpus``."""
     import ray
 
     groups = {}
     for file, compression in zip(corpus.files, corpus.compressions):
-        if is_remote(file):
-            remote = resolve(file, InputError)
-            key, filesystem, path = (file.split("/", 3)[:3], compression), remote.filesystem, remote.path
-        else:
-            key, filesystem, path = ("", compression), None, file
-        groups.setdefault(str(key), (filesystem, compression, []))[2].append(path)
+        where = locate(file, InputError)
+        store = file.split("/", 3)[:3] if where.is_remote else ""
+        filesystem = where.filesystem if where.is_remote else None
+        groups.setdefault(str((store, compression)), (filesystem, compression, []))[2].append(where.path)
     datasets = []
     for filesystem, compression, files in groups.values():
         stream = {"compression": compression}
@@ -72,27 +70,3 @@ def vectors_array(values) -> np.ndarray:
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     flat = values.flatten().to_numpy(zero_copy_only=False)
     return np.asarray(flat, dtype=np.float32).reshape(len(values), -1)
-
-
-def write_parquet(dataset, folder) -> None:
-    """Write ``dataset`` as Parquet shards into a local folder or a :class:`Remote` prefix."""
-    if isinstance(folder, Remote):
-        dataset.write_parquet(folder.path, filesystem=folder.filesystem)
-    else:
-        dataset.write_parquet(str(folder))
-
-
-def written_rows(folder) -> int:
-    """Rows in the Parquet files under ``folder`` (a local folder or a :class:`Remote` prefix; from their footers)."""
-    from pathlib import Path
-
-    import pyarrow.parquet as pq
-
-    if isinstance(folder, Remote):
-        total = 0
-        for name, _ in list_files(folder):
-            if name.endswith(".parquet"):
-                with folder.filesystem.open_input_file(folder.child(name).path) as f:
-                    total += pq.ParquetFile(f).metadata.num_rows
-        return total
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(Path(folder).rglob("*.parquet")))

@@ -16,13 +16,7 @@ from skflow.utils._atomic import (
 from skflow.utils._chunks import CHUNK_ROWS, row_chunks
 from skflow.utils._device import resolve_device
 from skflow.utils._errors import InvalidModelError, OutputPathError, UntrustedTypeError
-from skflow.utils._outputs import (
-    MARKER,
-    OutputFolder,
-    check_output_file,
-    prove_writable,
-    some_names,
-)
+from skflow.utils._outputs import check_output_file, prove_writable, some_names
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
 from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, validate_embeddings
@@ -30,9 +24,7 @@ from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, va
 __all__ = [
     "CHUNK_ROWS",
     "FLOAT_DTYPES",
-    "MARKER",
     "InvalidModelError",
-    "OutputFolder",
     "OutputPathError",
     "UntrustedTypeError",
     "check_output_file",

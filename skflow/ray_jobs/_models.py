@@ -1,0 +1,224 @@
+"""Model files of the Ray commands: written whole, read by what they are; local or on object storage alike.
+
+``.skops`` files are written with :func:`skflow.dump` and read with
+:func:`skflow.load` (safe for files from others); any other name with joblib
+(runs whatever the file says: only for files you made). A file is recognised
+by its first bytes as well as its name, so a skops file named ``.joblib`` is
+said to be one rather than failing inside joblib.
+
+A local model is written by :func:`skflow.utils.replaced_atomically` (without
+``overwrite``, a path that appeared since the check is not replaced); one on
+object storage is written locally, then uploaded in one call
+(:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
+"""
+
+import bz2
+import contextlib
+import gzip
+import lzma
+import os
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+import joblib
+
+from skflow import persistence
+from skflow.embedder import BertEmbedder
+from skflow.gaussianizer import FlowGaussianizer
+from skflow.ray_jobs._corpus import InputError
+from skflow.ray_jobs._storage import (
+    Location,
+    check_not_an_input,
+    check_writable,
+    file_type,
+    locate,
+    missing,
+    no_bucket,
+    one_line,
+    upload,
+)
+from skflow.utils import OutputPathError, replaced_atomically
+
+_ZIP = b"PK\x03\x04"
+# joblib's compressed files, by their first bytes, and how to open them (zlib is handled on its own).
+_COMPRESSED = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ", lzma.open), (b"\x5d\x00\x00", lzma.open))
+
+
+def is_skops_name(path: str | os.PathLike) -> bool:
+    return Path(path).suffix.lower() == ".skops"
+
+
+def _is_pickle_start(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5  # PROTO opcode, protocol 2 to 5
+
+
+def _is_joblib_file(file, head: bytes) -> bool:
+    """A pickle, plain or in one of joblib's compressors: its (decompressed) first bytes are a pickle's."""
+    if _is_pickle_start(head):
+        return True
+    for magic, opener in _COMPRESSED:
+        if head.startswith(magic):
+            try:
+                file.seek(0)
+                with opener(file, "rb") as f:
+                    return _is_pickle_start(f.read(2))
+            except (OSError, EOFError, lzma.LZMAError):
+                return False
+    if head[:1] == b"x":
+        try:
+            return _is_pickle_start(zlib.decompressobj().decompress(head, 2))
+        except zlib.error:
+            return False
+    return False
+
+
+def _is_skops_archive(file) -> bool:
+    try:
+        with zipfile.ZipFile(file) as archive:
+            return "schema.json" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def looks_like_model_file(path) -> bool:
+    """Whether an existing file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
+    where = path if isinstance(path, Location) else locate(path)
+    if file_type(where, OutputPathError) != "file":  # a FIFO, a device or a folder: never opened, never replaced
+        return False
+    try:
+        with where.filesystem.open_input_file(where.path) as file:
+            head = file.read(4096)
+            file.seek(0)
+            return _is_skops_archive(file) if head.startswith(_ZIP) else _is_joblib_file(file, head)
+    except OSError as exc:
+        raise OutputPathError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
+
+
+def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
+    """Where ``skflow fit`` may write its model (a local path or a URI), checked before any work; nothing written.
+
+    Raises
+    ------
+    OutputPathError
+        The output is a folder, exists without ``overwrite``, exists and is not
+        a model file (only those are replaced), is or lies inside an input, or
+        its folder (bucket) is missing or cannot be written.
+    """
+    out = locate(path, OutputPathError)
+    if out.is_remote and "/" not in out.key.split("://", 1)[1]:
+        raise OutputPathError(f"{out.shown}: the output file is a whole bucket; give a name inside it")
+    check_not_an_input(out, inputs, "output file")
+    kind = file_type(out, OutputPathError)
+    if kind == "folder":
+        raise OutputPathError(f"{out.shown}: is a folder; give a file name")
+    if kind != "missing" and not overwrite:
+        raise OutputPathError(f"{out.shown}: exists; pass --overwrite to replace it")
+    if kind != "missing" and not looks_like_model_file(out):
+        raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
+                              "only those")
+    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
+        raise error
+    check_writable(out.parent, "the folder of the output")
+    return out
+
+
+def save_model(model, path, *, overwrite: bool = True) -> None:
+    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib.
+
+    Without ``overwrite``, a file that appeared at ``path`` since it was
+    checked is not replaced (:class:`~skflow.utils.OutputPathError`).
+    """
+    where = path if isinstance(path, Location) else locate(path, OutputPathError)
+    if where.is_remote:
+        with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+            local = Path(folder) / where.name
+            save_model(model, local)
+            if not overwrite and file_type(where, OutputPathError) != "missing":
+                raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
+                                      "replace it")
+            try:
+                upload(str(local), where)
+            except Exception as exc:  # noqa: BLE001 - the target is untouched
+                raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
+                    from None
+    elif is_skops_name(where.path):
+        persistence.dump(model, where.path, overwrite=overwrite)
+    else:
+        with replaced_atomically(where.path, overwrite=overwrite) as tmp:
+            joblib.dump(model, tmp)
+
+
+@contextlib.contextmanager
+def _local_copy(where: Location):
+    """A local file holding ``where`` for the block: the file itself, or a download with the same name."""
+    if not where.is_remote:
+        yield Path(where.path)
+        return
+    import pyarrow.fs as pafs
+
+    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+        local = Path(folder) / where.name
+        try:
+            pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
+        except Exception as exc:  # noqa: BLE001 - access denied, network: one line
+            raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
+        yield local
+
+
+def load_model(path: str | os.PathLike):
+    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
+
+    Raises
+    ------
+    InputError
+        The file is missing, a folder, not what its name says (a skops file
+        named otherwise, or a ``.skops`` name on another file), unreadable, or
+        holds something else.
+    """
+    where = locate(path, InputError)
+    kind = file_type(where, InputError)
+    if kind == "folder":
+        raise InputError(f"{where.shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
+    if kind == "missing":
+        raise missing(where, InputError)
+    with _local_copy(where) as local:
+        return _load_file(local, where.shown)
+
+
+def _load_file(file: Path, path):
+    """The model in the local ``file``; messages name it ``path``."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.pipeline import Pipeline
+    from sklearn.utils.validation import check_is_fitted
+
+    if not file.is_file():
+        raise InputError(f"{path}: not a regular file")
+    with open(file, "rb") as f:
+        head = f.read(4096)
+        is_joblib, is_skops = _is_joblib_file(f, head), head.startswith(_ZIP) and _is_skops_archive(f)
+    if is_skops_name(file) and not head.startswith(_ZIP):
+        kind = "a joblib or pickle file" if is_joblib else "not a zip archive"
+        raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
+    if not is_skops_name(file) and is_skops:
+        raise InputError(
+            f"{path}: is a skops file (a zip archive with schema.json), not a joblib file; rename it to end in "
+            ".skops, and it is read safely with skflow.load"
+        )
+    try:
+        model = persistence.load(file) if is_skops_name(file) else joblib.load(file)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
+        reason = " ".join(str(exc).split())
+        raise InputError(f"{path}: cannot read the model ({type(exc).__name__}: {reason})") from None
+    is_text_pipeline = isinstance(model, Pipeline) and len(model.steps) and isinstance(model.steps[0][1], BertEmbedder)
+    if not (isinstance(model, FlowGaussianizer) or is_text_pipeline):
+        raise InputError(
+            f"{path}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
+            "that starts with a BertEmbedder"
+        )
+    try:
+        check_is_fitted(model[-1] if is_text_pipeline else model)
+    except NotFittedError:
+        raise InputError(f"{path}: holds an unfitted {type(model).__name__}; fit it first") from None
+    return model

@@ -1,0 +1,332 @@
+"""Output folders of ``skflow embed | transform``: written once, in place, and committed by a manifest written last.
+
+Ray Data writes the run's Parquet files straight into the output folder (local
+or object storage alike) under names unique to the run; when the rows Ray
+reports equal the rows read, the manifest ``.skflow-output`` (the files, the
+rows, the command) is written in one step: ``os.replace`` (without
+``overwrite``, a link that fails if one appeared), or one upload. Readers read
+the files it lists (:func:`read_as_listed`). A failure before it deletes the
+run's files. ``overwrite`` then deletes the old manifest's files, and run files
+no manifest lists whose driver ran on this host and is gone; nothing else.
+Two writers at once: without ``overwrite`` the later commit is refused (on
+object storage, two commits in one instant can both pass); with it the last
+manifest wins. See ``docs/scale.md``.
+"""
+
+import contextlib
+import functools
+import json
+import os
+import re
+import secrets
+import socket
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+from skflow.ray_jobs._storage import (
+    Location,
+    check_not_an_input,
+    check_writable,
+    delete,
+    file_type,
+    list_files,
+    locate,
+    no_bucket,
+    one_line,
+    printable,
+    read_bytes,
+    write_bytes,
+)
+from skflow.utils import OutputPathError, some_names, write_text_atomically
+
+MARKER = ".skflow-output"
+_RUN_FILE = re.compile(r"^skflow-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-\d+-\d+\.parquet$")
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _is_run_file(name: str) -> bool:
+    return _RUN_FILE.match(name) is not None
+
+
+def _of_a_dead_run(name: str) -> bool:
+    """A run file whose driver ran on this host and no longer runs (a killed or failed run's file)."""
+    match = _RUN_FILE.match(name)
+    if match is None or match["host"] != _host():
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user
+        return False
+    return False
+
+
+def manifest_files(manifest: Location) -> list[str]:
+    """The files a manifest lists; OSError or ValueError if it cannot say (only names skflow could write count)."""
+    try:
+        files = json.loads(read_bytes(manifest).decode("utf-8"))["files"]
+    except (KeyError, TypeError, RecursionError):
+        raise ValueError(f"{manifest.shown}: not a list of files") from None
+    if not isinstance(files, list) or not all(map(_could_be_written, files)):
+        raise ValueError(f"{manifest.shown}: not a list of files")
+    return files
+
+
+def _could_be_written(name) -> bool:
+    return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
+                                                                for part in name.split("/"))
+
+
+# ------------------------------------------------------------------------------------------- writing
+class OutputFolder:
+    """A folder of Parquet files for one run: checked now, before any work; written and committed by :meth:`writing`.
+
+    The check refuses an output that is, contains or lies inside an input, is
+    a file or a whole bucket, or cannot be written; one that holds files is
+    refused unless ``overwrite`` is given and skflow wrote every file in it
+    (those its manifest lists, and run files), so nothing else is deleted.
+    """
+
+    def __init__(self, path, *, overwrite: bool, inputs=()) -> None:
+        out = locate(path, OutputPathError)
+        if out.is_remote and "/" not in out.key.split("://", 1)[1]:
+            raise OutputPathError(f"{out.shown}: the output folder is a whole bucket; give a prefix inside it "
+                                  "(s3://bucket/name)")
+        check_not_an_input(out, inputs, "output folder")
+        kind = file_type(out, OutputPathError)
+        if kind in ("file", "other"):
+            raise OutputPathError(f"{out.shown}: exists and is not a folder")
+        if kind == "missing" and (error := no_bucket(out, OutputPathError)):
+            raise error
+        self.out, self.overwrite, self.created = out, overwrite, kind == "missing"
+        found = self._listing() if kind == "folder" else []
+        if found and not overwrite:
+            raise OutputPathError(f"{out.shown}: the output folder exists and is not empty; pass --overwrite to "
+                                  "replace it (only a folder that skflow wrote is replaced)")
+        if found:
+            self._replaced(found)
+        if kind == "folder" or out.is_remote:
+            check_writable(out, "the output folder")
+        else:
+            check_writable(out.parent, "the folder of the output")
+        self.run = f"skflow-{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
+        self.committed = False
+
+    def _listing(self) -> list[str]:
+        return [name for name, _ in list_files(self.out, OutputPathError)]
+
+    def _replaced(self, found: list[str]) -> list[str]:
+        """What ``--overwrite`` deletes after its commit, once it is sure that skflow wrote every file found."""
+        listed = None
+        with contextlib.suppress(OSError, ValueError):
+            listed = manifest_files(self.out.child(MARKER)) if MARKER in found else None
+        runs = [name for name in found if _is_run_file(name)]
+        if listed is None and not runs:
+            raise OutputPathError(
+                f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
+                "replaces only skflow's own output folders: remove it yourself or choose another output")
+        listed = [name for name in listed or [] if "/" not in name]  # skflow writes no subfolder
+        foreign = [name for name in found if name not in listed and not _is_run_file(name)
+                   and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
+        if foreign:
+            raise OutputPathError(
+                f"{self.out.shown}: holds files that skflow did not write ({printable(some_names(foreign))}); "
+                "--overwrite would delete them: move them away or choose another output")
+        return listed + [name for name in runs if _of_a_dead_run(name)]
+
+    @contextlib.contextmanager
+    def writing(self):
+        """A Ray Data sink for this run's files (its ``rows`` once written); deleted unless :meth:`commit` is called."""
+        sink = parquet_files(self.out, self.run)
+        try:
+            yield sink
+        finally:
+            if not self.committed:
+                self._delete_the_run()
+
+    def _delete_the_run(self) -> None:
+        with contextlib.suppress(Exception):
+            for name in self._listing():
+                if name.startswith(self.run):
+                    delete(self.out.child(name))
+            if self.created and not self.out.is_remote:
+                os.rmdir(self.out.path)  # a folder this run made, if empty
+
+    def commit(self, sink, *, command: str) -> None:
+        """Write the manifest of the sink's files last, then delete what it replaces (``overwrite``).
+
+        Raises
+        ------
+        OutputPathError
+            Without ``overwrite``: the folder was filled during the run. With
+            it: a file that skflow did not write appeared in it.
+        OSError
+            The manifest could not be written; the output is as it was.
+        """
+        files = sorted(name for name, _ in sink.written)
+        found = self._listing()
+        if not self.overwrite:
+            filled = [name for name in found if not _is_run_file(name)
+                      and (name == MARKER or not name.startswith(".skflow-"))]
+            if filled:
+                raise OutputPathError(
+                    f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
+                    "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
+        old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
+        text = json.dumps({"files": files, "rows": sink.rows, "command": command}, indent=1) + "\n"
+        manifest = self.out.child(MARKER)
+        try:
+            if manifest.is_remote:
+                write_bytes(manifest, text.encode())
+            else:
+                write_text_atomically(manifest.path, text, overwrite=self.overwrite)
+        except OSError as exc:
+            raise OSError(f"{self.out.shown}: the manifest could not be written ({one_line(exc)})") from None
+        self.committed = True
+        left = []
+        for name in old:
+            try:
+                delete(self.out.child(name))
+            except OSError:
+                left.append(name)
+        if left:
+            warnings.warn(f"{self.out.shown}: the new output is complete; {len(left)} file(s) of the one it replaced "
+                          f"could not be deleted ({printable(some_names(left))})", RuntimeWarning, stacklevel=2)
+
+
+def parquet_files(folder: Location, run: str):
+    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly.
+
+    After :meth:`ray.data.Dataset.write_datasink`, ``written`` holds the
+    ``(name, rows)`` of every file that Ray's write tasks reported (Ray 2.41
+    and later pass them to ``on_write_complete``), and ``rows`` their sum. A
+    retried task writes the same names again.
+    """
+    return _parquet_files_class()(folder, run)
+
+
+@functools.cache
+def _parquet_files_class():
+    import pyarrow.parquet as pq
+    from ray.data import Datasink
+    from ray.data.block import BlockAccessor
+
+    class ParquetFiles(Datasink):
+        def __init__(self, folder: Location, run: str) -> None:
+            self.folder, self.run, self.written = folder, run, []
+
+        def on_write_start(self, *args) -> None:
+            if not self.folder.is_remote:  # an object store has no folders to make
+                self.folder.filesystem.create_dir(self.folder.path)
+
+        def write(self, blocks, ctx) -> list[tuple[str, int]]:
+            written = []
+            for i, block in enumerate(blocks):
+                table = BlockAccessor.for_block(block).to_arrow()
+                if table.num_rows:
+                    name = f"{self.run}-{ctx.task_idx}-{i}.parquet"
+                    pq.write_table(table, self.folder.child(name).path, filesystem=self.folder.filesystem)
+                    written.append((name, table.num_rows))
+            return written
+
+        def on_write_complete(self, result) -> None:
+            self.written = [file for returned in result.write_returns for file in returned]
+
+        @property
+        def rows(self) -> int:
+            return sum(rows for _, rows in self.written)
+
+    return ParquetFiles
+
+
+# ------------------------------------------------------------------------------------------- reading
+def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
+    """The entries of ``listed`` (under ``folder``) that a reader reads: each output as its manifest lists.
+
+    Hidden entries and everything in hidden folders are skipped; a folder
+    holding a manifest, at any depth, is read as the files it lists (an
+    output inside it is its business), others under it named in one warning.
+
+    Raises
+    ------
+    error
+        A name with an empty, ``.`` or ``..`` part (it cannot be read); a
+        manifest that is damaged or lists a missing file; run files that no
+        manifest lists (a write under way, or killed).
+    """
+    visible, outputs = [], set()
+    for name, regular in listed:
+        *folders, base = parts = name.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise error(f"{printable(folder.shown)}: the object '{printable(name)}' has an empty, '.' or '..' part "
+                        "in its name, which cannot be read; rename it or name the files to read")
+        if any(map(is_hidden, folders)):
+            continue
+        if base == MARKER:
+            outputs.add(name[: -len(base)])
+        elif not is_hidden(base):
+            visible.append((name, regular))
+    owned = {output: [] for output in sorted(outputs) if not outputs & _folders_above(output)}  # the outermost
+    read = set()
+    for name, _ in visible:
+        owner = next((output for output in _folders_above(name) if output in owned), None)
+        if owner is not None:
+            owned[owner].append(name)
+        elif _is_run_file(name.rsplit("/", 1)[-1]):
+            raise error(f"{_named(folder, name.rsplit('/', 1)[0] + '/' if '/' in name else '')}: holds the files "
+                        f"of an skflow run without a {MARKER} manifest (a write under way, or killed); write it "
+                        "again with --overwrite, or wait for it")
+        else:
+            read.add(name)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(owned)))) as pool:
+        manifests = {output: pool.submit(_listed_by, folder, output, error) for output in owned}
+    strays = []
+    for output, names in owned.items():
+        files, inside = set(manifests[output].result()), {name[len(output):] for name in names}
+        if absent := sorted(files - inside):
+            raise error(f"{_named(folder, output)}: its {MARKER} manifest lists {printable(absent[0])}, which is "
+                        f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while "
+                        "being read; read it again, or write it again")
+        read.update(output + name for name in files)
+        if others := sorted(inside - files):
+            strays.append((output, len(files), others))
+    if strays:
+        warnings.warn(_strays_message(folder, strays), UserWarning, stacklevel=4)
+    return [(name, regular) for name, regular in visible if name in read]
+
+
+def _folders_above(path: str) -> set[str]:
+    """The folders above a name or a folder (``"a/b/c.txt"`` or ``"a/b/c/"``: ``""``, ``"a/"``, ``"a/b/"``)."""
+    parts = path.rstrip("/").split("/")[:-1] if path else []
+    return {"".join(part + "/" for part in parts[:depth]) for depth in range(len(parts) + 1)} if path else set()
+
+
+def _named(folder: Location, output: str) -> str:
+    return printable(folder.child(output[:-1]).shown if output else folder.shown)
+
+
+def _listed_by(folder: Location, output: str, error: type[Exception]) -> list[str]:
+    try:
+        return manifest_files(folder.child(output + MARKER))
+    except (OSError, ValueError):
+        raise error(f"{_named(folder, output)}: its {MARKER} manifest is damaged, so which of its files form the "
+                    "output is unknown; write the output again (or delete the manifest to read every file)") from None
+
+
+def _strays_message(folder: Location, strays: list[tuple[str, int, list[str]]]) -> str:
+    if len(strays) == 1:
+        output, count, others = strays[0]
+        return (f"{_named(folder, output)}: read as the skflow output that its {MARKER} manifest lists ({count} "
+                f"file{'s' * (count != 1)}); {len(others)} other file(s) under it are not part of it and are not "
+                f"read: {printable(some_names(others))}")
+    outputs = [f"{output[:-1] or '.'} ({some_names(others, 3)})" for output, _, others in strays]
+    return (f"{printable(folder.shown)}: {len(strays)} skflow outputs under it hold files their {MARKER} manifests "
+            f"do not list, which are not read: {printable(some_names(outputs))}")

@@ -1,0 +1,284 @@
+"""One filesystem layer for the Ray commands: local folders and object stores alike, through ``pyarrow.fs``.
+
+Local paths (``file://`` too) open with pyarrow's ``LocalFileSystem``; URIs
+with :meth:`pyarrow.fs.FileSystem.from_uri` (S3, GCS, Azure, HDFS), else with
+fsspec's filesystem for the scheme (``hf://``, ``memory://``). The driver's
+checks, Ray Data's readers and skflow's writer use the same filesystem.
+Credentials come from the environment the filesystem reads, never from the
+command line: a URI holding a user, a password or a query string is refused
+without repeating it, and messages built from a store's errors are scrubbed.
+"""
+
+import functools
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import NamedTuple
+
+from skflow.utils import OutputPathError
+
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
+_S3_BUCKET = re.compile(r"^(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+_SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AZURE_STORAGE_KEY",
+                     "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET", "HF_TOKEN",
+                     "HUGGING_FACE_HUB_TOKEN", "GOOGLE_API_KEY")
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+_PASSWORD = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*:[^/@\s]*@")
+_USER_IS_CONTAINER = ("abfs", "abfss", "az")  # abfs://container@account.dfs.core.windows.net/path
+_UNREADABLE_PARTS = ("", ".", "..")  # pyarrow cannot open a key with such a part (it normalises the path)
+
+
+class Location(NamedTuple):
+    """A file or folder: its filesystem, its path there, how messages name it, and what comparisons use."""
+
+    filesystem: object  # pyarrow.fs.FileSystem
+    path: str  # in the filesystem's terms: an absolute local path, or ``bucket/key``
+    shown: str  # the local path as given (``~`` expanded), or the URI, without a trailing slash
+    key: str  # the local real path (links resolved), or the URI: equal for the same file
+
+    @property
+    def is_remote(self) -> bool:
+        return "://" in self.key
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def child(self, name: str) -> "Location":
+        return Location(self.filesystem, f"{self.path}/{name}", f"{self.shown.rstrip('/')}/{name}",
+                        f"{self.key.rstrip('/')}/{name}")
+
+    @property
+    def parent(self) -> "Location":
+        if self.is_remote:
+            return Location(self.filesystem, *(part.rsplit("/", 1)[0] for part in self[1:]))
+        folder = os.path.dirname(self.path)
+        return Location(self.filesystem, folder, os.path.dirname(self.shown) or ".", os.path.realpath(folder))
+
+
+def scrub(text: str) -> str:
+    """``text`` with the value of every credential variable of the environment, and any ``user:pass@``, masked."""
+    text = _PASSWORD.sub(r"\g<scheme>***@", str(text))
+    for variable in _SECRET_VARIABLES:
+        value = os.environ.get(variable, "")
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line, credentials masked."""
+    return scrub(" ".join(str(exc).split()))
+
+
+def printable(text: str) -> str:
+    """``text`` with unprintable characters (a line break, a tab) escaped: a name in a one-line message."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def is_remote(item) -> bool:
+    """Whether ``item`` names a location that is not a local path (a URI other than ``file://``)."""
+    return isinstance(item, str) and _SCHEME.match(item) is not None and not item.lower().startswith("file://")
+
+
+def _shown(uri: str) -> str:
+    """A URI as messages may show it: no user information, no query string."""
+    uri = uri.split("?", 1)[0].split("#", 1)[0]
+    return _PASSWORD.sub(r"\g<scheme>***@", uri) if uri.lower().startswith(_USER_IS_CONTAINER) else \
+        _USERINFO.sub(r"\g<scheme>***@", uri)
+
+
+def locate(item, error: type[Exception] = ValueError) -> Location:
+    """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used.
+
+    Raises
+    ------
+    error
+        The URI holds credentials or a query string, a part of its key is
+        empty, ``.`` or ``..``, an S3 bucket name is not valid, no filesystem
+        knows the scheme, or opening it failed.
+    """
+    item = os.fspath(item)
+    if item.lower().startswith("file://"):
+        item = item[len("file://"):]
+    match = _SCHEME.match(item)
+    if match is None:
+        import pyarrow.fs as pafs
+
+        shown = str(Path(item).expanduser())
+        return Location(pafs.LocalFileSystem(), os.path.abspath(shown), shown, os.path.realpath(shown))
+    scheme, rest = match["scheme"].lower(), match["rest"]
+    shown = _shown(item)
+    authority = rest.split("/", 1)[0]
+    user, at, _ = authority.rpartition("@")
+    if at and (scheme not in _USER_IS_CONTAINER or ":" in user):
+        raise error(f"{shown}: a URI must not hold credentials; skflow reads them from the environment "
+                    "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...)")
+    if "?" in rest or "#" in rest:
+        raise error(f"{shown}: a URI with a query string or fragment is not accepted; set options such as the "
+                    "region or endpoint in the environment (AWS_REGION, AWS_ENDPOINT_URL)")
+    rest = rest.rstrip("/")
+    if not authority:
+        raise error(f"{shown}: no bucket or host in the URI")
+    if scheme in ("s3", "s3a") and not _S3_BUCKET.match(authority):
+        raise error(f"{shown}: {authority!r} is not a valid S3 bucket name (3 to 63 lowercase letters, digits, dots "
+                    "and hyphens)")
+    key = rest[len(authority) + 1:]
+    if key and any(part in _UNREADABLE_PARTS for part in key.split("/")):
+        raise error(f"{printable(shown)}: a part of the key is empty, '.' or '..', which cannot be read back")
+    try:
+        filesystem, root = _root(scheme, authority, _environment())
+    except KeyError:
+        raise error(f"{shown}: unknown scheme {scheme!r}; skflow reads local paths and the URIs that pyarrow or an "
+                    "installed fsspec package opens (s3://, gs://, abfs://, hf://, ...)") from None
+    except Exception as exc:  # noqa: BLE001 - a filesystem that cannot start (credentials, a package) is one line
+        raise error(f"{shown}: cannot be opened ({type(exc).__name__}: {one_line(exc)})") from None
+    uri = f"{scheme}://{rest}"
+    return Location(filesystem, f"{root}/{key}" if key else root, uri, uri)
+
+
+@functools.lru_cache(maxsize=64)
+def _root(scheme: str, authority: str, variables: tuple):
+    """The filesystem of ``scheme://authority/`` and that root's path in it, once per credential environment.
+
+    Cached: pyarrow's S3 asks the store for the bucket's region when AWS_REGION is not set.
+    """
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    uri = f"{scheme}://{authority}/"
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+    except pa.ArrowInvalid as exc:
+        if "Unrecognized filesystem type" not in str(exc):
+            raise
+        import fsspec
+
+        try:
+            fsspec.get_filesystem_class(scheme)
+        except ValueError:
+            raise KeyError(scheme) from None
+        native, path = fsspec.core.url_to_fs(uri)
+        filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(native))
+    return filesystem, path.rstrip("/")
+
+
+def _environment() -> tuple:
+    """The variables a filesystem reads when it starts: a change of them gives a new filesystem."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_", "HF_"))))
+
+
+# --------------------------------------------------------------------------------------- inspecting
+def _hint(exc: BaseException) -> str:
+    if any(word in str(exc) for word in ("ACCESS_DENIED", "AccessDenied", "403")):
+        return "; check the credentials in the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the permissions"
+    return ""
+
+
+def file_type(where: Location, error: type[Exception] = ValueError) -> str:
+    """``"file"``, ``"folder"``, ``"missing"`` or ``"other"`` (a FIFO, a device); ``error`` if the store fails."""
+    import pyarrow.fs as pafs
+
+    try:
+        info = where.filesystem.get_file_info(where.path)
+    except Exception as exc:  # noqa: BLE001 - access denied, a network error: one line
+        raise error(f"{where.shown}: cannot be read ({one_line(exc)}){_hint(exc)}") from None
+    return {pafs.FileType.File: "file", pafs.FileType.Directory: "folder",
+            pafs.FileType.NotFound: "missing"}.get(info.type, "other")
+
+
+def no_bucket(where: Location, error: type[Exception] = ValueError) -> Exception | None:
+    """The error to raise if the bucket (or container) of a remote ``where`` does not exist, else None."""
+    top = where.path.split("/", 1)[0]
+    if where.is_remote and where.path != top and file_type(where._replace(path=top), error) == "missing":
+        return error(f"{where.shown}: no such bucket {top!r} (or no access to it)")
+    return None
+
+
+def missing(where: Location, error: type[Exception] = ValueError) -> Exception:
+    """The error for a location that does not exist: its bucket (or container) if that is what is missing."""
+    return no_bucket(where, error) or error(f"{where.shown}: no such file or folder")
+
+
+def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
+    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``.
+
+    Local links to folders are followed (a link back up is listed once).
+    """
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
+    try:
+        infos = folder.filesystem.get_file_info(selector)
+    except Exception as exc:  # noqa: BLE001
+        raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
+    start = len(folder.path.rstrip("/")) + 1
+    return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
+                  if info.type != pafs.FileType.Directory)
+
+
+def check_not_an_input(out: Location, inputs, what: str) -> None:
+    """Refuse an output that is, contains or lies inside an input (local paths: links resolved)."""
+    for item in inputs:
+        source = locate(item, OutputPathError)
+        if source.key == out.key:
+            raise OutputPathError(f"{out.shown}: the {what} is the input {source.shown}; choose another output")
+        if source.key.startswith(out.key.rstrip("/") + "/"):
+            raise OutputPathError(f"{out.shown}: the {what} contains the input {source.shown}; choose another output")
+        if out.key.startswith(source.key.rstrip("/") + "/"):
+            raise OutputPathError(f"{out.shown}: the {what} lies inside the input {source.shown}; choose another "
+                                  "output")
+
+
+def check_writable(folder: Location, what: str) -> None:
+    """A hidden file written into ``folder`` and deleted: OutputPathError naming it if that fails."""
+    kind = "folder" if folder.is_remote else file_type(folder, OutputPathError)
+    if kind != "folder":
+        raise OutputPathError(f"{folder.shown}: {what} " + ("does not exist" if kind == "missing" else
+                                                             "is a file, not a folder"))
+    probe = folder.child(f".skflow-probe-{secrets.token_hex(8)}")
+    try:
+        write_bytes(probe, b"")
+        folder.filesystem.delete_file(probe.path)
+    except Exception as exc:  # noqa: BLE001 - no bucket, access denied, a read-only disk: one line
+        reason = getattr(exc, "strerror", None) or one_line(exc)
+        raise OutputPathError(f"{folder.shown}: {what} cannot be written ({reason}){_hint(exc)}") from None
+
+
+# ------------------------------------------------------------------------------------------ writing
+def upload(source: str, where: Location) -> None:
+    """Copy the local file ``source`` to ``where`` in one call into Arrow, whole or not at all.
+
+    Ctrl-C or SIGTERM waits for the call to end (a ``with`` block around a
+    stream would close it, and an S3 stream closed early is a shorter object);
+    a killed process leaves no part (S3 shows a multipart upload only once it
+    is complete). One upload, no server-side copy.
+    """
+    import pyarrow.fs as pafs
+
+    pafs.copy_files(source, where.path, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=where.filesystem)
+
+
+def write_bytes(where: Location, data: bytes) -> None:
+    """Write ``data`` as the file ``where``, whole or not at all (:func:`upload`)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="skflow-") as source:
+        source.write(data)
+        source.flush()
+        upload(source.name, where)
+
+
+def read_bytes(where: Location) -> bytes:
+    with where.filesystem.open_input_stream(where.path) as stream:
+        return stream.read()
+
+
+def delete(where: Location) -> None:
+    """Delete a file; a missing one is no error."""
+    try:
+        where.filesystem.delete_file(where.path)
+    except FileNotFoundError:
+        pass
