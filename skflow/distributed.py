@@ -19,6 +19,7 @@ See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
 import dataclasses
+import gc
 import numbers
 import os
 from collections.abc import Sequence
@@ -193,6 +194,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; the staging goes away
                 failure = job_failure(exc, actor_kwargs.get("checks"))
             if failure is not None:
+                gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
             written = written_rows(staging)
             if written != n_rows:
