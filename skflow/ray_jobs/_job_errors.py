@@ -33,12 +33,12 @@ def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
     import pyarrow as pa
 
     raised = worker_error(exc)
+    message = one_line(str(raised).strip().split("\n", 1)[0])  # Ray appends its retry advice on further lines
     if isinstance(raised, InputError):
-        return InputError(f"{one_line(raised)}; nothing was written")
+        return InputError(f"{message}; nothing was written")
     if checks is not None and isinstance(raised, (OSError, pa.ArrowException)):
         try:
             checks.find_the_bad_file()
         except InputError as found:
             return InputError(f"{found}; nothing was written")
-    first = str(raised).strip().split("\n", 1)[0]  # Ray appends its retry advice on further lines
-    return JobFailedError(f"the Ray job failed, nothing was written: {type(raised).__name__}: {one_line(first)}")
+    return JobFailedError(f"the Ray job failed, nothing was written: {type(raised).__name__}: {message}")
