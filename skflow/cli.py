@@ -1,6 +1,7 @@
 """Command line: ``skflow evaluate`` (the paper's STS evaluation) and ``skflow embed | fit | transform`` (Ray)."""
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -208,34 +209,39 @@ def _run_scale_command(args) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _silenced(quiet: bool):
+    """With ``--quiet``, the process's stdout and stderr go nowhere while the command runs; its error line follows.
+
+    Ray's processes write to the file descriptors, not to Python's streams (the
+    driver's own C++ log lines, such as core_worker's, whatever the logging level).
+    """
+    if not quiet:
+        yield
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(null)
+
+
 def _scale_command(args) -> int:
     from skflow import distributed
-    from skflow.gaussianizer import FlowGaussianizer
 
     try:
-        if args.command == "embed":
-            embedder = BertEmbedder(args.model, pooling=args.pooling, dtype=args.dtype, batch_size=args.batch_size,
-                                    max_length=args.max_length, show_progress_bar=False)
-            n = distributed.embed(args.inputs, args.output, embedder=embedder, text_column=args.text_column,
-                                  workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                                  threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
-                                  address=args.address, quiet=args.quiet)
-            done = f"embedded {n:,} rows into {args.output}"
-        elif args.command == "fit":
-            flow = FlowGaussianizer(batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                    weight_decay=args.weight_decay, n_levels=args.n_levels, depth=args.depth,
-                                    hidden_channels=args.hidden_channels, coupling=args.coupling,
-                                    permutation=args.permutation, device=args.device, random_state=args.seed)
-            flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs,
-                                   overwrite=args.overwrite, address=args.address, quiet=args.quiet)
-            done = f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
-        else:
-            n = distributed.transform(args.input_dir, args.model, args.output, column=args.column,
-                                      text_column=args.text_column, output_column=args.output_column,
-                                      workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                                      threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
-                                      address=args.address, quiet=args.quiet)
-            done = f"transformed {n:,} rows into {args.output}"
+        with _silenced(args.quiet):  # errors are printed below, once the streams are back
+            done = _scale_step(args)
     except ModuleNotFoundError as exc:
         if exc.name not in ("ray", "pyarrow"):
             raise
@@ -249,6 +255,34 @@ def _scale_command(args) -> int:
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
+
+
+def _scale_step(args) -> str:
+    """Run ``skflow embed | fit | transform``; returns what it did, in words."""
+    from skflow import distributed
+
+    if args.command == "embed":
+        embedder = BertEmbedder(args.model, pooling=args.pooling, dtype=args.dtype, batch_size=args.batch_size,
+                                max_length=args.max_length, show_progress_bar=False)
+        n = distributed.embed(args.inputs, args.output, embedder=embedder, text_column=args.text_column,
+                              workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                              threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
+                              address=args.address, quiet=args.quiet)
+        return f"embedded {n:,} rows into {args.output}"
+    if args.command == "fit":
+        flow = FlowGaussianizer(batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                weight_decay=args.weight_decay, n_levels=args.n_levels, depth=args.depth,
+                                hidden_channels=args.hidden_channels, coupling=args.coupling,
+                                permutation=args.permutation, device=args.device, random_state=args.seed)
+        flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs,
+                               overwrite=args.overwrite, address=args.address, quiet=args.quiet)
+        return f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
+    n = distributed.transform(args.input_dir, args.model, args.output, column=args.column,
+                              text_column=args.text_column, output_column=args.output_column,
+                              workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                              threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
+                              address=args.address, quiet=args.quiet)
+    return f"transformed {n:,} rows into {args.output}"
 
 
 def _one_line(label: str, what, file=None) -> None:

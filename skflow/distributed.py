@@ -19,9 +19,12 @@ See ``docs/scale.md`` for what is read and how actors share the CPUs.
 """
 
 import dataclasses
+import gc
 import numbers
 import os
 from collections.abc import Sequence
+
+from sklearn.utils import check_random_state
 
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
@@ -35,26 +38,24 @@ from skflow.embedding import (
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs import (
     InputError,
+    JobFailedError,
     OutputFolder,
     RayClusterError,
     RowChecks,
-    actor_cpus,
-    bad_remote_file,
+    actor_resources,
     check_embeddings,
     check_model_output,
     check_texts,
-    free_cpus,
     input_files,
     is_remote,
+    job_failure,
     load_model,
-    raised_error,
     ray_session,
     read_dataset,
     save_model,
     scrub,
     vectors_array,
     vectors_column,
-    wait_for_the_actors_to_go,
 )
 from skflow.utils import resolve_device
 
@@ -65,10 +66,6 @@ EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192
 ROWS_PER_PARTIAL_FIT = 8192
 SHUFFLE_BUFFER_ROWS = 32768
-
-
-class JobFailedError(RuntimeError):
-    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 # --------------------------------------------------------------------- actors
@@ -178,12 +175,9 @@ def _check_encoder(embedder: BertEmbedder) -> None:
 def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
                    address, quiet, command) -> int:
     """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
-    with ray_session(address, quiet=quiet) as connected_here:
-        options = {"num_cpus": actor_cpus(workers, gpus_per_worker)}
-        if gpus_per_worker:
-            options["num_gpus"] = gpus_per_worker
+    with ray_session(address, quiet=quiet):
+        options = actor_resources(workers, gpus_per_worker)
         with target.writing() as sink:  # the run's files are deleted unless committed
-            failure, cpus_free_before = None, None if connected_here else free_cpus()
             try:
                 dataset = read_dataset(corpus, text_column).map_batches(
                     actor_class,
@@ -194,18 +188,11 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                     **options,
                 )
                 dataset.write_datasink(sink)
+                failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                raised, message = raised_error(exc)
-                if raised.rsplit(".", 1)[-1] == InputError.__name__:  # a row check in an actor: the user's input
-                    failure = InputError(f"{message}; nothing was written")
-                elif (found := bad_remote_file(actor_kwargs.get("checks"), raised)) is not None:
-                    failure = InputError(f"{found}; nothing was written")
-                else:
-                    failure = JobFailedError(f"the Ray job failed, nothing was written: {raised}: {message}")
+                failure = job_failure(exc, actor_kwargs.get("checks"))
             if failure is not None:
-                dataset = None
-                if cpus_free_before is not None:  # else disconnecting ends the actors at once
-                    wait_for_the_actors_to_go(cpus_free_before)
+                gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
             if sink.rows != n_rows:
                 raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {n_rows:,}; nothing was written")
@@ -317,25 +304,29 @@ def fit(
     _, length = check_embeddings(corpus.files, column)
     checks = RowChecks.needed(corpus, column, vectors=True, length=length)
     out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
+    from ray.data import RandomSeedConfig
+
+    seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
+    block_order = RandomSeedConfig(int(seeds.randint(2**31)), reseed_after_execution=True)
     with ray_session(address, quiet=quiet):
-        actor_cpus(1)  # a cluster without a CPU would never read
-        dataset = read_dataset(corpus).select_columns([column])
+        actor_resources(1)  # a cluster without a CPU would never read
+        dataset = read_dataset(corpus).select_columns([column]).randomize_block_order(seed=block_order)
+        dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):
-                for batch in dataset.randomize_block_order().iter_batches(
-                    batch_size=ROWS_PER_PARTIAL_FIT,
-                    batch_format="pyarrow",
-                    local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
-                ):
+                for batch in dataset.iter_batches(batch_size=ROWS_PER_PARTIAL_FIT, batch_format="pyarrow",
+                                                  local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
+                                                  local_shuffle_seed=int(seeds.randint(2**31))):
                     if checks is not None:  # every batch holds vectors of the first batch's length
                         checks = dataclasses.replace(checks, length=checks(batch))
                     flow.partial_fit(vectors_array(batch.column(column)))
-        except InputError:
+            failure = None
+        except (InputError, FloatingPointError):  # a bad row, named by the checks; the flow's own error
             raise
-        except Exception as exc:
-            if (found := bad_remote_file(checks, raised_error(exc)[0])) is not None:  # a damaged remote file
-                raise found from None
-            raise
+        except Exception as exc:  # noqa: BLE001 - a failed job is one line
+            failure = job_failure(exc, checks)
+        if failure is not None:
+            raise failure
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     save_model(flow, out, overwrite=overwrite)

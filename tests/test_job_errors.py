@@ -1,25 +1,42 @@
-"""What the driver makes of a failed Ray job: the error a worker raised, and when the files are read to name one."""
+"""What the driver makes of a failed Ray job: decided by the type of what the worker raised, never by its text."""
 
+import pyarrow as pa
 import pytest
+from ray.exceptions import RayTaskError, UserCodeException
 
-from skflow.ray_jobs import InputError, RowChecks, bad_remote_file, raised_error
+from skflow.ray_jobs import InputError, JobFailedError, RowChecks, job_failure
 from skflow.ray_jobs._corpus import Corpus
 
-RAY_TEXT = (
-    "\x1b[36mray::MapWorker(MapBatches(_EmbedBatches))\x1b[39m (pid=4242, ip=10.0.0.1)\n"
-    "ray.exceptions.UserCodeException: UDF failed to process a data block.\n"
-    "Traceback (most recent call last):\n"
-    '  File "skflow/distributed.py", line 97, in __call__\n'
-    "skflow.ray_jobs._corpus_files.InputError: s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string\n"
-)
+BAD_ROW = "s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string"
 
 
-def test_the_last_error_a_worker_raised_is_found_in_rays_text_without_rays_wrappers():
-    assert raised_error(RuntimeError(RAY_TEXT)) == (
-        "skflow.ray_jobs._corpus_files.InputError",
-        "s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string",
-    )
-    assert raised_error(ValueError("no traceback here\nsecond line")) == ("ValueError", "no traceback here")
+def _from_a_worker(exc: BaseException) -> BaseException:
+    """``exc`` as Ray hands it to the driver: a RayTaskError that is also an instance of the worker's exception."""
+    return RayTaskError("MapWorker.submit", f"Traceback (most recent call last):\n{type(exc).__name__}: {exc}",
+                        exc).as_instanceof_cause()
+
+
+def _wrapped_by_ray_data(exc: BaseException) -> BaseException:
+    """``exc`` under Ray Data's UserCodeException, as it wraps a map function's error (without the setting)."""
+    try:
+        raise UserCodeException("UDF failed to process a data block.") from exc
+    except UserCodeException as wrapper:
+        return _from_a_worker(wrapper)
+
+
+@pytest.mark.parametrize("deliver", [_from_a_worker, _wrapped_by_ray_data])
+def test_a_bad_row_found_in_a_worker_is_the_users_input_error(deliver):
+    failure = job_failure(deliver(InputError(BAD_ROW)), None)
+    assert type(failure) is InputError and str(failure) == f"{BAD_ROW}; nothing was written"
+
+
+def test_a_message_that_reads_like_another_error_is_not_taken_for_it():
+    """A worker's error whose text holds a line ``...InputError: ...`` (a regex over Ray's traceback text took
+    the last such line for the error raised) is what it is: the job failed, exit 1, first line only."""
+    text = f"the encoder broke\nskflow.ray_jobs._corpus_files.InputError: {BAD_ROW}\nOSError: disk"
+    failure = job_failure(_from_a_worker(RuntimeError(text)), None)
+    assert type(failure) is JobFailedError
+    assert str(failure) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke"
 
 
 class _Scanned(RowChecks):
@@ -28,15 +45,18 @@ class _Scanned(RowChecks):
         raise InputError("s3://b/x.parquet: cannot be read as Parquet (damaged page)")
 
 
-@pytest.mark.parametrize(
-    ("raised", "scanned"),
-    [("OSError", True), ("pyarrow.lib.ArrowInvalid", True), ("RuntimeError", False), ("ValueError", False)],
-)
+@pytest.mark.parametrize(("raised", "scanned"), [
+    (OSError("Couldn't deserialize thrift"), True),
+    (pa.ArrowInvalid("Corrupt snappy compressed data"), True),
+    (RuntimeError("OSError: a message that names OSError"), False),
+    (ValueError("ArrowInvalid"), False),
+])
 def test_the_remote_files_are_read_to_name_one_only_after_an_error_of_reading(raised, scanned):
     checks = _Scanned(Corpus(("s3://b/x.parquet",), "parquet", (None,)), "embedding", vectors=True)
     object.__setattr__(checks, "scans", [])
-    found = bad_remote_file(checks, raised)
+    failure = job_failure(_from_a_worker(raised), checks)
     assert checks.scans == ([1] if scanned else [])  # an encoder that breaks never downloads the corpus
-    assert (str(found) if found else None) == ("s3://b/x.parquet: cannot be read as Parquet (damaged page)"
-                                               if scanned else None)
-    assert bad_remote_file(None, "OSError") is None  # local files: the driver read them all already
+    assert type(failure) is (InputError if scanned else JobFailedError)
+    if scanned:
+        assert str(failure) == "s3://b/x.parquet: cannot be read as Parquet (damaged page); nothing was written"
+    assert type(job_failure(_from_a_worker(OSError("gone")), None)) is JobFailedError  # local files: read already
