@@ -18,8 +18,6 @@ import functools
 import json
 import os
 import re
-import secrets
-import socket
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,7 +35,7 @@ from skflow.ray_jobs._storage import (
     read_bytes,
     write_bytes,
 )
-from skflow.utils import OutputPathError, some_names, write_text_atomically
+from skflow.utils import OutputPathError, left_by_a_dead_process, run_tag, some_names, write_text_atomically
 
 MARKER = ".skflow-output"
 _RUN_FILE = re.compile(r"^skflow-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-\d+-\d+\.parquet$")
@@ -47,10 +45,6 @@ def is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
-
-
 def _is_run_file(name: str) -> bool:
     return _RUN_FILE.match(name) is not None
 
@@ -58,15 +52,7 @@ def _is_run_file(name: str) -> bool:
 def _of_a_dead_run(name: str) -> bool:
     """A run file whose driver ran on this host and no longer runs (a killed or failed run's file)."""
     match = _RUN_FILE.match(name)
-    if match is None or match["host"] != _host():
-        return False
-    try:
-        os.kill(int(match["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # a process of another user
-        return False
-    return False
+    return match is not None and left_by_a_dead_process(match["pid"], match["host"])
 
 
 def manifest_files(manifest: Location) -> list[str]:
@@ -117,7 +103,7 @@ class OutputFolder:
             check_writable(out, "the output folder")
         else:
             check_writable(out.parent, "the folder of the output")
-        self.run = f"skflow-{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
+        self.run = f"skflow-{run_tag()}"
         self.committed = False
 
     def _listing(self) -> list[str]:

@@ -29,9 +29,14 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
+def run_tag() -> str:
+    """``PID@HOST-HEX``: unique to this process and call; names what a process writes, to clean it up once it died."""
+    return f"{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
+
+
 def temporary_name(name: str) -> str:
     """A hidden name for a temporary sibling of ``name``, unique to this process and call."""
-    return f".skflow-tmp-{os.getpid()}@{_host()}-{secrets.token_hex(4)}-{name}"
+    return f".skflow-tmp-{run_tag()}-{name}"
 
 
 def pid_is_running(pid: int) -> bool:
@@ -45,17 +50,21 @@ def pid_is_running(pid: int) -> bool:
     return True
 
 
-def is_stale_temporary(entry: str, name: str) -> bool:
-    """Whether ``entry`` is a temporary sibling of ``name`` left by a process of this host that no longer runs."""
+def left_by_a_dead_process(pid: str, host: str) -> bool:
+    """Whether what process ``pid`` of ``host`` (a :func:`run_tag`) wrote is left over: it ran here and died."""
+    return host == _host() and not pid_is_running(int(pid))
+
+
+def _is_stale_temporary(entry: str, name: str) -> bool:
     match = _TMP.match(entry)
-    return bool(match) and match["name"] == name and match["host"] == _host() and not pid_is_running(int(match["pid"]))
+    return bool(match) and match["name"] == name and left_by_a_dead_process(match["pid"], match["host"])
 
 
 def _remove_stale_temporaries(path: Path) -> None:
     """Remove the temporary siblings of ``path`` left by processes of this host that no longer run."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(path.parent):
-            if not is_stale_temporary(entry.name, path.name):
+            if not _is_stale_temporary(entry.name, path.name):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):
