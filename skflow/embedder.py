@@ -111,7 +111,9 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         warning), another user's store is never read (each user keeps their
         own). Files get the user's umask; nothing is written through a
         symbolically linked subfolder. A ``cache_dir`` that cannot be created
-        or written is an ``OSError`` before any text is encoded.
+        or written is an ``OSError`` before any text is encoded; an empty
+        one is a ``ValueError``. `skflow.load` never keeps a ``cache_dir``
+        saved in a file (it takes the caller's).
     revision : str, default=None
         Model revision (branch, tag or commit) on the Hugging Face hub.
     show_progress_bar : bool, default=None
@@ -320,6 +322,9 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     def _check_hub_options(self):
         check_hub_options(self)
+        if self.cache_dir is not None and not str(self.cache_dir).strip():
+            raise ValueError("cache_dir is empty: give a folder for the embedding cache, or None for no cache "
+                             "(an empty name would put the cache in the current folder)")
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs

@@ -73,7 +73,8 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     return path
 
 
-def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEstimator:
+def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
+         cache_dir: str | os.PathLike | None = None) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
     The file's declared sizes are bounded before skops reads any array from
@@ -89,6 +90,11 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
         ``transform`` would let transformers run code from its model's
         repository). Without it such a file is refused: set it only for files
         whose author you trust.
+    cache_dir : str or path-like, default=None
+        The embedding cache folder of every `BertEmbedder` in the file. A
+        path saved in the file is never used (its author would choose where
+        this process creates folders and writes its embeddings): it is
+        replaced by this one, and None, the default, turns the cache off.
 
     Returns
     -------
@@ -146,6 +152,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False) -> BaseEst
             check_estimator(estimator, _SKFLOW_CLASSES)
             if isinstance(estimator, BertEmbedder):
                 _check_embedder(estimator, trust_remote_code)
+                estimator.cache_dir = cache_dir  # never a path that the file's author chose
     except (InvalidModelError, UntrustedTypeError) as exc:
         raise type(exc)(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - not a skops file, or a damaged one: one clear error

@@ -138,7 +138,20 @@ def check_model_kwargs(model_kwargs) -> dict:
         if key not in MODEL_KWARGS:
             raise ValueError(f"model_kwargs has an unknown key {key!r}; skflow passes on only {sorted(MODEL_KWARGS)}")
         _check_plain(model_kwargs[key], f"model_kwargs[{key!r}]")
+    _check_attention(model_kwargs.get("attn_implementation"))
     return dict(model_kwargs)
+
+
+def _check_attention(value) -> None:
+    """Only transformers' own attention kernels: another name (``"org/repo"``) makes it fetch and run a hub kernel."""
+    if value is None:
+        return
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    own = {"eager", *(name for name in ALL_ATTENTION_FUNCTIONS.valid_keys() if "/" not in name)}
+    if not isinstance(value, str) or value not in own:
+        raise ValueError(f"model_kwargs['attn_implementation'] must be one of transformers' own kernels "
+                         f"({', '.join(sorted(own))}), got {value!r}: a kernel from the hub would run its code")
 
 
 def _check_plain(value, where: str, depth: int = 0) -> None:
