@@ -124,7 +124,7 @@ def _add_scale_commands(commands) -> None:
         sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
         sub.add_argument("--overwrite", action="store_true",
                          help="replace an existing output that skflow wrote, once the new one is complete")
-        sub.add_argument("--quiet", action="store_true", help="no progress output")
+        sub.add_argument("--quiet", action="store_true", help="print nothing unless the command fails")
 
     em = commands.add_parser("embed", help="embed text files into Parquet shards with Ray",
                              description="Read Parquet, CSV, JSON lines or text files (one text a line), embed their "
@@ -151,7 +151,8 @@ def _add_scale_commands(commands) -> None:
     fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS))
     fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS)
     fi.add_argument("--device", default=_FLOW["device"])
-    fi.add_argument("--seed", type=int, default=0)
+    fi.add_argument("--seed", type=int, default=0,
+                    help="the same input and seed give the same model (default: %(default)s)")
     common(fi, workers=False)
 
     tr = commands.add_parser("transform", help="apply a fitted model to Parquet shards with Ray",
