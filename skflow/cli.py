@@ -150,7 +150,7 @@ def _add_scale_commands(commands) -> None:
         sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
         sub.add_argument("--overwrite", action="store_true",
                          help="replace an existing output that skflow wrote, once the new one is complete")
-        sub.add_argument("--quiet", action="store_true", help="no progress output")
+        sub.add_argument("--quiet", action="store_true", help="print nothing unless the command fails")
 
     em = commands.add_parser("embed", help="embed text files into Parquet shards with Ray",
                              description="Read Parquet, CSV, JSON lines or text files (one text a line), embed their "
@@ -181,7 +181,8 @@ def _add_scale_commands(commands) -> None:
                     help=f"{', '.join(PERMUTATIONS)} (default: %(default)s)")
     fi.add_argument("--device", default=_FLOW["device"], help=f"where the flow trains: {_DEVICES} "
                     "(default: %(default)s)")
-    fi.add_argument("--seed", type=int, default=0)
+    fi.add_argument("--seed", type=int, default=0,
+                    help="the same input and seed give the same model (default: %(default)s)")
     common(fi, workers=False)
 
     tr = commands.add_parser("transform", help="apply a fitted model to Parquet shards with Ray",

@@ -292,7 +292,9 @@ def fit(
     Ray streams the vectors in blocks of a random order through a local
     shuffle buffer of 32,768 rows into :meth:`FlowGaussianizer.partial_fit`,
     8,192 rows a call; ``epochs`` passes. The driver never holds more than
-    the buffer. Every vector is checked to be finite before training.
+    the buffer. Every vector is checked to be finite before training. The
+    block order and the shuffle follow ``flow.random_state``: with an
+    integer, the same input gives the same model every run.
     """
     flow = FlowGaussianizer() if flow is None else flow
     _check_count("--epochs", epochs, minimum=1, integer=True)
@@ -304,24 +306,22 @@ def fit(
     _, length = check_embeddings(corpus.files, column)
     checks = RowChecks.needed(corpus, column, vectors=True, length=length)
     out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
-    from ray.data import RandomSeedConfig
-
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
-    block_order = RandomSeedConfig(int(seeds.randint(2**31)), reseed_after_execution=True)
     with ray_session(address, quiet=quiet):
         actor_resources(1)  # a cluster without a CPU would never read
-        dataset = read_dataset(corpus).select_columns([column]).randomize_block_order(seed=block_order)
+        dataset = read_dataset(corpus).select_columns([column])
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):
-                for batch in dataset.iter_batches(batch_size=ROWS_PER_PARTIAL_FIT, batch_format="pyarrow",
-                                                  local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
-                                                  local_shuffle_seed=int(seeds.randint(2**31))):
+                epoch = dataset.randomize_block_order(seed=int(seeds.randint(2**31)))
+                for batch in epoch.iter_batches(batch_size=ROWS_PER_PARTIAL_FIT, batch_format="pyarrow",
+                                                local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
+                                                local_shuffle_seed=int(seeds.randint(2**31))):
                     if checks is not None:  # every batch holds vectors of the first batch's length
                         checks = dataclasses.replace(checks, length=checks(batch))
                     flow.partial_fit(vectors_array(batch.column(column)))
             failure = None
-        except (InputError, FloatingPointError):  # a bad row, named by the checks; the flow's own error
+        except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line
             failure = job_failure(exc, checks)
