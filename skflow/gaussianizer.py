@@ -15,10 +15,10 @@ from skflow.flow_estimator import (
     FlowTrainer,
     InMemoryRows,
     NonFiniteLossError,
-    check_flow_size,
     n_batches,
     n_held_out,
     train_epochs,
+    trainable_config,
     training_rows,
 )
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
@@ -261,7 +261,7 @@ class FlowGaussianizer(BaseFlow):
         """
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
-            self._flow_config_for(X2d.shape[1])  # refused before the scaling pass, if even all features cannot fit
+            trainable_config(self.get_params(), X2d.shape[1])  # before the scaling pass: all features modelled
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d)
             rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -317,7 +317,7 @@ class FlowGaussianizer(BaseFlow):
         with unchanged_on_failure(self, also=self.__dict__.get("_trainer")):
             X2d, _ = validate_embeddings(self, X, reset=first)
             if first:
-                self._flow_config_for(X2d.shape[1])
+                trainable_config(self.get_params(), X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d) if first else self._scaling()
             rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -346,20 +346,8 @@ class FlowGaussianizer(BaseFlow):
         """A randomly initialised flow for the modelled features, and the generator of every later draw."""
         rng = check_random_state(self.random_state)
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        self._flow_config = self._flow_config_for(scaling.n_modelled)
+        self._flow_config = trainable_config(self.get_params(), scaling.n_modelled)
         return Glow(**self._flow_config, generator=generator).to(device), generator
-
-    def _flow_config_for(self, n_features: int) -> dict:
-        """The flow's configuration for ``n_features`` modelled features; a ValueError if it cannot be trained here."""
-        config = dict(
-            n_features=n_features, n_levels=self.n_levels, depth=self.depth,
-            hidden_channels=self.hidden_channels, coupling=self.coupling, permutation=self.permutation,
-        )
-        try:  # by arithmetic: nothing is built
-            check_flow_size(config)
-        except ValueError as exc:
-            raise ValueError(f"FlowGaussianizer: {exc}; lower depth, n_levels or hidden_channels") from None
-        return config
 
     def _initialised_trainer(self, flow: Glow, generator: torch.Generator, rows, scaling: FeatureScaling):
         """The trainer of ``flow``, after the data-dependent initialisation on a sample of ``rows``."""

@@ -10,12 +10,11 @@ from skflow.flow_estimator._arrays import LatentMap, inverse, latent_and_log_pro
 from skflow.flow_estimator._base import BaseFlow
 from skflow.flow_estimator._rows import InMemoryRows, n_batches, n_held_out, training_rows
 from skflow.flow_estimator._scaling import ConstantFeaturesWarning, FeatureScaling
-from skflow.flow_estimator._size import MAX_STEPS, check_flow_size
+from skflow.flow_estimator._size import trainable_config
 from skflow.flow_estimator._state import restore_flow
 from skflow.flow_estimator._trainer import FlowTrainer, NonFiniteLossError, train_epochs
 
 __all__ = [
-    "MAX_STEPS",
     "BaseFlow",
     "ConstantFeaturesWarning",
     "FeatureScaling",
@@ -23,13 +22,13 @@ __all__ = [
     "InMemoryRows",
     "LatentMap",
     "NonFiniteLossError",
-    "check_flow_size",
     "inverse",
     "latent_and_log_prob",
     "n_batches",
     "n_held_out",
     "restore_flow",
     "train_epochs",
+    "trainable_config",
     "training_rows",
     "validate_latents",
 ]

@@ -5,17 +5,19 @@ from somebody else's file; building its flow, even on PyTorch's ``meta``
 device, costs Python objects per step. :func:`flow_size` counts the flow's
 steps and the numbers of its ``state_dict`` (parameters and buffers) with a
 closed formula over its levels, and :func:`check_flow_size` refuses what
-passes the bounds before anything is built. The shapes themselves are never
-restated here: a restored state is compared with the ``state_dict`` of the
-flow built on the ``meta`` device (`skflow.flow_estimator._state`).
+passes the bounds before anything is built (:func:`trainable_config` for
+``fit``, with this machine's memory). The shapes themselves are never
+restated here: a restored state is compared with the ``state_dict`` of one
+step per level built on the ``meta`` device (`skflow.flow_estimator._state`).
 """
 
 import os
 
 from skflow.flows import level_sizes
 
-MAX_STEPS = 1_000  # depth x levels; the official flow has 9, a step costs ~25 kB of Python objects even on meta
+MAX_STEPS = 1_000  # depth x levels; the official flow has 9; a step is tens of kB of Python objects, even on meta
 TRAINING_BYTES_PER_NUMBER = 40  # float32 weights, gradient, two moments, step scales, snapshot; float64 copy
+ARCHITECTURE = ("n_levels", "depth", "hidden_channels", "coupling", "permutation")  # the estimator's parameters
 
 
 def flow_size(config: dict) -> tuple[int, int]:
@@ -51,6 +53,19 @@ def check_flow_size(config: dict, n_saved: int | None = None) -> None:
             f"the flow would have {n_numbers} weights; training them takes about {TRAINING_BYTES_PER_NUMBER} bytes "
             f"each, more than this machine's {memory / 2**30:.1f} GiB of memory"
         )
+
+
+def trainable_config(params: dict, n_features: int) -> dict:
+    """The flow configuration of a FlowGaussianizer's ``params`` for ``n_features``, if this machine can train it.
+
+    Else a ValueError, by arithmetic: nothing is built.
+    """
+    config = {"n_features": n_features, **{key: params[key] for key in ARCHITECTURE}}
+    try:
+        check_flow_size(config)
+    except ValueError as exc:
+        raise ValueError(f"FlowGaussianizer: {exc}; lower depth, n_levels or hidden_channels") from None
+    return config
 
 
 def _physical_memory() -> int | None:

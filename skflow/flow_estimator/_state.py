@@ -5,13 +5,14 @@ numpy arrays. The state may come from a file somebody else wrote, so it is
 checked first: fitted attributes and weights come together or not at all;
 the configuration's keys, types and ranges; its size by arithmetic against
 the bounds and the saved weights (`skflow.flow_estimator._size`), before any
-module is built; then every array against the ``state_dict`` of the flow
-built on the ``meta`` device (names, shapes, dtypes: derived from the
-modules, not restated), the values that must hold (finite, bounded scales,
-permutations), and the optimiser state that ``partial_fit`` continues from.
-Only then are the saved arrays assigned to that flow (no random
-initialisation). ``skflow.load`` bounds the archive's memory before skops
-reads it (`skflow.saved_models`) and relies on this check for the flow.
+module is built; then every array against the ``state_dict`` of one step
+per level built on the ``meta`` device (names, shapes, dtypes: derived from
+the modules, not restated), the values that must hold (finite, bounded
+scales, permutations), and the optimiser state that ``partial_fit``
+continues from. Only then is the whole flow built on ``meta`` and given the
+saved arrays (no random initialisation). ``skflow.load`` bounds the
+archive's memory before skops reads it (`skflow.saved_models`) and relies on
+this check for the flow.
 """
 
 from numbers import Integral, Real
