@@ -392,7 +392,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
 @pytest.fixture(scope="module")
 def ray_instance():
     # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -72,7 +72,7 @@ def ray_instance(s3):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield Path(ray._private.worker._global_node.get_session_dir_path())
     ray.shutdown()
 

@@ -32,7 +32,7 @@ no_secret_in_output = test_s3.no_secret_in_output
 def fresh_ray(s3, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
 
