@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skflow.ray_jobs import MARKER, OutputFolder, input_files, looks_like_model_file
-from skflow.utils import OutputPathError
+from skflow.utils import OutputPathError, run_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,10 +53,9 @@ def test_an_output_is_its_manifest_and_overwrite_deletes_only_what_a_manifest_or
     manifest = json.loads((out / MARKER).read_text())
     assert manifest["rows"] == 2 and manifest["command"] == "embed" and _names(out) == sorted([MARKER,
                                                                                                 *manifest["files"]])
-    dead = "skflow-999999999@{}-0123abcd-0-0.parquet"  # a run of this host whose driver is gone, never committed
-    from skflow.ray_jobs._outputs import _host
-
-    pq.write_table(pa.table({"id": [7]}), out / dead.format(_host()))
+    host = run_tag().split("@", 1)[1].rsplit("-", 1)[0]
+    dead = f"skflow-999999999@{host}-0123abcd-0-0.parquet"  # a run of this host whose driver is gone, never committed
+    pq.write_table(pa.table({"id": [7]}), out / dead)
     other_host = "skflow-1@elsewhere-0123abcd-0-0.parquet"  # may still run: kept, not read
     pq.write_table(pa.table({"id": [8]}), out / other_host)
     with pytest.warns(UserWarning, match="2 other file"):
