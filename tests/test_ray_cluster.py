@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 import skflow
+from skflow.ray_jobs import MARKER
 from tests import test_s3
 from tests.test_ray_hardening import _session
 from tests.test_s3 import BUCKET, ROOT, SECRET, _keys, _put, _s3_table
@@ -157,4 +158,4 @@ def test_an_object_store_that_goes_away_mid_embed_ends_the_command_with_one_line
     assert driver.returncode != 0 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert SECRET not in err
-    assert not [key for key in _keys(client, "dying/emb") if key.endswith(skflow.utils.MARKER)]
+    assert not [key for key in _keys(client, "dying/emb") if key.endswith(MARKER)]
