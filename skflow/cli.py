@@ -214,8 +214,9 @@ def _run_scale_command(args) -> int:
 def _silenced(quiet: bool):
     """With ``--quiet``, the process's stdout and stderr go nowhere while the command runs; its error line follows.
 
-    Ray's processes write to the file descriptors, not to Python's streams (the
-    driver's own C++ log lines, such as core_worker's, whatever the logging level).
+    Both the file descriptors (Ray's processes and the driver's C++ log lines,
+    such as core_worker's, write there) and Python's streams (which need not be
+    those descriptors: a caller's redirection, pytest's capture).
     """
     if not quiet:
         yield
@@ -227,7 +228,8 @@ def _silenced(quiet: bool):
     try:
         os.dup2(null, 1)
         os.dup2(null, 2)
-        yield
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
     finally:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
