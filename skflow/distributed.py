@@ -45,6 +45,7 @@ from skflow.ray_jobs import (
     actor_resources,
     check_embeddings,
     check_model_output,
+    check_new_column,
     check_texts,
     input_files,
     is_remote,
@@ -356,6 +357,7 @@ def transform(
     :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
     _check_actor_options(workers, gpus_per_worker, threads_per_worker)
+    check_new_column("--output-column", output_column)
     fitted = load_model(model)
     corpus = input_files([input_dir])
     if isinstance(fitted, FlowGaussianizer):

@@ -203,6 +203,39 @@ def test_options_that_cannot_work_fail_in_one_line_before_ray_and_before_any_out
     assert not out.exists() and _tree(tmp_path) == before
 
 
+_CONTROL = "the file name holds a line break or another control character; rename the file"
+
+
+@pytest.mark.parametrize("name, shown, message", [
+    (b"bad\xff.txt", "bad\\xff.txt", "the file name is not valid UTF-8; rename the file"),
+    (b"line\nbreak.txt", "line\\nbreak.txt", _CONTROL),
+    ("para\u2029graph.txt".encode(), "para\\u2029graph.txt", _CONTROL),
+    (b"tab\tbed.txt", "tab\\tbed.txt", _CONTROL),
+])
+def test_file_names_that_ray_cannot_carry_are_refused_naming_them(tmp_path, corpus, capsys, no_ray, name, shown,
+                                                                  message):
+    """Listed in a folder or named directly: one line that names the file (escaped), exit 2, before Ray."""
+    path = os.fsdecode(os.path.join(os.fsencode(corpus), name))
+    Path(path).write_text("a text\n")
+    before = _tree(tmp_path)
+    for given in (corpus, path):
+        assert _refused(capsys, ["embed", given, "--output", tmp_path / "out"]) == f"error: {corpus}/{shown}: {message}"
+    assert _tree(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+@pytest.mark.parametrize("column", ["", "  ", "two\nlines", "z\r", "nul\x00"])
+def test_an_output_column_that_is_not_a_name_is_refused_before_ray(tmp_path, capsys, no_ray, column):
+    emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
+    message = ("--output-column must name a column: a non-empty name without line breaks or other control "
+               f"characters, got {column!r}")
+    err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--output-column", column])
+    assert err == "error: " + " ".join(message.split())  # one line: runs of spaces printed as one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
+    with pytest.raises(distributed.InputError) as info:
+        distributed.transform(emb, flow, tmp_path / "z", output_column=column)
+    assert str(info.value) == message
+
+
 def test_the_library_checks_its_arguments_too(tmp_path, corpus, no_ray):
     with pytest.raises(distributed.InputError, match="--workers must be an integer >= 1, got 0"):
         distributed.embed([corpus], tmp_path / "out", workers=0)

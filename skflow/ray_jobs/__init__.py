@@ -6,7 +6,7 @@ folders written once and committed by a manifest (:mod:`skflow.ray_jobs._outputs
 (:mod:`skflow.ray_jobs._models`); the Ray session, and what a failed job means (:mod:`skflow.ray_jobs._job_errors`).
 """
 
-from skflow.ray_jobs._corpus import InputError, RowChecks, check_embeddings, check_texts, input_files
+from skflow.ray_jobs._corpus import InputError, RowChecks, check_embeddings, check_new_column, check_texts, input_files
 from skflow.ray_jobs._job_errors import JobFailedError, job_failure
 from skflow.ray_jobs._models import check_model_output, load_model, looks_like_model_file, save_model
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
@@ -24,6 +24,7 @@ __all__ = [
     "actor_resources",
     "check_embeddings",
     "check_model_output",
+    "check_new_column",
     "check_texts",
     "input_files",
     "is_remote",

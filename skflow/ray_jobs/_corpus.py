@@ -20,7 +20,16 @@ from typing import NamedTuple
 import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
-from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line
+from skflow.ray_jobs._storage import (
+    check_name,
+    file_type,
+    has_control_characters,
+    is_remote,
+    list_files,
+    locate,
+    missing,
+    one_line,
+)
 from skflow.utils import some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
@@ -65,6 +74,7 @@ def input_files(inputs) -> Corpus:
     """
     files, skipped = [], []
     for item in inputs:
+        check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
         kind = file_type(where, InputError)
         if kind == "missing":
@@ -99,6 +109,8 @@ def input_files(inputs) -> Corpus:
         raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
     if not unique:
         raise InputError("no input files")
+    for path in unique:  # those listed in folders
+        check_name(path, InputError)
     return Corpus(tuple(unique), kinds[0], tuple(c for _, c in formats))
 
 
@@ -218,6 +230,13 @@ def _is_vector_type(t) -> bool:
 
     is_list = pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
     return is_list and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))
+
+
+def check_new_column(option: str, name) -> None:
+    """Refuse an output column name that is not a string, is empty, or holds a line break or control character."""
+    if not isinstance(name, str) or not name.strip() or has_control_characters(name):
+        raise InputError(f"{option} must name a column: a non-empty name without line breaks or other control "
+                         f"characters, got {name!r}")
 
 
 def _check_columns(path: str, names: list[str], column: str, new_column: str | None) -> None:

@@ -13,6 +13,7 @@ import functools
 import os
 import re
 import secrets
+import unicodedata
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,8 +74,41 @@ def one_line(exc: BaseException) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with unprintable characters (a line break, a tab) escaped: a name in a one-line message."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    """``text`` with unprintable characters (a line break, a tab, a byte that was not UTF-8) escaped: a name in a
+    one-line message."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c) - 0xDC00:02x}" if _undecoded(c) else
+                   c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _undecoded(c: str) -> bool:
+    return "\udc80" <= c <= "\udcff"  # a byte that os.fsdecode could not decode
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a line break (``\\n``, ``\\r``, U+2028, ...) or another control character."""
+    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+
+
+def check_name(shown: str, error: type[Exception] = ValueError) -> None:
+    """Refuse a file name that is not UTF-8, or holds a line break or another control character.
+
+    Arrow and Ray carry paths as UTF-8 text: such a name would fail inside the
+    job, or reach its messages mangled.
+    """
+    if any(map(_undecoded, shown)):
+        raise error(f"{printable(shown)}: the file name is not valid UTF-8; rename the file")
+    if has_control_characters(shown):
+        raise error(f"{printable(shown)}: the file name holds a line break or another control character; rename "
+                    "the file")
+
+
+def _not_utf8_name(root: str) -> str:
+    """The first name under the local folder ``root`` that is not UTF-8 (pyarrow's listing names none)."""
+    for parent, folders, files in os.walk(root):
+        for name in folders + files:
+            if any(map(_undecoded, name)):
+                return os.path.join(parent, name)
+    return root
 
 
 def is_remote(item) -> bool:
@@ -211,11 +245,14 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
     selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
     try:
         infos = folder.filesystem.get_file_info(selector)
+        start = len(folder.path.rstrip("/")) + 1
+        return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
+                      if info.type != pafs.FileType.Directory)
+    except UnicodeDecodeError:  # a local name that is not UTF-8: pyarrow's error names none
+        check_name(_not_utf8_name(folder.path), error)
+        raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
-    start = len(folder.path.rstrip("/")) + 1
-    return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
-                  if info.type != pafs.FileType.Directory)
 
 
 def check_not_an_input(out: Location, inputs, what: str) -> None:
