@@ -326,16 +326,23 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             raise ValueError("cache_dir is empty: give a folder for the embedding cache, or None for no cache "
                              "(an empty name would put the cache in the current folder)")
 
-    def get_params(self, deep=True):
-        params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs
-        return {**params, "token": hide_token(params["token"])} if "token" in params else params
+    @property
+    def token(self):
+        """The ``token`` parameter; a string is kept as a `HiddenToken`, whose every printed form is ``***``."""
+        return self.__dict__.get("_token")
+
+    @token.setter
+    def token(self, value) -> None:  # __init__ and set_params: the raw string is never an attribute
+        self.__dict__["_token"] = hide_token(value)
 
     def __getstate__(self):  # a token string is never pickled, never in a .skops file
         state = super().__getstate__()
-        return {**state, "token": None} if isinstance(state.get("token"), str) else state
+        return {**state, "_token": None} if isinstance(state.get("_token"), str) else state
 
     def __setstate__(self, state):  # files saved before a parameter existed get its default
-        super().__setstate__({**NEW_PARAMETER_DEFAULTS, **state})
+        state = {**NEW_PARAMETER_DEFAULTS, **state}
+        state.setdefault("_token", state.pop("token", None))  # saved before the token was kept hidden
+        super().__setstate__(state)
 
     def _source(self) -> ModelSource:
         """Where the encoder loads from, pinned, with what identifies its files (checked against fit's)."""

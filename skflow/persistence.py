@@ -74,7 +74,7 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
 
 
 def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
-         cache_dir: str | os.PathLike | None = None) -> BaseEstimator:
+         cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
     The file's declared sizes are bounded before skops reads any array from
@@ -95,6 +95,11 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
         path saved in the file is never used (its author would choose where
         this process creates folders and writes its embeddings): it is
         replaced by this one, and None, the default, turns the cache off.
+    token : str, bool or None, default=None
+        The Hugging Face token of every `BertEmbedder` in the file, as its
+        ``token`` parameter (True: the token of ``hf auth login``). A saved
+        ``token=True`` is never used: the file's author would choose the
+        repository that this process sends the caller's token for.
 
     Returns
     -------
@@ -153,6 +158,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
             if isinstance(estimator, BertEmbedder):
                 _check_embedder(estimator, trust_remote_code)
                 estimator.cache_dir = cache_dir  # never a path that the file's author chose
+                estimator.token = token  # nor the caller's login token sent for the author's repository
     except (InvalidModelError, UntrustedTypeError) as exc:
         raise type(exc)(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - not a skops file, or a damaged one: one clear error

@@ -189,8 +189,9 @@ def test_the_token_is_never_shown_pickled_saved_cached_or_exported(tiny, tmp_pat
     params, token = embedder.get_params(), embedder.get_params()["token"]
     shown = [repr(embedder), repr(pipe), str(params), pipe._repr_html_(), repr(clone(embedder)),
              json.dumps(params, default=str), str(token), f"{token}", "%s" % token, format(token), token + "",
-             token.encode().decode(), str([token]),
-             json.dumps(pipe.get_params(), default=str), caplog.text]
+             token.encode().decode(), str([token]), str(embedder.token), f"{embedder.token}", str(vars(embedder)),
+             str(vars(BertEmbedder().set_params(token=SECRET))), json.dumps(pipe.get_params(), default=str),
+             caplog.text]
     assert not any(SECRET in text for text in shown) and "token='***'" in repr(embedder)
     assert json.loads(json.dumps({"token": token})) == {"token": "***"}  # no default=: the JSON form itself
     copy = clone(embedder)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
+from skflow.embedding._options import check_attention
 
 # Pooling name -> (token reduction, hidden_states indices). hidden_states[0] is
 # the embedding layer, so the first transformer block is index 1.
@@ -86,9 +87,11 @@ def load_config(source: str, revision: str | None, identity: str, hub: tuple = (
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(source, revision=revision, **dict(hub))
+        config = AutoConfig.from_pretrained(source, revision=revision, **dict(hub))
     except (OSError, ValueError) as exc:  # ValueError: a config.json that names no known model type
         raise EncoderNotFoundError(not_found_message(source, revision, str(exc).split("\n")[0])) from exc
+    check_attention(getattr(config, "_attn_implementation", None), f"{source}: config.json's attn_implementation")
+    return config
 
 
 @functools.lru_cache(maxsize=4)
@@ -109,6 +112,7 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
     """
     from transformers import AutoModel, AutoTokenizer
 
+    load_config(source, revision, identity, hub)  # its checks: the model's own config.json steers loading too
     try:
         with quiet_transformers():  # no load report, no "Loading weights" bar
             tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **dict(hub))

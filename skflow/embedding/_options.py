@@ -138,20 +138,40 @@ def check_model_kwargs(model_kwargs) -> dict:
         if key not in MODEL_KWARGS:
             raise ValueError(f"model_kwargs has an unknown key {key!r}; skflow passes on only {sorted(MODEL_KWARGS)}")
         _check_plain(model_kwargs[key], f"model_kwargs[{key!r}]")
-    _check_attention(model_kwargs.get("attn_implementation"))
+    check_attention(model_kwargs.get("attn_implementation"))
     return dict(model_kwargs)
 
 
-def _check_attention(value) -> None:
-    """Only transformers' own attention kernels: another name (``"org/repo"``) makes it fetch and run a hub kernel."""
+def check_attention(value, where: str = "model_kwargs['attn_implementation']") -> None:
+    """Only transformers' own attention kernels that run here as they are.
+
+    Another name (``"org/repo"``) makes transformers fetch and run a hub
+    kernel; so does ``flash_attention_N`` when its package is not installed
+    and the ``kernels`` package is (transformers then fetches
+    ``kernels-community/flash-attn*`` instead). ``where`` names the setting in
+    the error: a parameter, or a model folder's ``config.json``.
+    """
     if value is None:
         return
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     own = {"eager", *(name for name in ALL_ATTENTION_FUNCTIONS.valid_keys() if "/" not in name)}
-    if not isinstance(value, str) or value not in own:
-        raise ValueError(f"model_kwargs['attn_implementation'] must be one of transformers' own kernels "
-                         f"({', '.join(sorted(own))}), got {value!r}: a kernel from the hub would run its code")
+    if not isinstance(value, str) or value not in own - _flash_kernels_not_installed(own):
+        shown = ", ".join(sorted(own - _flash_kernels_not_installed(own)))
+        raise ValueError(f"{where} must be one of transformers' own kernels installed here ({shown}), got {value!r}: "
+                         "a kernel from the hub would run its code")
+
+
+def _flash_kernels_not_installed(names) -> set[str]:
+    """The ``flash_attention_N`` names whose package is missing (all of them where transformers cannot say)."""
+    flash = {name for name in names if name.startswith("flash_attention_")}
+    try:
+        from transformers import modeling_flash_attention_utils as flash_utils
+
+        matrix = flash_utils.FLASH_ATTENTION_COMPATIBILITY_MATRIX
+        return {name for name in flash if not matrix[int(name.rsplit("_", 1)[1])]["general_availability_check"]()}
+    except (ImportError, AttributeError, KeyError, ValueError, TypeError):
+        return flash
 
 
 def _check_plain(value, where: str, depth: int = 0) -> None:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from skflow.embedding import POOLINGS
+from skflow.embedding import POOLINGS, check_attention
 from skflow.saved_models._skops import read_regular_file
 from skflow.utils import InvalidModelError, UntrustedTypeError
 
@@ -156,6 +156,13 @@ def check_transformer_config(folder: Path) -> dict:
     for key, value in TEXT_ENCODER.items():
         if key in config and config[key] != value:
             raise InvalidModelError(f"{path}: {key} must be {value!r} (a text encoder's), got {config[key]!r}")
+    encoder_file = folder / "config.json"  # transformers reads attn_implementation there: no hub kernel
+    encoder = read_json(encoder_file)
+    try:
+        check_attention(encoder.get("attn_implementation") if isinstance(encoder, dict) else None,
+                        f"{encoder_file}: attn_implementation")
+    except ValueError as exc:
+        raise InvalidModelError(str(exc)) from None
     settings = {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
     for key, value in settings.items():
         if key in ("max_seq_length", "query_length", "document_length"):
