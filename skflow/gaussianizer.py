@@ -261,7 +261,7 @@ class FlowGaussianizer(BaseFlow):
         """
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
-            trainable_config(self.get_params(), X2d.shape[1])  # before the scaling pass: all features modelled
+            self._check_trainable(X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d)
             rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -317,7 +317,7 @@ class FlowGaussianizer(BaseFlow):
         with unchanged_on_failure(self, also=self.__dict__.get("_trainer")):
             X2d, _ = validate_embeddings(self, X, reset=first)
             if first:
-                trainable_config(self.get_params(), X2d.shape[1])
+                self._check_trainable(X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d) if first else self._scaling()
             rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -341,6 +341,12 @@ class FlowGaussianizer(BaseFlow):
             self.n_samples_seen_ += history.n_rows
             self._keep(trainer)
         return self
+
+    def _check_trainable(self, n_features: int) -> None:
+        """A ValueError, by arithmetic alone, unless this machine can train the flow of these parameters on
+        ``n_features`` features (all modelled: an upper bound). Before any row is read: by ``fit``, a first
+        ``partial_fit``, and ``skflow.distributed.fit`` with the length in the Parquet footers."""
+        trainable_config(self.get_params(), n_features)
 
     def _new_flow(self, scaling: FeatureScaling, device: torch.device) -> tuple[Glow, torch.Generator]:
         """A randomly initialised flow for the modelled features, and the generator of every later draw."""
