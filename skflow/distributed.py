@@ -35,7 +35,7 @@ from skflow.embedding import (
     resolve_model_source,
     resolve_pooling,
 )
-from skflow.gaussianizer import FlowGaussianizer
+from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import (
     InputError,
     JobFailedError,
@@ -309,7 +309,7 @@ def fit(
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     _, length = check_embeddings(corpus.files, column)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
-        flow._check_trainable(length)
+        check_trainable(flow, length)
     checks = RowChecks.needed(corpus, column, vectors=True, length=length)
     out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
