@@ -29,6 +29,7 @@ from skflow.utils import OutputPathError, check_output_file, write_text_atomical
 _EMBEDDER = BertEmbedder().get_params()
 _FLOW = FlowGaussianizer().get_params()
 _DEVICES = "auto, cpu, cuda, cuda:N"  # what skflow.utils.resolve_device takes
+MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds 0 to 2**32 - 1
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -53,9 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_encoder_arguments(ev)
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
-                    help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions), "
-                    "soft-whiten, abtt-D (all-but-the-top: the top D directions removed), flow "
-                    "(default: %(default)s)")
+                    help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
+                    "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
+                    "removed, D an integer >= 1 in digits 0-9), flow (default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
                     help=f"STS sets among {', '.join(STS_SETS)} (default: all seven, skipping those whose data "
                     "is missing; a set named here must be there)")
@@ -71,23 +72,25 @@ def _parser() -> argparse.ArgumentParser:
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
     ev.add_argument("--device", default="auto",
                     help=f"where the encoder runs and the flow trains: {_DEVICES} (default: %(default)s)")
-    ev.add_argument("--cache-dir", type=_non_empty, help="embedding cache folder, reused across runs")
-    ev.add_argument("--epochs", type=int, default=1,
-                    help=f"flow epochs, 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
-    ev.add_argument("--seed", type=int, default=0, help="flow seed")
+    ev.add_argument("--cache-dir", type=_non_empty,
+                    help="embedding cache folder, reused across runs, a non-empty path (default: no cache)")
+    ev.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=1,
+                    help=f"flow epochs, an integer from 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
+    ev.add_argument("--seed", type=_count(0, MAX_SEED), default=0,
+                    help=f"flow seed, an integer from 0 to {MAX_SEED} (default: %(default)s)")
     ev.add_argument("--quiet", action="store_true", help="no progress output")
     _add_scale_commands(commands)
     return parser
 
 
 def _count(minimum: int, maximum: int | None = None):
-    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``)."""
+    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``), in the digits 0-9 (``int``
+    also reads other scripts' digits, '٣' or '３', and underscores)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+            raise argparse.ArgumentTypeError(f"expected an integer in the digits 0-9, got {text!r}")
+        value = int(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -112,15 +115,21 @@ def _file_name(text: str) -> str:
     return text
 
 
-def _non_negative(text: str) -> float:
-    """An argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+def _number(minimum: float, *, above: bool = False):
+    """An argparse type: a finite number >= ``minimum`` (> with ``above``), in ASCII (``float`` also reads other
+    scripts' digits)."""
+    relation = ">" if above else ">="
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text) if text.isascii() else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be a finite number {relation} {minimum:g}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _add_encoder_arguments(sub) -> None:
@@ -130,23 +139,30 @@ def _add_encoder_arguments(sub) -> None:
     sub.add_argument("--pooling", default=_EMBEDDER["pooling"], choices=sorted(POOLINGS), metavar="POOLING",
                      help=f"{', '.join(sorted(POOLINGS))} (default: %(default)s; first_last_avg is the paper's "
                      "'last2avg', and skflow's last2avg a deprecated alias of last_two_avg)")
-    sub.add_argument("--max-length", type=int, default=_EMBEDDER["max_length"],
-                     help="tokens per sentence (default: %(default)s)")
-    sub.add_argument("--batch-size", type=int, default=_EMBEDDER["batch_size"],
-                     help="texts per forward pass (default: %(default)s)")
+    sub.add_argument("--max-length", type=_count(2), default=_EMBEDDER["max_length"],
+                     help="tokens per sentence, an integer >= 2 and at most what the model supports "
+                     "(default: %(default)s)")
+    sub.add_argument("--batch-size", type=_count(1), default=_EMBEDDER["batch_size"],
+                     help="texts per forward pass, an integer >= 1 (default: %(default)s)")
     sub.add_argument("--dtype", default=_EMBEDDER["dtype"], choices=["auto", *DTYPES], metavar="DTYPE",
                      help=f"the encoder's dtype: {', '.join(['auto', *DTYPES])} (default: %(default)s)")
+
+
+_OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absent or empty, or pass --overwrite"
+_INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
 
 
 def _add_scale_commands(commands) -> None:
     def common(sub, workers: bool = True):
         if workers:
             sub.add_argument("--workers", type=_count(1), default=1,
-                             help="Ray actors, each with its own model (default: 1); together they reserve all but one "
-                             "of the cluster's CPUs, at most one each, so more workers than cores share the cores")
-            sub.add_argument("--gpus-per-worker", type=_non_negative, default=0, help="GPUs per actor (default: 0)")
-            sub.add_argument("--threads-per-worker", type=_count(1), help="torch threads per actor (default: this "
-                             "machine's cores shared among the workers)")
+                             help="Ray actors, an integer >= 1, each with its own model (default: 1); together they "
+                             "reserve all but one of the cluster's CPUs, at most one each, so more workers than cores "
+                             "share the cores")
+            sub.add_argument("--gpus-per-worker", type=_number(0), default=0,
+                             help="GPUs per actor, a number >= 0 (default: 0)")
+            sub.add_argument("--threads-per-worker", type=_count(1), help="torch threads per actor, an integer >= 1 "
+                             "(default: this machine's cores shared among the workers)")
         sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
         sub.add_argument("--overwrite", action="store_true",
                          help="replace an existing output that skflow wrote, once the new one is complete")
@@ -157,8 +173,9 @@ def _add_scale_commands(commands) -> None:
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
-    em.add_argument("--output", required=True, metavar="DIR")
-    em.add_argument("--text-column", default="text")
+    em.add_argument("--output", required=True, metavar="DIR", help=_OUTPUT_DIR)
+    em.add_argument("--text-column", default="text",
+                    help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
     _add_encoder_arguments(em)
     common(em)
 
@@ -167,34 +184,47 @@ def _add_scale_commands(commands) -> None:
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
                              "with skops (safe "
                              "to share; skflow.load reads it), any other name with joblib.")
-    fi.add_argument("input_dir", metavar="INPUT_DIR")
+    fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
     fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
-    fi.add_argument("--column", default="embedding")
+    fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
     fi.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=_FLOW["max_epochs"],
-                    help=f"1 to {MAX_EPOCHS} (default: %(default)s)")
-    for flag, kind in (("batch-size", int), ("learning-rate", float), ("weight-decay", float), ("n-levels", int),
-                       ("depth", int), ("hidden-channels", int)):
-        fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")])
+                    help=f"passes over the input, an integer from 1 to {MAX_EPOCHS} (default: %(default)s)")
+    for flag, kind, what in (
+        ("batch-size", _count(1), "rows per training step, an integer >= 1"),
+        ("learning-rate", _number(0, above=True), "AdamWeightDecay's learning rate, a number > 0"),
+        ("weight-decay", _number(0), "AdamWeightDecay's decoupled weight decay, a number >= 0"),
+        ("n-levels", _count(1), "levels of the Glow, an integer >= 1"),
+        ("depth", _count(1), "steps per level, an integer >= 1; depth x levels at most 1000"),
+        ("hidden-channels", _count(1), "width of the coupling networks, an integer >= 1; the flow's weights must "
+         "fit in this machine's memory"),
+    ):
+        fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")],
+                        help=f"{what} (default: %(default)s)")
     fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS), metavar="COUPLING",
                     help=f"{', '.join(sorted(COUPLINGS))} (default: %(default)s)")
     fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS, metavar="PERMUTATION",
                     help=f"{', '.join(PERMUTATIONS)} (default: %(default)s)")
     fi.add_argument("--device", default=_FLOW["device"], help=f"where the flow trains: {_DEVICES} "
                     "(default: %(default)s)")
-    fi.add_argument("--seed", type=int, default=0,
-                    help="the same input and seed give the same model (default: %(default)s)")
+    fi.add_argument("--seed", type=_count(0, MAX_SEED), default=0,
+                    help=f"an integer from 0 to {MAX_SEED}: the same input and seed give the same model "
+                    "(default: %(default)s)")
     common(fi, workers=False)
 
     tr = commands.add_parser("transform", help="apply a fitted model to Parquet shards with Ray",
                              description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
-    tr.add_argument("input_dir", metavar="INPUT_DIR")
+    tr.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS + "; for a pipeline, any format embed reads")
     tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output", required=True, metavar="DIR")
-    tr.add_argument("--column", default="embedding")
-    tr.add_argument("--text-column", default="text")
-    tr.add_argument("--output-column", default="z")
+    tr.add_argument("--output", required=True, metavar="DIR", help=_OUTPUT_DIR)
+    tr.add_argument("--column", default="embedding",
+                    help="the column of vectors a FlowGaussianizer transforms (default: %(default)s)")
+    tr.add_argument("--text-column", default="text",
+                    help="the column of texts a pipeline that starts with BertEmbedder transforms "
+                    "(default: %(default)s)")
+    tr.add_argument("--output-column", default="z",
+                    help="the name of the column added, not one the input has (default: %(default)s)")
     common(tr)
 
 

@@ -35,7 +35,7 @@ from skflow.embedding import (
     resolve_model_source,
     resolve_pooling,
 )
-from skflow.gaussianizer import FlowGaussianizer
+from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import (
     InputError,
     JobFailedError,
@@ -295,7 +295,10 @@ def fit(
     8,192 rows a call; ``epochs`` passes. The driver never holds more than
     the buffer. Every vector is checked to be finite before training. The
     block order and the shuffle follow ``flow.random_state``: with an
-    integer, the same input gives the same model every run.
+    integer, the same input gives the same model every run. A flow this
+    machine cannot train (more than 1,000 steps, or more weights than its
+    memory holds) is a ValueError before Ray starts when the footers give the
+    vectors' length.
     """
     flow = FlowGaussianizer() if flow is None else flow
     _check_count("--epochs", epochs, minimum=1, integer=True)
@@ -305,6 +308,8 @@ def fit(
     if corpus.kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     _, length = check_embeddings(corpus.files, column)
+    if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
+        check_trainable(flow, length)
     checks = RowChecks.needed(corpus, column, vectors=True, length=length)
     out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed

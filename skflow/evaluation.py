@@ -62,15 +62,15 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return None
     if name in simple:
         return Whitener(**simple[name])
-    match = re.fullmatch(r"(whiten|abtt)-(\d+)", name)
+    match = re.fullmatch(r"(whiten|abtt)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
     if match and int(match.group(2)) >= 1:
         k = int(match.group(2))
         return Whitener(n_components=k) if match.group(1) == "whiten" else Whitener(n_remove=k, power=0)
     if name == "flow":
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
-        f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1, e.g. whiten-256), "
-        "soft-whiten, abtt-D (D >= 1, e.g. abtt-3) and flow."
+        f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 in digits 0-9, e.g. "
+        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3) and flow."
     )
 
 

@@ -24,12 +24,19 @@ from skflow.flow_estimator import (
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
 from skflow.utils import progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
 
-__all__ = ["MAX_EPOCHS", "ConstantFeaturesWarning", "FlowGaussianizer"]
+__all__ = ["MAX_EPOCHS", "ConstantFeaturesWarning", "FlowGaussianizer", "check_trainable"]
 
 # Rows used for the data-dependent ActNorm initialisation.
 _INIT_SAMPLES = 4096
 # The most epochs fit accepts: far past any useful training (the paper makes one); 1e11 used to be accepted.
 MAX_EPOCHS = 10_000
+
+
+def check_trainable(flow: "FlowGaussianizer", n_features: int) -> None:
+    """A ValueError, by arithmetic alone, unless this machine can train ``flow``'s Glow on ``n_features`` features
+    (all modelled: an upper bound): at most 1,000 steps, weights within memory. Before any row is read: by
+    ``fit``, a first ``partial_fit``, and ``skflow.distributed.fit`` with the length in the Parquet footers."""
+    trainable_config(flow.get_params(), n_features)
 
 
 class FlowGaussianizer(BaseFlow):
@@ -261,7 +268,7 @@ class FlowGaussianizer(BaseFlow):
         """
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
-            trainable_config(self.get_params(), X2d.shape[1])  # before the scaling pass: all features modelled
+            check_trainable(self, X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d)
             rows = training_rows(X2d, device, lambda part: scaling.standardise(part, np.float32))
@@ -317,7 +324,7 @@ class FlowGaussianizer(BaseFlow):
         with unchanged_on_failure(self, also=self.__dict__.get("_trainer")):
             X2d, _ = validate_embeddings(self, X, reset=first)
             if first:
-                trainable_config(self.get_params(), X2d.shape[1])
+                check_trainable(self, X2d.shape[1])
             device = resolve_device(self.device)
             scaling = FeatureScaling.fit(X2d) if first else self._scaling()
             rows = InMemoryRows.from_array(X2d, device, lambda part: scaling.standardise(part, np.float32))

@@ -154,9 +154,12 @@ def _one_line_error(capsys) -> str:
         (["--output", "/proc/skflow-r"], "/proc: the folder of the output cannot be written"),
         (["--cache-dir", "{tmp}/file"], "file' is a file, not a folder"),
         (["--cache-dir", "{tmp}/file/sub"], "cannot be used: Not a directory"),
-        (["--epochs", "0"], "'max_epochs' parameter of FlowGaussianizer must be an int in the range [1, 10000]"),
-        (["--epochs", "100000000000"], "'max_epochs' parameter of FlowGaussianizer must be an int in the range [1, "),
-        (["--batch-size", "0"], "'batch_size' parameter of BertEmbedder"),
+        (["--epochs", "0"], "argument --epochs: must be at least 1, got 0"),  # the parser, as its help says
+        (["--epochs", "100000000000"], "argument --epochs: must be at most 10000, got 100000000000"),
+        (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+        (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+        (["--seed", "4294967296"], "argument --seed: must be at most 4294967295, got 4294967296"),
+        (["--max-length", "١٢٨"], "argument --max-length: expected an integer in the digits 0-9, got '١٢٨'"),
         (["--model", ""], "the model path is empty"),
     ],
 )
@@ -168,7 +171,11 @@ def test_user_errors_are_one_line_and_exit_2_before_any_encoding(tmp_path, capsy
     (tmp_path / "folder.json").mkdir()
     args = ["evaluate", "--sets", "stsb", "--method", "flow", "--output", str(tmp_path / "r"), "--quiet"]
     args += [part.format(tmp=tmp_path) for part in option]
-    assert main(args) == 2
+    try:
+        code = main(args)
+    except SystemExit as exit_:  # a usage error: the parser exits
+        code = exit_.code
+    assert code == 2
     assert message in _one_line_error(capsys)
 
 
@@ -370,6 +377,89 @@ def test_every_help_text_lists_every_value_its_option_takes():
     assert set(METHODS) <= set(forms) and {"center", "abtt-D", "whiten-K", "soft-whiten"} <= set(forms)
     for form in forms:  # each form the help names is one that the command takes
         assert form == "none" or make_method(re.sub(r"-[KD]$", "-3", form)) is not None
+
+
+def _all_options():
+    from skflow.cli import _parser
+
+    parser = _parser()
+    for command, sub in parser._subparsers._group_actions[0].choices.items():
+        for action in sub._actions:
+            yield command, sub, action
+
+
+def _parses(sub, action, value: str) -> bool:
+    """Whether ``sub`` takes ``value`` for ``action``, its required arguments given (a usage error: exit 2)."""
+    argv = []
+    for other in sub._actions:
+        if other is not action and not other.option_strings:
+            argv.append("x")
+        elif other is not action and other.required:
+            argv += [other.option_strings[0], "x"]
+    try:
+        sub.parse_args([*argv, f"{action.option_strings[0]}={value}"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+        return False
+    return True
+
+
+_OTHER_DIGITS = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")  # Arabic-Indic: int() and float() read them
+
+
+def test_every_option_has_a_help_text():
+    """``embed --output``, ``--text-column``, ``fit --column``, ``--depth``, ``transform --output-column``...
+    had none: ``--help`` showed the name alone."""
+    missing = [(command, action.option_strings or action.dest) for command, _, action in _all_options()
+               if not (action.help or "").strip() or action.help == "==SUPPRESS=="]
+    assert missing == []
+
+
+def test_every_stated_range_is_what_the_parser_takes_at_its_bounds(capsys):
+    """A numeric option's help states its range ("an integer from 1 to 10000", "an integer >= 1", "a number > 0",
+    "a number >= 0"), and the parser takes each bound and refuses past it; ``--seed`` said no range, ``--depth``
+    had no help, and ``--batch-size 0`` or ``--learning-rate -1`` passed the parser."""
+    forms = {
+        r"an integer from (-?[0-9]+) to ([0-9]+)": lambda lo, hi: ([lo, hi], [str(int(lo) - 1), str(int(hi) + 1)]),
+        r"an integer >= (-?[0-9]+)": lambda lo: ([lo, str(int(lo) + 10**12)], [str(int(lo) - 1), "1.5"]),
+        r"a number >= (-?[0-9.]+)": lambda lo: ([lo, "1e300"], [repr(float(lo) - 1e-9), "nan", "inf"]),
+        r"a number > (-?[0-9.]+)": lambda lo: ([repr(float(lo) + 1e-12), "1e300"], [lo, "nan", "inf"]),
+    }
+    numeric = set()
+    for command, sub, action in _all_options():
+        if not action.option_strings or action.choices is not None or action.nargs == 0 or action.type is None:
+            continue
+        if _parses(sub, action, "not-a-number") or not any(_parses(sub, action, v) for v in ("0", "1", "2", "0.5")):
+            continue  # a path or a name
+        numeric.add((command, action.option_strings[0]))
+        stated = [(pattern, re.search(pattern, action.help)) for pattern in forms]
+        stated = [(pattern, match) for pattern, match in stated if match]
+        assert len(stated) == 1, (command, action.option_strings, action.help)
+        pattern, match = stated[0]
+        taken, refused = forms[pattern](*match.groups())
+        refused.append(match.group(1).translate(_OTHER_DIGITS))  # the bound in another script's digits
+        for value in taken:
+            assert _parses(sub, action, value), (command, action.option_strings, value)
+        for value in refused:
+            assert not _parses(sub, action, value), (command, action.option_strings, value)
+    capsys.readouterr()
+    assert {("evaluate", "--seed"), ("fit", "--seed"), ("fit", "--depth"), ("fit", "--learning-rate"),
+            ("fit", "--weight-decay"), ("embed", "--gpus-per-worker"), ("evaluate", "--epochs"),
+            ("embed", "--max-length"), ("transform", "--workers")} <= numeric
+
+
+@pytest.mark.parametrize("name", ["whiten-0", "whiten-٣", "abtt-３", "whiten-𝟓"])
+def test_a_method_number_in_other_digits_is_refused_before_any_work(tmp_path, capsys, monkeypatch, name):
+    """``whiten-٣`` was ``Whitener(n_components=3)`` (the regex's \\d takes every script's digits) and
+    ``evaluate --method whiten-٣`` started embedding."""
+    with pytest.raises(ValueError, match="K >= 1 in digits 0-9"):
+        make_method(name)
+    monkeypatch.setattr("skflow.evaluation.load_sts", lambda *a, **k: pytest.fail("data loaded before the check"))
+    assert main(["evaluate", "--method", name, "--sets", "stsb", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 "
+                          "in digits 0-9, e.g. whiten-256)") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_docs_list_every_value_each_option_takes():

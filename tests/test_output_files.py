@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skflow.ray_jobs import MARKER, OutputFolder, input_files, looks_like_model_file
-from skflow.utils import OutputPathError, run_tag
+from skflow.utils import OutputPathError, replaced_atomically, run_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +71,24 @@ def test_an_output_is_its_manifest_and_overwrite_deletes_only_what_a_manifest_or
     with pytest.raises(OutputPathError, match=r"holds files that skflow did not write \(link/data.txt, notes.txt\)"):
         OutputFolder(out, overwrite=True)
     assert (tmp_path / "mine" / "data.txt").read_text() == "mine"
+
+
+def test_a_name_with_a_pid_in_other_digits_is_a_users_file_never_a_dead_runs(tmp_path):
+    """``\\d`` took '٩' for a digit and int() read '٩٩٩٩٩٩٩٩٩' as pid 999999999, which does not run: a user's file
+    so named was deleted by ``--overwrite`` as a dead run's, and a temporary-looking sibling as a stale one."""
+    out = tmp_path / "out"
+    write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": [1, 2]}))
+    host = run_tag().split("@", 1)[1].rsplit("-", 1)[0]
+    theirs = f"skflow-{'٩' * 9}@{host}-0123abcd-0-0.parquet"
+    pq.write_table(pa.table({"id": [7]}), out / theirs)
+    with pytest.raises(OutputPathError, match=re.escape(f"holds files that skflow did not write ({theirs})")):
+        OutputFolder(out, overwrite=True)
+    assert (out / theirs).exists()
+    sibling = tmp_path / f".skflow-tmp-{'９' * 9}@{host}-0123abcd-model.skops"
+    sibling.write_text("mine")
+    with replaced_atomically(tmp_path / "model.skops") as tmp:
+        tmp.write_text("model")
+    assert sibling.read_text() == "mine" and (tmp_path / "model.skops").read_text() == "model"
 
 
 def test_a_file_that_appears_during_the_run_is_never_deleted_and_the_run_deletes_its_own_files(tmp_path):

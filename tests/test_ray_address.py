@@ -20,4 +20,7 @@ def test_an_address_where_nothing_listens_or_that_is_malformed_is_one_clear_erro
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         probe(f"ray://127.0.0.1:{listening.getsockname()[1]}", timeout=5)
+        other_digits = str(listening.getsockname()[1]).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+        with pytest.raises(RayClusterError, match="expected HOST:PORT"):  # int() reads them; the probe passed
+            probe(f"127.0.0.1:{other_digits}", timeout=5)
     probe("local")  # Ray resolves these itself

@@ -175,6 +175,10 @@ def test_a_command_that_fails_with_overwrite_keeps_the_previous_output(tmp_path,
     (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
     (["fit", "{emb}", "--device", "meta"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'meta'"),
     (["fit", "{bad_emb}"], "part-1.parquet: row 6 of column 'embedding' holds nan (element 1)"),
+    (["fit", "{emb}", "--depth", "1000000"], "error: FlowGaussianizer: the flow would have 3000000 steps (depth x "
+                                             "levels), more than 1000; lower depth, n_levels or hidden_channels"),
+    (["fit", "{emb}", "--hidden-channels", "1000000000"], "error: FlowGaussianizer: the flow would have "
+                                                          "9000000078000000126 weights; training them takes about"),
     (["transform", "{emb}", "--model", "{flow}", "--output-column", "embedding"], "has a column 'embedding' already"),
     (["transform", "{emb}", "--model", "{flow}", "--output-column", "id"], "has a column 'id' already"),
     (["transform", "{emb}", "--model", "{skops_as_joblib}"], "is a skops file (a zip archive with schema.json), not"),
@@ -201,6 +205,20 @@ def test_options_that_cannot_work_fail_in_one_line_before_ray_and_before_any_out
     before = _tree(tmp_path)
     assert message in _refused(capsys, [part.format(**names) for part in argv] + ["--output", out])
     assert not out.exists() and _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"depth": 10**6}, "FlowGaussianizer: the flow would have 3000000 steps (depth x levels), more than 1000"),
+    ({"n_levels": 2, "depth": 501}, "FlowGaussianizer: the flow would have 1002 steps (depth x levels)"),
+    ({"hidden_channels": 10**9}, "FlowGaussianizer: the flow would have 9000000078000000126 weights; training them"),
+])
+def test_distributed_fit_refuses_a_flow_too_large_to_train_from_the_footers_before_ray(tmp_path, no_ray, params,
+                                                                                       message):
+    emb = _embeddings(tmp_path / "emb")
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        distributed.fit(emb, tmp_path / "model.skops", flow=FlowGaussianizer(**params))
+    assert _tree(tmp_path) == before
 
 
 _CONTROL = "the file name holds a line break or another control character; rename the file"

@@ -70,6 +70,7 @@ def test_a_modified_copy_is_read_only_on_purpose_and_said_so(sts13):
          r"STS.input.FNWN.txt:3: invalid UTF-8 \(byte 0xff at column 1\)"),
         ("STS.input.FNWN.txt", b"a\tb\rc\td\re\tf\r", r"STS.input.FNWN.txt:1: a carriage return .* CR-only line ends"),
         ("STS.gs.FNWN.txt", b"1\n2\nhigh\n", r"STS.gs.FNWN.txt:3: the score 'high' is not a number"),
+        ("STS.gs.FNWN.txt", "1\n٣\n2\n".encode(), r"STS.gs.FNWN.txt:2: the score '٣' is not a number"),
         ("STS.gs.FNWN.txt", b"1\n5.5\n2\n", r"STS.gs.FNWN.txt:2: the score '5.5' is outside \[0, 5\]"),
         ("STS.gs.FNWN.txt", b"nan\n1\n2\n", r"STS.gs.FNWN.txt:1: the score 'nan' is outside \[0, 5\]"),
         ("STS.input.FNWN.txt", b"a\tb\nc d\ne\tf\n",

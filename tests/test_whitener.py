@@ -390,6 +390,12 @@ def test_real_embeddings_are_whitened_alike_at_every_accepted_scale(embeddings):
     assert window[0] <= -130 and window[-1] >= 140, window
 
 
+EQUAL_TO_ROUNDING = (
+    "The rows of X are all equal to rounding (every feature's standard deviation is at most 1e-11 of its mean): "
+    "there is no direction to whiten. Fit on rows that differ."
+)
+
+
 @pytest.mark.parametrize("n_rows", [3, 10, 1000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_rows_that_are_all_equal_are_refused_not_whitened_into_1e18(n_rows, dtype):
@@ -398,7 +404,7 @@ def test_rows_that_are_all_equal_are_refused_not_whitened_into_1e18(n_rows, dtyp
     X = np.repeat(rng.normal(size=(1, 8)) * 3 + 1, n_rows, axis=0).astype(dtype)
     for fit in (Whitener.fit, Whitener.partial_fit, lambda w, X: w.fit(X.reshape(n_rows, 1, 8))):
         whitener = Whitener()
-        with pytest.raises(ValueError, match="The rows of X are all equal"):
+        with pytest.raises(ValueError, match="The rows of X are all equal"):  # to rounding, or exactly: variance 0
             fit(whitener, X)
         assert not hasattr(whitener, "mean_")
     with pytest.raises(ValueError, match="The rows of X are all equal, or differ by too little"):
@@ -406,3 +412,22 @@ def test_rows_that_are_all_equal_are_refused_not_whitened_into_1e18(n_rows, dtyp
     varied = rng.normal(size=(50, 8))
     merged = Whitener().fit(varied).partial_fit(X)  # equal rows among others: an ordinary fit
     assert np.abs(merged.transform(varied)).max() < 100  # 1000 copies of one row weigh: up to 15, never 1e18
+
+
+@pytest.mark.parametrize("offset", [1e6, 1e7, 1e10])
+def test_rows_that_differ_by_units_around_a_large_common_offset_are_whitened_as_without_it(offset):
+    # every feature sits on the offset: std / |mean| is 1e-6 to 1e-10, which the former 1e-6 threshold (a float32
+    # one) refused as "all equal to rounding"; float64 moments of equal rows leave at most 1.5e-13 (skflow.utils)
+    X = np.random.default_rng(0).normal(size=(300, 8)) * np.arange(1, 9)
+    reference = Whitener().fit(X).transform(X)
+    whitener = Whitener().fit(X + offset)
+    Z = whitener.transform(X + offset)
+    # unit variance: measured 1e-14 at 1e6 and 1e7, 7e-11 at 1e10
+    np.testing.assert_allclose(np.cov(Z.T), np.eye(8), rtol=0, atol=1e-9)
+    # the offset costs float64's digits of X + offset: measured max |difference| 6e-10, 1e-8, 9e-6 (~offset * 1e-15)
+    np.testing.assert_allclose(Z, reference, rtol=0, atol=offset * 1e-14)
+    streamed = Whitener().partial_fit(X[:100] + offset).partial_fit(X[100:] + offset)
+    np.testing.assert_allclose(streamed.transform(X + offset), reference, rtol=0, atol=offset * 1e-14)
+    # copies of one row on the same offset are still rounding, and refused
+    with pytest.raises(ValueError, match=re.escape(EQUAL_TO_ROUNDING)):
+        Whitener().fit(np.repeat(X[:1] + offset, 1000, axis=0))

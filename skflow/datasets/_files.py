@@ -80,6 +80,8 @@ def lines(path: Path) -> list[str]:
 
 def score(text: str, path: Path, number: int, low: float, high: float) -> float:
     try:
+        if not text.isascii():  # float() reads '٣' and '３' too
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise STSDataError(f"{path}:{number}: the score {text!r} is not a number") from None

@@ -110,7 +110,10 @@ class FeatureScaling:
         constant = std <= CONSTANT_RELATIVE_STD * np.maximum(np.abs(mean), typical_std(std))
         if constant.all():
             raise ValueError(
-                f"All {n_features} features of X are constant: there is no distribution for the flow to model."
+                f"All {n_features} features of X are constant: there is no distribution for the flow to model "
+                f"(standard deviation at most {CONSTANT_RELATIVE_STD:g} times the feature's mean: the flow serves in "
+                "float32, which cannot centre such a spread). If the rows vary around a large common offset, subtract "
+                "it (the same one for fit and transform) and fit again."
             )
         if typical_std(std) < SMALLEST_TYPICAL_STD:
             raise ValueError(

@@ -192,7 +192,7 @@ def read_table(path: str, kind: str, compression: str | None, *, text_column: st
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
         reason = one_line(exc)
-        row = re.search(r" in row (\d+)$", reason)  # pyarrow's JSON reader counts rows from 0
+        row = re.search(r" in row ([0-9]+)$", reason)  # pyarrow's JSON reader counts rows from 0
         if row:
             reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
         raise InputError(f"{path}: cannot be read as {_NAMES[kind]} ({reason})") from None

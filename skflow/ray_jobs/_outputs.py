@@ -38,7 +38,8 @@ from skflow.ray_jobs._storage import (
 from skflow.utils import OutputPathError, left_by_a_dead_process, run_tag, some_names, write_text_atomically
 
 MARKER = ".skflow-output"
-_RUN_FILE = re.compile(r"^skflow-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-\d+-\d+\.parquet$")
+# [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
+_RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
 
 
 def is_hidden(name: str) -> bool:

@@ -29,6 +29,8 @@ def probe(address: str, timeout: float = 10.0) -> None:
         return
     host, _, port = address.rpartition(":") if ":" in address else (address, "", "6379")
     try:
+        if not (port.isascii() and port.isdigit()):  # int() reads '٦٣٧٩' too, which the probe passed and Ray did not
+            raise ValueError(port)
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except ValueError:
         raise RayClusterError(f"--address {address!r}: expected HOST:PORT") from None

@@ -19,13 +19,19 @@ from skflow.utils._errors import InvalidModelError, OutputPathError, UntrustedTy
 from skflow.utils._outputs import check_output_file, prove_writable, some_names
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
-from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, validate_embeddings
+from skflow.utils._validation import (
+    FLOAT_DTYPES,
+    ROUNDING_RELATIVE_STD,
+    pairs_or_likelihood_score,
+    validate_embeddings,
+)
 
 __all__ = [
     "CHUNK_ROWS",
     "FLOAT_DTYPES",
     "InvalidModelError",
     "OutputPathError",
+    "ROUNDING_RELATIVE_STD",
     "UntrustedTypeError",
     "check_output_file",
     "folder_created_atomically",

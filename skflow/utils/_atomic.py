@@ -22,7 +22,8 @@ from pathlib import Path
 
 from skflow.utils._errors import OutputPathError
 
-_TMP = re.compile(r"^\.skflow-tmp-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
+# [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
+_TMP = re.compile(r"^\.skflow-tmp-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
 
 
 def _host() -> str:

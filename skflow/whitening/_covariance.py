@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skflow.utils import InvalidModelError, check_output_file, replaced_atomically, row_chunks
+from skflow.utils import ROUNDING_RELATIVE_STD, InvalidModelError, check_output_file, replaced_atomically, row_chunks
 
 # The window of data a Whitener fits (and loads), checked by `RunningMoments.check_spread`: a mean and a
 # scatter matrix below MAGNITUDE_LIMIT (beyond it the scatter's products overflow float64), and a largest
@@ -26,8 +26,6 @@ from skflow.utils import InvalidModelError, check_output_file, replaced_atomical
 # not depend on the data's scale (to 2e-10 on real embeddings from 1e-130 to 1e140: tests/test_whitener.py).
 MAGNITUDE_LIMIT = 1e300
 SMALLEST_VARIANCE = 1e-280
-# A feature whose standard deviation is at most this fraction of its mean is constant to rounding.
-CONSTANT_RELATIVE_STD = 1e-6
 _TOO_LARGE = (
     f"X has values too large for a covariance in float64 (mean or scatter matrix at or above {MAGNITUDE_LIMIT:g}); "
     "divide X by a constant: the whitened vectors do not depend on the scale."
@@ -71,7 +69,8 @@ class RunningMoments:
         """A ValueError unless these moments can be whitened in float64 and saved: ``mean`` and ``scatter``
         below `MAGNITUDE_LIMIT` in magnitude, a largest variance of at least `SMALLEST_VARIANCE`, and rows
         that are not all equal to rounding (each feature's standard deviation at most
-        `CONSTANT_RELATIVE_STD` of its mean's magnitude)."""
+        `skflow.utils.ROUNDING_RELATIVE_STD`, 1e-11, of its mean's magnitude: float64 rounding of the moments,
+        justified there)."""
         if not (np.abs(self.mean).max() < MAGNITUDE_LIMIT and np.abs(self.scatter).max() < MAGNITUDE_LIMIT):
             raise ValueError(_TOO_LARGE)
         variances = np.diag(self.covariance())
@@ -81,10 +80,10 @@ class RunningMoments:
                 f"variance is {variances.max():.3g}, below {SMALLEST_VARIANCE:g}. If they differ, multiply X by a "
                 "constant: the whitened vectors do not depend on the scale."
             )
-        if (np.sqrt(variances) <= CONSTANT_RELATIVE_STD * np.abs(self.mean)).all():
+        if (np.sqrt(variances) <= ROUNDING_RELATIVE_STD * np.abs(self.mean)).all():
             raise ValueError(
                 "The rows of X are all equal to rounding (every feature's standard deviation is at most "
-                f"{CONSTANT_RELATIVE_STD:g} of its mean): there is no direction to whiten. Fit on rows that differ."
+                f"{ROUNDING_RELATIVE_STD:g} of its mean): there is no direction to whiten. Fit on rows that differ."
             )
 
     def covariance(self) -> np.ndarray:

@@ -51,9 +51,10 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     The map does not depend on the data's scale inside the window float64
     moments can hold: a largest variance of at least 1e-280, a mean and
     scatter matrix below 1e300. Outside it, and on rows that are all equal
-    (to rounding: every feature's standard deviation at most 1e-6 of its
-    mean), ``fit`` and ``partial_fit`` raise a ``ValueError`` and change
-    nothing (see ``docs/whitening.md``).
+    (to float64 rounding: every feature's standard deviation at most 1e-11
+    of its mean; rows that differ by 1 around 1e10 are fitted), ``fit``
+    and ``partial_fit`` raise a ``ValueError`` and change nothing (see
+    ``docs/whitening.md``).
 
     Directions whose variance is below ``eigenvalue_floor`` times the
     largest one are scaled as if their variance were that floor. Real
