@@ -6,9 +6,7 @@ import json
 import math
 import os
 import platform
-import re
 import signal
-import stat
 import sys
 import threading
 import warnings
@@ -23,7 +21,7 @@ from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, st
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import OutputPathError, check_output_file, write_text_atomically
+from skflow.utils import RESULTS_JSON, RESULTS_TABLE, check_output_file, check_replaceable, write_text_atomically
 
 # The defaults the commands show and pass on are the estimators' own, read once.
 _EMBEDDER = BertEmbedder().get_params()
@@ -318,8 +316,7 @@ def _evaluate_command(args) -> int:
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
-        outputs = [check_output_file(f"{stem}{suffix}") for suffix in (".json", ".md")]
-        _replaceable(outputs)
+        outputs = [check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
         embedder = BertEmbedder(
             args.model,
             pooling=args.pooling,
@@ -355,9 +352,11 @@ def _evaluate_command(args) -> int:
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
-        replaced = _replaceable(outputs)  # again: a file may have appeared, or been changed, during the run
-        for path, text in zip(outputs, texts):  # each file holds the old results or the whole new ones
-            write_text_atomically(path, text, overwrite=path in replaced)
+        for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
+            check_replaceable(path, kind)  # have appeared, or been changed, during the run
+        replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
+        for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
+            write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _user_error(f"the results are printed above, but writing them failed: {exc}")
     if log:
@@ -365,50 +364,9 @@ def _evaluate_command(args) -> int:
     return 0
 
 
-# Every line of a results table evaluate writes: a heading, a table row, or empty.
-_HEADING = ", Spearman x 100"
-_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
-_RESULTS_LIMIT = 2**26
-
-
-def _replaceable(paths: list[Path]) -> set[Path]:
-    """Those of ``paths`` that exist, once each existing one is found to be results that evaluate wrote.
-
-    ``evaluate`` never replaces a file it did not write (``--output README``
-    must not replace README.md): an existing file is replaced only if its
-    content is a results file (``.json``: an object with the ``sets`` and
-    the ``config`` evaluate writes; ``.md``: only its tables).
-    """
-    existing = {path for path in paths if os.path.lexists(path)}
-    for path in existing:
-        if not _is_results_file(path):
-            raise OutputPathError(f"{path}: exists and is not a results file that skflow evaluate wrote; it is never "
-                                  "replaced: give another --output, or move the file away")
-    return existing
-
-
-def _is_results_file(path: Path) -> bool:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a FIFO never blocks
-    except OSError:
-        return False
-    with os.fdopen(descriptor, "rb") as stream:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _RESULTS_LIMIT:
-            return False
-        try:
-            text = stream.read(_RESULTS_LIMIT).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            return False
-    if path.suffix == ".md":
-        lines = text.splitlines()
-        return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
-    try:
-        results = json.loads(text)
-    except ValueError:
-        return False
-    return (isinstance(results, dict) and {"sets", "config"} <= set(results)
-            and isinstance(results["config"], dict) and "skflow" in results["config"])
+# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
+# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
+_RESULTS = {".json": RESULTS_JSON, ".md": RESULTS_TABLE}
 
 
 def _run(args, embedder, log) -> dict:

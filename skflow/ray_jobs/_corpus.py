@@ -21,16 +21,14 @@ import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import (
-    check_name,
     file_type,
-    has_control_characters,
     is_remote,
     list_files,
     locate,
     missing,
     one_line,
 )
-from skflow.utils import some_names
+from skflow.utils import check_name, has_control_characters, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}

@@ -16,6 +16,19 @@ from skflow.utils._atomic import (
 from skflow.utils._chunks import CHUNK_ROWS, row_chunks
 from skflow.utils._device import resolve_device
 from skflow.utils._errors import InvalidModelError, OutputPathError, UntrustedTypeError
+from skflow.utils._kinds import (
+    MANIFEST,
+    MODEL,
+    ONNX,
+    RESULTS_JSON,
+    RESULTS_TABLE,
+    FileKind,
+    check_replaceable,
+    is_joblib_stream,
+    is_of_kind,
+    is_skops_stream,
+)
+from skflow.utils._names import check_given_name, check_name, has_control_characters, printable
 from skflow.utils._outputs import check_output_file, prove_writable, some_names
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
@@ -24,14 +37,28 @@ from skflow.utils._validation import FLOAT_DTYPES, pairs_or_likelihood_score, va
 __all__ = [
     "CHUNK_ROWS",
     "FLOAT_DTYPES",
+    "MANIFEST",
+    "MODEL",
+    "ONNX",
+    "RESULTS_JSON",
+    "RESULTS_TABLE",
+    "FileKind",
     "InvalidModelError",
     "OutputPathError",
     "UntrustedTypeError",
+    "check_given_name",
+    "check_name",
     "check_output_file",
+    "check_replaceable",
     "folder_created_atomically",
+    "has_control_characters",
+    "is_joblib_stream",
+    "is_of_kind",
+    "is_skops_stream",
     "left_by_a_dead_process",
     "pairs_or_likelihood_score",
     "progress_bar",
+    "printable",
     "prove_writable",
     "replaced_atomically",
     "resolve_device",
