@@ -21,7 +21,14 @@ from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, st
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import RESULTS_JSON, RESULTS_TABLE, check_output_file, check_replaceable, write_text_atomically
+from skflow.utils import (
+    RESULTS_JSON,
+    RESULTS_TABLE,
+    check_output_file,
+    check_replaceable,
+    name_problem,
+    write_text_atomically,
+)
 
 # The defaults the commands show and pass on are the estimators' own, read once.
 _EMBEDDER = BertEmbedder().get_params()
@@ -62,14 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--output", default="skflow_results", metavar="FILE", type=_file_name,
                     help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
                     "(default: %(default)s)")
-    ev.add_argument("--data-home", type=_non_empty,
+    ev.add_argument("--data-home", type=_name,
                     help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
     ev.add_argument("--device", default="auto",
                     help=f"where the encoder runs and the flow trains: {_DEVICES} (default: %(default)s)")
-    ev.add_argument("--cache-dir", type=_non_empty, help="embedding cache folder, reused across runs")
+    ev.add_argument("--cache-dir", type=_name, help="embedding cache folder, reused across runs")
     ev.add_argument("--epochs", type=int, default=1,
                     help=f"flow epochs, 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
     ev.add_argument("--seed", type=int, default=0, help="flow seed")
@@ -95,18 +102,18 @@ def _count(minimum: int, maximum: int | None = None):
     return parse
 
 
-def _non_empty(text: str) -> str:
-    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (an empty path would mean the current folder)")
+def _name(text: str) -> str:
+    """An argparse type: a path or name that is not empty, is UTF-8 and holds no line break or control character
+    (:func:`skflow.utils.name_problem`, the check every name skflow is given passes)."""
+    if (problem := name_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
 def _file_name(text: str) -> str:
-    """An argparse type: a path that names a file (not empty, not ``.``, ``..`` or ending with a separator)."""
-    _non_empty(text)
-    if Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
-        raise argparse.ArgumentTypeError(f"must name a file, got {text!r}")
+    """An argparse type: a :func:`_name` that names a file (not ``.``, ``..`` or ending with a separator)."""
+    if (problem := name_problem(text, file=True)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -155,7 +162,7 @@ def _add_scale_commands(commands) -> None:
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
-    em.add_argument("--output", required=True, metavar="DIR")
+    em.add_argument("--output", required=True, metavar="DIR", type=_name)
     em.add_argument("--text-column", default="text")
     _add_encoder_arguments(em)
     common(em)
@@ -166,7 +173,8 @@ def _add_scale_commands(commands) -> None:
                              "with skops (safe "
                              "to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR")
-    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
+    fi.add_argument("--output", required=True, metavar="MODEL", type=_file_name,
+                    help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding")
     fi.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=_FLOW["max_epochs"],
                     help=f"1 to {MAX_EPOCHS} (default: %(default)s)")
@@ -188,11 +196,12 @@ def _add_scale_commands(commands) -> None:
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
     tr.add_argument("input_dir", metavar="INPUT_DIR")
-    tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output", required=True, metavar="DIR")
+    tr.add_argument("--model", required=True, metavar="MODEL", type=_name,
+                    help="a .skops file (read safely) or a joblib file")
+    tr.add_argument("--output", required=True, metavar="DIR", type=_name)
     tr.add_argument("--column", default="embedding")
     tr.add_argument("--text-column", default="text")
-    tr.add_argument("--output-column", default="z")
+    tr.add_argument("--output-column", default="z", type=_name)
     common(tr)
 
 

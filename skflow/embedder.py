@@ -31,6 +31,7 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
+from skflow.utils import check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -322,9 +323,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     def _check_hub_options(self):
         check_hub_options(self)
-        if self.cache_dir is not None and not str(self.cache_dir).strip():
-            raise ValueError("cache_dir is empty: give a folder for the embedding cache, or None for no cache "
-                             "(an empty name would put the cache in the current folder)")
+        if self.cache_dir is not None:  # empty (the current folder), not UTF-8, a line break: before any work
+            check_given_name("cache_dir", self.cache_dir, ValueError)
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs

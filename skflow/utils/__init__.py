@@ -28,7 +28,7 @@ from skflow.utils._kinds import (
     is_of_kind,
     is_skops_stream,
 )
-from skflow.utils._names import check_given_name, check_name, has_control_characters, printable
+from skflow.utils._names import check_given_name, check_name, has_control_characters, name_problem, printable
 from skflow.utils._outputs import check_output_file, prove_writable, some_names
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
@@ -56,6 +56,7 @@ __all__ = [
     "is_of_kind",
     "is_skops_stream",
     "left_by_a_dead_process",
+    "name_problem",
     "pairs_or_likelihood_score",
     "progress_bar",
     "printable",

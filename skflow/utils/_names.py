@@ -43,21 +43,32 @@ def check_name(shown: str, error: type[Exception] = ValueError) -> None:
                     "the file")
 
 
-def check_given_name(option: str, value, error: type[Exception] = ValueError, *, file: bool = False) -> None:
-    """Refuse a name given as ``option`` (``--output``, ``cache_dir``) that is empty, not UTF-8, or holds a line
-    break or another control character; with ``file``, also one that ends in a separator (a folder's name).
+def name_problem(value, *, file: bool = False) -> str | None:
+    """What is wrong with a name skflow is given (a path, a folder, a column), as ``must ...``; None if nothing.
 
-    One line naming ``option`` and the value (escaped), raised as ``error``.
+    Empty (or blank), not UTF-8, or holding a line break or another control
+    character; with ``file``, also ``.``, ``..`` or a name ending in a
+    separator (a folder's name). The value is shown escaped (:func:`printable`).
     """
-    text = os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else None
-    if text is None:
-        raise error(f"{option} must be a path or a name, got {type(value).__name__}")
+    if not isinstance(value, (str, os.PathLike)):
+        return f"must be a path or a name, got {type(value).__name__}"
+    text = os.fspath(value)
+    text = os.fsdecode(text) if isinstance(text, bytes) else text
+    shown = f"'{printable(text)}'"
     if not text.strip():
-        raise error(f"{option} is empty ({text!r}); give a name")
+        return f"must not be empty, got {shown}"
     if _not_utf8(text):
-        raise error(f"{option} {printable(text)}: not valid UTF-8; give a name in UTF-8")
+        return f"must be valid UTF-8, got {shown}"
     if has_control_characters(text):
-        raise error(f"{option} {printable(text)}: holds a line break or another control character; give another "
-                    "name")
-    if file and text.endswith(("/", os.sep)):
-        raise error(f"{option} {printable(text)}: ends in a separator, a folder's name; give a file name")
+        return f"must not hold a line break or another control character, got {shown}"
+    if file and (os.path.basename(text) in ("", ".", "..") or text.endswith(("/", os.sep))):
+        return f"must name a file, not a folder, got {shown}"
+    return None
+
+
+def check_given_name(option: str, value, error: type[Exception] = ValueError, *, file: bool = False) -> None:
+    """Refuse, as ``error`` in one line naming ``option`` and the value, a name that :func:`name_problem` finds
+    wrong: checked before any work, so that nothing is written."""
+    problem = name_problem(value, file=file)
+    if problem is not None:
+        raise error(f"{option} {problem}")
