@@ -38,6 +38,9 @@ __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChange
 logger = logging.getLogger("skflow")
 
 
+_PATH_PARAMETERS = ("model_name_or_path", "cache_dir")  # the parameters that take os.PathLike
+
+
 class BertEmbedder(TransformerMixin, BaseEstimator):
     """Sentence embeddings from any Hugging Face encoder.
 
@@ -330,8 +333,13 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         params = super().get_params(deep=deep)  # a token string comes back as a HiddenToken: '***' in reprs
         return {**params, "token": hide_token(params["token"])} if "token" in params else params
 
-    def __getstate__(self):  # a token string is never pickled, never in a .skops file
+    def __getstate__(self):
+        """The state a pickle or a ``.skops`` file holds: a token string never; a path (``pathlib.Path``, any
+        os.PathLike) as its string, which every platform reads and ``skflow.load`` trusts (a PosixPath object
+        is a type skops does not trust, and cannot be built on Windows)."""
         state = super().__getstate__()
+        state = {key: os.fspath(value) if key in _PATH_PARAMETERS and isinstance(value, os.PathLike) else value
+                 for key, value in state.items()}
         return {**state, "token": None} if isinstance(state.get("token"), str) else state
 
     def __setstate__(self, state):  # files saved before a parameter existed get its default
