@@ -31,7 +31,7 @@ import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
 from skflow.ray_jobs import MARKER, OutputFolder, input_files
-from skflow.utils import OutputPathError, replaced_atomically
+from skflow.utils import MANIFEST, OutputPathError, replaced_atomically
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -444,11 +444,11 @@ def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(t
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text("old results")
-    with pytest.raises(OSError, match="No space left"), replaced_atomically(path) as tmp:
+    path.write_text('{"files": ["old"]}')  # a manifest: a file of the kind written, which the write may replace
+    with pytest.raises(OSError, match="No space left"), replaced_atomically(path, kind=MANIFEST) as tmp:
         tmp.write_text("half of the new")
         raise OSError(28, "No space left on device")
-    assert path.read_text() == "old results" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    assert path.read_text() == '{"files": ["old"]}' and [p.name for p in tmp_path.iterdir()] == ["results.json"]
     skflow.dump(FlowGaussianizer(max_epochs=1, random_state=0).fit(np.random.RandomState(0).normal(size=(64, 3))),
                 tmp_path / "flow.skops")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.skops", "results.json"]
