@@ -334,9 +334,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         return {**params, "token": hide_token(params["token"])} if "token" in params else params
 
     def __getstate__(self):
-        """The state a pickle or a ``.skops`` file holds: a token string never; a path (``pathlib.Path``, any
-        os.PathLike) as its string, which every platform reads and ``skflow.load`` trusts (a PosixPath object
-        is a type skops does not trust, and cannot be built on Windows)."""
+        """A pickle's or ``.skops`` file's state: never a token string; a ``Path`` as its string (skflow.load
+        trusts no pathlib type, and a PosixPath cannot be built on Windows)."""
         state = super().__getstate__()
         state = {key: os.fspath(value) if key in _PATH_PARAMETERS and isinstance(value, os.PathLike) else value
                  for key, value in state.items()}
