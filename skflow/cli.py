@@ -8,7 +8,6 @@ import os
 import platform
 import re
 import signal
-import stat
 import sys
 import threading
 import warnings
@@ -23,7 +22,14 @@ from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, st
 from skflow.flows import COUPLINGS, PERMUTATIONS
 from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import OutputPathError, check_output_file, write_text_atomically
+from skflow.utils import (
+    RESULTS_JSON,
+    RESULTS_TABLE,
+    check_output_file,
+    check_replaceable,
+    name_problem,
+    write_text_atomically,
+)
 
 # The defaults the commands show and pass on are the estimators' own, read once.
 _EMBEDDER = BertEmbedder().get_params()
@@ -65,14 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--output", default="skflow_results", metavar="FILE", type=_file_name,
                     help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
                     "(default: %(default)s)")
-    ev.add_argument("--data-home", type=_non_empty,
+    ev.add_argument("--data-home", type=_name,
                     help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
     ev.add_argument("--device", default="auto",
                     help=f"where the encoder runs and the flow trains: {_DEVICES} (default: %(default)s)")
-    ev.add_argument("--cache-dir", type=_non_empty,
+    ev.add_argument("--cache-dir", type=_name,
                     help="embedding cache folder, reused across runs, a non-empty path (default: no cache)")
     ev.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=1,
                     help=f"flow epochs, an integer from 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
@@ -100,18 +106,18 @@ def _count(minimum: int, maximum: int | None = None):
     return parse
 
 
-def _non_empty(text: str) -> str:
-    """An argparse type: a path that is not empty (an empty one would mean the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (an empty path would mean the current folder)")
+def _name(text: str) -> str:
+    """An argparse type: a path or name that is not empty, is UTF-8 and holds no line break or control character
+    (:func:`skflow.utils.name_problem`, the check every name skflow is given passes)."""
+    if (problem := name_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
 def _file_name(text: str) -> str:
-    """An argparse type: a path that names a file (not empty, not ``.``, ``..`` or ending with a separator)."""
-    _non_empty(text)
-    if Path(text).name in ("", ".", "..") or text.endswith(("/", os.sep)):
-        raise argparse.ArgumentTypeError(f"must name a file, got {text!r}")
+    """An argparse type: a :func:`_name` that names a file (not ``.``, ``..`` or ending with a separator)."""
+    if (problem := name_problem(text, file=True)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -173,7 +179,7 @@ def _add_scale_commands(commands) -> None:
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
-    em.add_argument("--output", required=True, metavar="DIR", help=_OUTPUT_DIR)
+    em.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
     em.add_argument("--text-column", default="text",
                     help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
     _add_encoder_arguments(em)
@@ -185,7 +191,8 @@ def _add_scale_commands(commands) -> None:
                              "with skops (safe "
                              "to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
-    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
+    fi.add_argument("--output", required=True, metavar="MODEL", type=_file_name,
+                    help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
     fi.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=_FLOW["max_epochs"],
                     help=f"passes over the input, an integer from 1 to {MAX_EPOCHS} (default: %(default)s)")
@@ -216,14 +223,15 @@ def _add_scale_commands(commands) -> None:
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
     tr.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS + "; for a pipeline, any format embed reads")
-    tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output", required=True, metavar="DIR", help=_OUTPUT_DIR)
+    tr.add_argument("--model", required=True, metavar="MODEL", type=_name,
+                    help="a .skops file (read safely) or a joblib file")
+    tr.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
     tr.add_argument("--column", default="embedding",
                     help="the column of vectors a FlowGaussianizer transforms (default: %(default)s)")
     tr.add_argument("--text-column", default="text",
                     help="the column of texts a pipeline that starts with BertEmbedder transforms "
                     "(default: %(default)s)")
-    tr.add_argument("--output-column", default="z",
+    tr.add_argument("--output-column", default="z", type=_name,
                     help="the name of the column added, not one the input has (default: %(default)s)")
     common(tr)
 
@@ -348,8 +356,7 @@ def _evaluate_command(args) -> int:
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
-        outputs = [check_output_file(f"{stem}{suffix}") for suffix in (".json", ".md")]
-        _replaceable(outputs)
+        outputs = [check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
         embedder = BertEmbedder(
             args.model,
             pooling=args.pooling,
@@ -385,9 +392,11 @@ def _evaluate_command(args) -> int:
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
-        replaced = _replaceable(outputs)  # again: a file may have appeared, or been changed, during the run
-        for path, text in zip(outputs, texts):  # each file holds the old results or the whole new ones
-            write_text_atomically(path, text, overwrite=path in replaced)
+        for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
+            check_replaceable(path, kind)  # have appeared, or been changed, during the run
+        replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
+        for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
+            write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _user_error(f"the results are printed above, but writing them failed: {exc}")
     if log:
@@ -395,50 +404,9 @@ def _evaluate_command(args) -> int:
     return 0
 
 
-# Every line of a results table evaluate writes: a heading, a table row, or empty.
-_HEADING = ", Spearman x 100"
-_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
-_RESULTS_LIMIT = 2**26
-
-
-def _replaceable(paths: list[Path]) -> set[Path]:
-    """Those of ``paths`` that exist, once each existing one is found to be results that evaluate wrote.
-
-    ``evaluate`` never replaces a file it did not write (``--output README``
-    must not replace README.md): an existing file is replaced only if its
-    content is a results file (``.json``: an object with the ``sets`` and
-    the ``config`` evaluate writes; ``.md``: only its tables).
-    """
-    existing = {path for path in paths if os.path.lexists(path)}
-    for path in existing:
-        if not _is_results_file(path):
-            raise OutputPathError(f"{path}: exists and is not a results file that skflow evaluate wrote; it is never "
-                                  "replaced: give another --output, or move the file away")
-    return existing
-
-
-def _is_results_file(path: Path) -> bool:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a FIFO never blocks
-    except OSError:
-        return False
-    with os.fdopen(descriptor, "rb") as stream:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _RESULTS_LIMIT:
-            return False
-        try:
-            text = stream.read(_RESULTS_LIMIT).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            return False
-    if path.suffix == ".md":
-        lines = text.splitlines()
-        return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
-    try:
-        results = json.loads(text)
-    except ValueError:
-        return False
-    return (isinstance(results, dict) and {"sets", "config"} <= set(results)
-            and isinstance(results["config"], dict) and "skflow" in results["config"])
+# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
+# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
+_RESULTS = {".json": RESULTS_JSON, ".md": RESULTS_TABLE}
 
 
 def _run(args, embedder, log) -> dict:

@@ -58,7 +58,7 @@ from skflow.ray_jobs import (
     vectors_array,
     vectors_column,
 )
-from skflow.utils import resolve_device
+from skflow.utils import OutputPathError, check_given_name, resolve_device
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
@@ -255,6 +255,7 @@ def embed(
     JobFailedError
         The Ray job failed or wrote another number of rows; nothing is written.
     """
+    check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
     _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     _check_encoder(embedder)
@@ -300,6 +301,7 @@ def fit(
     memory holds) is a ValueError before Ray starts when the footers give the
     vectors' length.
     """
+    check_given_name("--output", output, OutputPathError, file=True)
     flow = FlowGaussianizer() if flow is None else flow
     _check_count("--epochs", epochs, minimum=1, integer=True)
     flow._validate_params()
@@ -361,6 +363,8 @@ def transform(
     (reads ``text_column`` of any input format). ``output`` is written as in
     :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
+    check_given_name("--output", output, OutputPathError)
+    check_given_name("--model", model, InputError)
     _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     check_new_column("--output-column", output_column)
     fitted = load_model(model)

@@ -31,10 +31,14 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
+from skflow.utils import check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
 logger = logging.getLogger("skflow")
+
+
+_PATH_PARAMETERS = ("model_name_or_path", "cache_dir")  # the parameters that take os.PathLike
 
 
 class BertEmbedder(TransformerMixin, BaseEstimator):
@@ -322,9 +326,8 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
 
     def _check_hub_options(self):
         check_hub_options(self)
-        if self.cache_dir is not None and not str(self.cache_dir).strip():
-            raise ValueError("cache_dir is empty: give a folder for the embedding cache, or None for no cache "
-                             "(an empty name would put the cache in the current folder)")
+        if self.cache_dir is not None:  # empty (the current folder), not UTF-8, a line break: before any work
+            check_given_name("cache_dir", self.cache_dir, ValueError)
 
     @property
     def token(self):
@@ -335,8 +338,12 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
     def token(self, value) -> None:  # __init__ and set_params: the raw string is never an attribute
         self.__dict__["_token"] = hide_token(value)
 
-    def __getstate__(self):  # a token string is never pickled, never in a .skops file
+    def __getstate__(self):
+        """A pickle's or ``.skops`` file's state: never a token string; a ``Path`` as its string (skflow.load
+        trusts no pathlib type, and a PosixPath cannot be built on Windows)."""
         state = super().__getstate__()
+        state = {key: os.fspath(value) if key in _PATH_PARAMETERS and isinstance(value, os.PathLike) else value
+                 for key, value in state.items()}
         return {**state, "_token": None} if isinstance(state.get("_token"), str) else state
 
     def __setstate__(self, state):  # files saved before a parameter existed get its default

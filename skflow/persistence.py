@@ -42,9 +42,12 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
         the same folder, flushed to disk and renamed: at every instant
         ``path`` holds the previous file or the whole new one.
     overwrite : bool, default=True
-        Replace a file at ``path``. With False, a file there (also one that
-        appeared while the model was being written) is never replaced:
-        `OutputPathError`, and ``path`` is untouched.
+        Replace a model file (skops or joblib) at ``path``; any other file,
+        a folder or a link there is never replaced (`OutputPathError`
+        before anything is written: ``dump(model, "README.md")`` keeps the
+        README). With False, a file there (also one that appeared while the
+        model was being written) is never replaced: `OutputPathError`, and
+        ``path`` is untouched.
 
     Returns
     -------
@@ -63,12 +66,13 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     """
     import skops.io
 
-    from skflow.utils import replaced_atomically
+    from skflow.utils import MODEL, replaced_atomically
 
     path = Path(path).expanduser()
     if not overwrite and os.path.lexists(path):
         raise OutputPathError(f"{path}: exists; pass overwrite=True to replace it")
-    with replaced_atomically(path, overwrite=overwrite) as tmp:  # the old file or the whole new one, never a part
+    # the old file or the whole new one, never a part; an existing file only if it is a model file
+    with replaced_atomically(path, kind=MODEL, overwrite=overwrite) as tmp:
         skops.io.dump(model, tmp)
     return path
 

@@ -254,11 +254,18 @@ def test_evaluate_never_replaces_a_file_it_did_not_write(tmp_path, capsys, monke
     """``--output README`` replaced the user's README.md with the results table."""
     _fake_results(monkeypatch, during=lambda: pytest.fail("evaluated before the output was checked"))
     planted = _plant(tmp_path, name, kind)
-    before = {p.name: os.lstat(p) for p in tmp_path.iterdir()}
+    before = _unchanged(tmp_path)
     assert main(["evaluate", "--sets", "stsb", "--output", str(tmp_path / "README"), "--quiet"]) == 2
     err = _one_line_error(capsys)
-    assert f"{planted}: exists and is not a results file that skflow evaluate wrote" in err
-    assert {p.name: os.lstat(p) for p in tmp_path.iterdir()} == before
+    reason = "is a link; skflow never replaces one" if kind == "link" else \
+        "exists and is not a results file that skflow evaluate wrote"
+    assert f"{planted}: {reason}" in err
+    assert _unchanged(tmp_path) == before
+
+
+def _unchanged(folder):
+    """What a write would change of each entry (not its access time: reading a file to recognise it sets it)."""
+    return {p.name: (lambda s: (s.st_mode, s.st_ino, s.st_size, s.st_mtime_ns))(os.lstat(p)) for p in folder.iterdir()}
 
 
 def test_a_file_that_appears_or_changes_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
@@ -274,18 +281,30 @@ def test_a_file_that_appears_or_changes_during_the_run_is_not_replaced(tmp_path,
     assert (tmp_path / "s.json").read_text() == '{"mine": true}'
 
 
-@pytest.mark.parametrize("option, value", [("--output", ""), ("--output", " "), ("--output", "."),
-                                           ("--output", "results/"), ("--output", ".."), ("--cache-dir", ""),
-                                           ("--data-home", "")])
-def test_empty_names_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, option, value):
-    """``--output ""`` wrote ``..json`` and ``..md``; ``--cache-dir ""`` cached into the current folder."""
-    _fake_results(monkeypatch, during=lambda: pytest.fail("evaluated despite an empty name"))
+_EMPTY, _BREAK, _NOT_UTF8 = "must not be empty", "must not hold a line break or another control character", \
+    "must be valid UTF-8"
+
+
+@pytest.mark.parametrize("option, value, problem", [
+    ("--output", "", f"{_EMPTY}, got ''"), ("--output", " ", f"{_EMPTY}, got ' '"),
+    ("--output", ".", "must name a file, not a folder, got '.'"),
+    ("--output", "results/", "must name a file, not a folder, got 'results/'"),
+    ("--output", "..", "must name a file, not a folder, got '..'"),
+    ("--output", "a\nb", f"{_BREAK}, got 'a\\nb'"), ("--output", "a\u2028b", f"{_BREAK}, got 'a\\u2028b'"),
+    ("--output", "a\udcff", f"{_NOT_UTF8}, got 'a\\xff'"),  # what Python makes of the argv bytes b"a\xff"
+    ("--cache-dir", "", f"{_EMPTY}, got ''"), ("--cache-dir", "c\nd", f"{_BREAK}, got 'c\\nd'"),
+    ("--data-home", "", f"{_EMPTY}, got ''"), ("--data-home", "data\n", f"{_BREAK}, got 'data\\n'"),
+])
+def test_names_that_are_not_names_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, option,
+                                                                        value, problem):
+    """``--output ""`` wrote ``..json`` and ``..md``; ``--cache-dir ""`` cached into the current folder; a line
+    break or a byte that is not UTF-8 in a name passed."""
+    _fake_results(monkeypatch, during=lambda: pytest.fail("evaluated despite a name that is not one"))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
         main(["evaluate", "--sets", "stsb", "--quiet", option, value])
     assert info.value.code == 2
-    err = _one_line_error(capsys)
-    assert f"argument {option}: must" in err
+    assert _one_line_error(capsys) == f"error: argument {option}: {problem} (see python -m skflow evaluate --help)"
     assert list(tmp_path.iterdir()) == []
 
 

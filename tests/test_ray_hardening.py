@@ -31,7 +31,7 @@ import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
 from skflow.ray_jobs import MARKER, OutputFolder, input_files
-from skflow.utils import OutputPathError, replaced_atomically
+from skflow.utils import MANIFEST, OutputPathError, replaced_atomically
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,17 +241,50 @@ def test_file_names_that_ray_cannot_carry_are_refused_naming_them(tmp_path, corp
     assert _tree(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
 
 
-@pytest.mark.parametrize("column", ["", "  ", "two\nlines", "z\r", "nul\x00"])
-def test_an_output_column_that_is_not_a_name_is_refused_before_ray(tmp_path, capsys, no_ray, column):
+_EMPTY, _BREAK, _NOT_UTF8 = "must not be empty", "must not hold a line break or another control character", \
+    "must be valid UTF-8"
+
+
+@pytest.mark.parametrize("column, problem", [
+    ("", f"{_EMPTY}, got ''"), ("  ", f"{_EMPTY}, got '  '"), ("two\nlines", f"{_BREAK}, got 'two\\nlines'"),
+    ("z\r", f"{_BREAK}, got 'z\\r'"), ("nul\x00", f"{_BREAK}, got 'nul\\x00'"),
+    ("z\u2028", f"{_BREAK}, got 'z\\u2028'"),
+    ("z\udcff", f"{_NOT_UTF8}, got 'z\\xff'"),  # what Python makes of the argv bytes b"z\xff": Arrow cannot write it
+])
+def test_an_output_column_that_is_not_a_name_is_refused_before_ray(tmp_path, capsys, no_ray, column, problem):
     emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
-    message = ("--output-column must name a column: a non-empty name without line breaks or other control "
-               f"characters, got {column!r}")
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--output-column", column])
-    assert err == "error: " + " ".join(message.split())  # one line: runs of spaces printed as one
+    assert err == f"error: argument --output-column: {problem} (see python -m skflow transform --help)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
     with pytest.raises(distributed.InputError) as info:
         distributed.transform(emb, flow, tmp_path / "z", output_column=column)
-    assert str(info.value) == message
+    assert str(info.value) == f"--output-column {problem}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
+
+
+@pytest.mark.parametrize("command, value, problem", [
+    *((command, value, problem) for command in ("embed", "fit", "transform") for value, problem in [
+        ("", f"{_EMPTY}, got ''"), (" ", f"{_EMPTY}, got ' '"), ("out\nx", f"{_BREAK}, got 'out\\nx'"),
+        ("out\u2028x", f"{_BREAK}, got 'out\\u2028x'"), ("out\udcff", f"{_NOT_UTF8}, got 'out\\xff'")]),
+    ("fit", "sub/", "must name a file, not a folder, got 'sub/'"),
+    ("fit", ".", "must name a file, not a folder, got '.'"),
+])
+def test_an_output_that_is_not_a_name_is_refused_before_ray(tmp_path, corpus, capsys, no_ray, monkeypatch, command,
+                                                            value, problem):
+    """``--output ''`` wrote into the current folder; a line break passed embed, transform and fit."""
+    emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path), sorted(os.listdir(tmp_path))
+    argv = {"embed": ["embed", corpus], "fit": ["fit", emb], "transform": ["transform", emb, "--model", flow]}[command]
+    err = _refused(capsys, [*argv, "--output", value])
+    assert err == f"error: argument --output: {problem} (see python -m skflow {command} --help)"
+    run = {"embed": lambda: distributed.embed([corpus], value), "fit": lambda: distributed.fit(emb, value),
+           "transform": lambda: distributed.transform(emb, flow, value)}[command]
+    with pytest.raises(OutputPathError) as info:
+        run()
+    assert str(info.value) == f"--output {problem}"
+    assert (_tree(tmp_path), sorted(os.listdir(tmp_path))) == before
 
 
 def test_the_library_checks_its_arguments_too(tmp_path, corpus, no_ray):
@@ -429,11 +462,11 @@ def test_a_model_writer_killed_mid_write_leaves_the_old_or_the_whole_new_model(t
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text("old results")
-    with pytest.raises(OSError, match="No space left"), replaced_atomically(path) as tmp:
+    path.write_text('{"files": ["old"]}')  # a manifest: a file of the kind written, which the write may replace
+    with pytest.raises(OSError, match="No space left"), replaced_atomically(path, kind=MANIFEST) as tmp:
         tmp.write_text("half of the new")
         raise OSError(28, "No space left on device")
-    assert path.read_text() == "old results" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    assert path.read_text() == '{"files": ["old"]}' and [p.name for p in tmp_path.iterdir()] == ["results.json"]
     skflow.dump(FlowGaussianizer(max_epochs=1, random_state=0).fit(np.random.RandomState(0).normal(size=(64, 3))),
                 tmp_path / "flow.skops")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.skops", "results.json"]

@@ -3,12 +3,12 @@ no hub kernels, not the caller's token."""
 
 import json
 import os
+from pathlib import Path
 
 import pytest
-
-import skflow
 from sklearn.pipeline import make_pipeline
 
+import skflow
 from skflow import BertEmbedder, Whitener, export_sentence_transformer
 from skflow.serving import load_sentence_transformer
 from skflow.utils import InvalidModelError
@@ -40,10 +40,22 @@ def test_attention_kernels_other_than_transformers_own_are_refused_everywhere(tm
     assert skflow.load(path).model_kwargs == {"attn_implementation": "eager"}
 
 
-def test_an_empty_cache_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cache_dir, problem", [
+    ("", "must not be empty, got ''"),
+    (" ", "must not be empty, got ' '"),
+    ("c\nd", "must not hold a line break or another control character, got 'c\\nd'"),
+    ("cache\n", "must not hold a line break or another control character, got 'cache\\n'"),
+    ("c\u2028d", "must not hold a line break or another control character, got 'c\\u2028d'"),
+    ("c\udcff", "must be valid UTF-8, got 'c\\xff'"),
+])
+def test_a_cache_dir_that_is_not_a_name_is_refused_before_anything_is_written(tmp_path, monkeypatch, cache_dir,
+                                                                               problem):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="cache_dir is empty"):
-        BertEmbedder(cache_dir="").transform(["x"])
+    for value in (cache_dir, Path(cache_dir)) if cache_dir else (cache_dir,):  # Path("") is "."
+        for use in (lambda e: e.transform(["x"]), lambda e: e.fit(["x"])):
+            with pytest.raises(ValueError) as info:
+                use(BertEmbedder(cache_dir=value))
+            assert str(info.value) == f"cache_dir {problem}"
     assert os.listdir(tmp_path) == []
 
 

@@ -4,12 +4,13 @@ import os
 import subprocess
 import sys
 
+import joblib
 import numpy as np
 import pytest
 
 import skflow
 from skflow.synthetic import make_anisotropic_mixture
-from skflow.utils import OutputPathError, replaced_atomically, temporary_name, write_text_atomically
+from skflow.utils import MANIFEST, OutputPathError, replaced_atomically, temporary_name, write_text_atomically
 
 
 def test_without_overwrite_a_file_that_appears_during_the_write_is_never_replaced(tmp_path):
@@ -27,9 +28,9 @@ def test_without_overwrite_a_link_at_the_path_is_not_followed_or_replaced(tmp_pa
     with pytest.raises(OutputPathError):
         write_text_atomically(tmp_path / "out.json", "{}", overwrite=False)
     assert os.path.islink(tmp_path / "out.json") and not (tmp_path / "elsewhere").exists()
-    write_text_atomically(tmp_path / "new.json", "{}", overwrite=False)
-    write_text_atomically(tmp_path / "new.json", "[]")  # overwrite (the default) replaces
-    assert (tmp_path / "new.json").read_text() == "[]"
+    write_text_atomically(tmp_path / "new.json", '{"files": []}', overwrite=False)
+    write_text_atomically(tmp_path / "new.json", '{"files": ["a"]}', kind=MANIFEST)  # overwrite: a file of its kind
+    assert (tmp_path / "new.json").read_text() == '{"files": ["a"]}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "out.json"]
 
 
@@ -54,3 +55,84 @@ def test_the_next_write_removes_temporaries_of_dead_writers_only(tmp_path):
         (tmp_path / name).write_text("partial")
     write_text_atomically(tmp_path / "out.txt", "whole")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours, other_target, "out.txt"])
+
+
+def _fitted(estimator: str):
+    X = make_anisotropic_mixture(300, 4, random_state=0)
+    return skflow.Whitener().fit(X) if estimator == "Whitener" else \
+        skflow.FlowGaussianizer(random_state=0, max_epochs=1).fit(X)
+
+
+_WRITERS = {  # what each writer writes, and how it is called on a path
+    "dump": ("a model file (skops or joblib)", lambda path: skflow.dump(_fitted("Whitener"), path)),
+    "Whitener.to_onnx": ("an ONNX model", lambda path: _fitted("Whitener").to_onnx(path)),
+    "FlowGaussianizer.to_onnx": ("an ONNX model", lambda path: _fitted("FlowGaussianizer").to_onnx(path)),
+}
+
+
+def _plant(tmp_path, target: str, writer: str):
+    """A file that skflow did not write (or not of the writer's kind), at the path the writer is given."""
+    user = tmp_path / "notes.txt"
+    user.write_text("my precious notes\n")
+    if target == "readme":
+        path = tmp_path / "README.md"
+        path.write_text("# my project\n")
+    elif target == "text named like the output":
+        path = tmp_path / ("model.skops" if writer == "dump" else "model.onnx")
+        path.write_text("my precious notes\n")
+    elif target == "a model of another kind":  # a joblib file named .onnx; an ONNX file named .skops
+        path = tmp_path / ("x.skops" if writer == "dump" else "x.onnx")
+        if writer == "dump":
+            _fitted("Whitener").to_onnx(tmp_path / "real.onnx")
+            (tmp_path / "real.onnx").rename(path)
+        else:
+            joblib.dump({"mine": 1}, path)
+    elif target == "folder":
+        path = tmp_path / "out.onnx"
+        path.mkdir()
+    else:  # a link to the user's file
+        path = tmp_path / "out.onnx"
+        os.symlink(user, path)
+    return path
+
+
+@pytest.mark.parametrize("target", ["readme", "text named like the output", "a model of another kind", "folder",
+                                    "a link to the user's file"])
+@pytest.mark.parametrize("writer", list(_WRITERS))
+def test_a_writer_never_replaces_a_file_skflow_did_not_write(tmp_path, writer, target, monkeypatch):
+    """dump and to_onnx replace only a file of the kind they write: one line naming the path, before any work
+    (the writer's own work is made to fail), nothing written, no temporary left, the user's file unchanged."""
+    what, write = _WRITERS[writer]
+    path = _plant(tmp_path, target, writer)
+    before = {p.name: (p.is_symlink(), p.is_dir() or p.read_bytes()) for p in tmp_path.iterdir()}
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work began")
+
+    import skops.io
+    import torch.onnx
+    monkeypatch.setattr(skops.io, "dump", no_work)
+    monkeypatch.setattr(torch.onnx, "export", no_work)
+    monkeypatch.setattr("onnx.helper.make_model", no_work)
+    with pytest.raises(OutputPathError) as caught:
+        write(path)
+    message = {"folder": f"{path}: is a folder; give a file name",
+               "a link to the user's file": f"{path}: is a link; skflow never replaces one: give another name, or "
+                                            "remove the link"}.get(
+        target, f"{path}: exists and is not {what}; it is never replaced: give another name, or move the file away")
+    assert str(caught.value) == message
+    assert {p.name: (p.is_symlink(), p.is_dir() or p.read_bytes()) for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("writer", list(_WRITERS))
+def test_a_writer_replaces_its_own_earlier_output(tmp_path, writer):
+    path = tmp_path / ("model.skops" if writer == "dump" else "model.onnx")
+    _WRITERS[writer][1](path)
+    first = path.read_bytes()
+    path.write_bytes(first)  # a copy the user made is still one of skflow's files: recognised by content
+    _WRITERS[writer][1](path)
+    assert path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    if writer == "dump":
+        joblib.dump(_fitted("Whitener"), path)  # a joblib model is a model file: dump replaces it
+        skflow.dump(_fitted("Whitener"), path)
+        assert skflow.load(path).n_features_in_ == 4

@@ -351,7 +351,7 @@ class EmbeddingCache:
     def _write_key(self) -> None:
         path = self.folder / "key.json"
         if not os.path.lexists(path):
-            with contextlib.suppress(OSError):  # only a label for people browsing the cache
+            with contextlib.suppress(OSError, ValueError):  # only a label for people browsing the cache
                 write_text_atomically(path, json.dumps(self.key, indent=1, sort_keys=True))
 
 

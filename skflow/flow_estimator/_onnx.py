@@ -17,7 +17,7 @@ from skflow.flow_estimator._arrays import LatentMap
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
-from skflow.utils import check_output_file, replaced_atomically
+from skflow.utils import ONNX, check_output_file, replaced_atomically
 
 
 class FixedLinear(FlowLayer):
@@ -37,7 +37,7 @@ def export_onnx(
 ) -> Path:
     """Write the map of a fitted flow (float64, built from ``config``) and its standardisation to ``path``:
     input ``x``, output ``z``, both ``(batch, n_features)``."""
-    out = check_output_file(path)  # a folder, or a missing folder above it: one line naming the path, before work
+    out = check_output_file(path, kind=ONNX)  # a folder, a user's file, a missing folder: one line, before work
     flow = Glow(**config)
     flow.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in fitted.state_dict().items()})
     fitted_steps = (s for level in fitted.levels for s in level)
@@ -52,7 +52,7 @@ def export_onnx(
             module, (example,), input_names=["x"], output_names=["z"], dynamic_shapes=({0: batch},),
             opset_version=opset, dynamo=True, verbose=False,
         )
-    with replaced_atomically(out) as temporary:  # the old file or the whole new one, never a part
+    with replaced_atomically(out, kind=ONNX) as temporary:  # the old file or the whole new one, never a part
         program.save(str(temporary))
     return out
 

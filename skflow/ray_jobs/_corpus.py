@@ -21,16 +21,14 @@ import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import (
-    check_name,
     file_type,
-    has_control_characters,
     is_remote,
     list_files,
     locate,
     missing,
     one_line,
 )
-from skflow.utils import some_names
+from skflow.utils import check_given_name, check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -233,10 +231,11 @@ def _is_vector_type(t) -> bool:
 
 
 def check_new_column(option: str, name) -> None:
-    """Refuse an output column name that is not a string, is empty, or holds a line break or control character."""
-    if not isinstance(name, str) or not name.strip() or has_control_characters(name):
-        raise InputError(f"{option} must name a column: a non-empty name without line breaks or other control "
-                         f"characters, got {name!r}")
+    """Refuse an output column name that is not a string, is empty, is not UTF-8 (Arrow writes names in UTF-8),
+    or holds a line break or control character: the check of every name skflow is given."""
+    if not isinstance(name, str):
+        raise InputError(f"{option} must name a column, got {type(name).__name__}")
+    check_given_name(option, name, InputError)
 
 
 def _check_columns(path: str, names: list[str], column: str, new_column: str | None) -> None:

@@ -12,14 +12,9 @@ object storage is written locally, then uploaded in one call
 (:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
 """
 
-import bz2
 import contextlib
-import gzip
-import lzma
 import os
 import tempfile
-import zipfile
-import zlib
 from pathlib import Path
 
 import joblib
@@ -39,47 +34,13 @@ from skflow.ray_jobs._storage import (
     one_line,
     upload,
 )
-from skflow.utils import OutputPathError, replaced_atomically
+from skflow.utils import MODEL, OutputPathError, is_joblib_stream, is_skops_stream, replaced_atomically
 
 _ZIP = b"PK\x03\x04"
-# joblib's compressed files, by their first bytes, and how to open them (zlib is handled on its own).
-_COMPRESSED = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ", lzma.open), (b"\x5d\x00\x00", lzma.open))
 
 
 def is_skops_name(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() == ".skops"
-
-
-def _is_pickle_start(data: bytes) -> bool:
-    return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5  # PROTO opcode, protocol 2 to 5
-
-
-def _is_joblib_file(file, head: bytes) -> bool:
-    """A pickle, plain or in one of joblib's compressors: its (decompressed) first bytes are a pickle's."""
-    if _is_pickle_start(head):
-        return True
-    for magic, opener in _COMPRESSED:
-        if head.startswith(magic):
-            try:
-                file.seek(0)
-                with opener(file, "rb") as f:
-                    return _is_pickle_start(f.read(2))
-            except (OSError, EOFError, lzma.LZMAError):
-                return False
-    if head[:1] == b"x":
-        try:
-            return _is_pickle_start(zlib.decompressobj().decompress(head, 2))
-        except zlib.error:
-            return False
-    return False
-
-
-def _is_skops_archive(file) -> bool:
-    try:
-        with zipfile.ZipFile(file) as archive:
-            return "schema.json" in archive.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return False
 
 
 def looks_like_model_file(path) -> bool:
@@ -89,9 +50,7 @@ def looks_like_model_file(path) -> bool:
         return False
     try:
         with where.filesystem.open_input_file(where.path) as file:
-            head = file.read(4096)
-            file.seek(0)
-            return _is_skops_archive(file) if head.startswith(_ZIP) else _is_joblib_file(file, head)
+            return MODEL.recognises(file)
     except OSError as exc:
         raise OutputPathError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
 
@@ -146,7 +105,7 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
     elif is_skops_name(where.path):
         persistence.dump(model, where.path, overwrite=overwrite)
     else:
-        with replaced_atomically(where.path, overwrite=overwrite) as tmp:
+        with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
             joblib.dump(model, tmp)
 
 
@@ -196,9 +155,8 @@ def _load_file(file: Path, path):
     if not file.is_file():
         raise InputError(f"{path}: not a regular file")
     with open(file, "rb") as f:
-        head = f.read(4096)
-        is_joblib, is_skops = _is_joblib_file(f, head), head.startswith(_ZIP) and _is_skops_archive(f)
-    if is_skops_name(file) and not head.startswith(_ZIP):
+        is_joblib, is_skops, is_zip = is_joblib_stream(f), is_skops_stream(f), f.seek(0) == 0 and f.read(4) == _ZIP
+    if is_skops_name(file) and not is_zip:
         kind = "a joblib or pickle file" if is_joblib else "not a zip archive"
         raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
     if not is_skops_name(file) and is_skops:

@@ -31,11 +31,18 @@ from skflow.ray_jobs._storage import (
     locate,
     no_bucket,
     one_line,
-    printable,
     read_bytes,
     write_bytes,
 )
-from skflow.utils import OutputPathError, left_by_a_dead_process, run_tag, some_names, write_text_atomically
+from skflow.utils import (
+    MANIFEST,
+    OutputPathError,
+    left_by_a_dead_process,
+    printable,
+    run_tag,
+    some_names,
+    write_text_atomically,
+)
 
 MARKER = ".skflow-output"
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
@@ -174,7 +181,7 @@ class OutputFolder:
             if manifest.is_remote:
                 write_bytes(manifest, text.encode())
             else:
-                write_text_atomically(manifest.path, text, overwrite=self.overwrite)
+                write_text_atomically(manifest.path, text, kind=MANIFEST, overwrite=self.overwrite)
         except OSError as exc:
             raise OSError(f"{self.out.shown}: the manifest could not be written ({one_line(exc)})") from None
         self.committed = True

@@ -13,11 +13,10 @@ import functools
 import os
 import re
 import secrets
-import unicodedata
 from pathlib import Path
 from typing import NamedTuple
 
-from skflow.utils import OutputPathError
+from skflow.utils import OutputPathError, check_name, printable
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
 _S3_BUCKET = re.compile(r"^(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]$")
@@ -73,40 +72,11 @@ def one_line(exc: BaseException) -> str:
     return scrub(" ".join(str(exc).split()))
 
 
-def printable(text: str) -> str:
-    """``text`` with unprintable characters (a line break, a tab, a byte that was not UTF-8) escaped: a name in a
-    one-line message."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c) - 0xDC00:02x}" if _undecoded(c) else
-                   c.encode("unicode_escape").decode("ascii") for c in text)
-
-
-def _undecoded(c: str) -> bool:
-    return "\udc80" <= c <= "\udcff"  # a byte that os.fsdecode could not decode
-
-
-def has_control_characters(text: str) -> bool:
-    """Whether ``text`` holds a line break (``\\n``, ``\\r``, U+2028, ...) or another control character."""
-    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
-
-
-def check_name(shown: str, error: type[Exception] = ValueError) -> None:
-    """Refuse a file name that is not UTF-8, or holds a line break or another control character.
-
-    Arrow and Ray carry paths as UTF-8 text: such a name would fail inside the
-    job, or reach its messages mangled.
-    """
-    if any(map(_undecoded, shown)):
-        raise error(f"{printable(shown)}: the file name is not valid UTF-8; rename the file")
-    if has_control_characters(shown):
-        raise error(f"{printable(shown)}: the file name holds a line break or another control character; rename "
-                    "the file")
-
-
 def _not_utf8_name(root: str) -> str:
     """The first name under the local folder ``root`` that is not UTF-8 (pyarrow's listing names none)."""
     for parent, folders, files in os.walk(root):
         for name in folders + files:
-            if any(map(_undecoded, name)):
+            if any("\udc80" <= c <= "\udcff" for c in name):  # a byte os.fsdecode could not decode
                 return os.path.join(parent, name)
     return root
 

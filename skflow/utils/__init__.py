@@ -16,6 +16,19 @@ from skflow.utils._atomic import (
 from skflow.utils._chunks import CHUNK_ROWS, row_chunks
 from skflow.utils._device import resolve_device
 from skflow.utils._errors import InvalidModelError, OutputPathError, UntrustedTypeError
+from skflow.utils._kinds import (
+    MANIFEST,
+    MODEL,
+    ONNX,
+    RESULTS_JSON,
+    RESULTS_TABLE,
+    FileKind,
+    check_replaceable,
+    is_joblib_stream,
+    is_of_kind,
+    is_skops_stream,
+)
+from skflow.utils._names import check_given_name, check_name, has_control_characters, name_problem, printable
 from skflow.utils._outputs import check_output_file, prove_writable, some_names
 from skflow.utils._progress import progress_bar
 from skflow.utils._unchanged import unchanged_on_failure
@@ -29,15 +42,30 @@ from skflow.utils._validation import (
 __all__ = [
     "CHUNK_ROWS",
     "FLOAT_DTYPES",
+    "MANIFEST",
+    "MODEL",
+    "ONNX",
+    "RESULTS_JSON",
+    "RESULTS_TABLE",
+    "FileKind",
     "InvalidModelError",
     "OutputPathError",
     "ROUNDING_RELATIVE_STD",
     "UntrustedTypeError",
+    "check_given_name",
+    "check_name",
     "check_output_file",
+    "check_replaceable",
     "folder_created_atomically",
+    "has_control_characters",
+    "is_joblib_stream",
+    "is_of_kind",
+    "is_skops_stream",
     "left_by_a_dead_process",
+    "name_problem",
     "pairs_or_likelihood_score",
     "progress_bar",
+    "printable",
     "prove_writable",
     "replaced_atomically",
     "resolve_device",

@@ -1,13 +1,15 @@
 """Files and folders that appear whole or not at all: written under a hidden temporary sibling, then renamed.
 
 Every file skflow writes (models, results, exports, ONNX, the cache's key, downloads) goes through
-:func:`replaced_atomically`: the content is written to ``.skflow-tmp-<pid>@<host>-<hex>-<name>`` in the same
-folder, flushed to disk (fsync) and renamed over the target with :func:`os.replace`, atomic on POSIX and
-Windows, so the target holds the old file or the whole new one. Without ``overwrite`` the temporary file is
-hard-linked to the target instead, which fails if anything appeared there since the caller checked the path:
-it is never replaced. The temporary name ends with the target's own name, so writers that choose a format by
-the name (joblib's ``.gz``) behave as for the target. A writer killed mid-write leaves only its hidden
-temporary; the next write of the same target removes those of processes that no longer run on this host.
+:func:`replaced_atomically`, which replaces an existing file only if it is of the kind being written
+(:mod:`skflow.utils._kinds`: never a user's README, notes, folder or link). The content is written to
+``.skflow-tmp-<pid>@<host>-<hex>-<name>`` in the same folder, flushed to disk (fsync) and renamed over the
+target with :func:`os.replace`, atomic on POSIX and Windows, so the target holds the old file or the whole new
+one. Without ``overwrite`` the temporary file is hard-linked to the target instead, which fails if anything
+appeared there since the caller checked the path: it is never replaced. The temporary name ends with the
+target's own name, so writers that choose a format by the name (joblib's ``.gz``) behave as for the target.
+A writer killed mid-write leaves only its hidden temporary; the next write of the same target removes those
+of processes that no longer run on this host.
 """
 
 import contextlib
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from skflow.utils._errors import OutputPathError
+from skflow.utils._kinds import NONE, FileKind, check_replaceable
 
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 _TMP = re.compile(r"^\.skflow-tmp-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
@@ -123,9 +126,14 @@ def _put_new(tmp: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def replaced_atomically(path: str | os.PathLike, *, overwrite: bool = True) -> Iterator[Path]:
+def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole.
 
+    An existing ``path`` is replaced only if it is a regular file of ``kind``,
+    what is being written (:mod:`skflow.utils._kinds`; the default kind
+    recognises none): anything else, a folder or a link, is refused with
+    :class:`OutputPathError` before the block runs, nothing written, and
+    again at the rename if it appeared or changed meanwhile.
     On success the new file is flushed to disk and renamed over ``path``
     (``overwrite``), or, without ``overwrite``, given the name only if
     nothing is there (:class:`OutputPathError` otherwise, ``path`` untouched).
@@ -133,19 +141,24 @@ def replaced_atomically(path: str | os.PathLike, *, overwrite: bool = True) -> I
     ``path`` is left exactly as it was.
     """
     path = Path(path)
+    if overwrite:
+        check_replaceable(path, kind)
     with temporary_sibling(path) as tmp:
         yield tmp
         _fsync(tmp)
         if overwrite:
+            check_replaceable(path, kind)  # again: a file may have appeared, or been changed, meanwhile
             os.replace(tmp, path)
         else:
             _put_new(tmp, path)
     _fsync(path.parent)
 
 
-def write_text_atomically(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so that it holds the old text or the whole new one, never a part."""
-    with replaced_atomically(path, overwrite=overwrite) as tmp:
+def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
+                          overwrite: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that it holds the old text or the whole new one, never a part; an
+    existing ``path`` is replaced only if it is of ``kind`` (:func:`replaced_atomically`)."""
+    with replaced_atomically(path, kind=kind, overwrite=overwrite) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 

@@ -11,34 +11,38 @@ import secrets
 from pathlib import Path
 
 from skflow.utils._errors import OutputPathError
+from skflow.utils._kinds import FileKind, check_replaceable
+from skflow.utils._names import printable
 
 __all__ = ["OutputPathError", "check_output_file", "prove_writable", "some_names"]
 
 
-def check_output_file(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
-    """``path`` with ``~`` expanded, once its folder exists and takes files; nothing is written.
+def check_output_file(path: str | os.PathLike, *, kind: FileKind, overwrite: bool = True) -> Path:
+    """``path`` with ``~`` expanded, once its folder exists and takes files and ``path`` may be written as a file of
+    ``kind`` (:func:`~skflow.utils.replaced_atomically`'s rule, checked before any work); nothing is written.
 
     Raises
     ------
     OutputPathError
-        The folder is missing or is a file, ``path`` is a folder or exists
-        when ``overwrite`` is False, or the folder cannot be written.
+        The folder is missing or is a file, ``path`` is a folder or a link,
+        exists when ``overwrite`` is False, exists and is not of ``kind``, or
+        the folder cannot be written.
     """
     out = Path(path).expanduser()
-    if out.is_dir():
-        raise OutputPathError(f"{out}: is a folder; give a file name")
-    if out.exists() and not overwrite:
-        raise OutputPathError(f"{out}: exists; pass --overwrite to replace it")
+    if os.path.lexists(out) and not overwrite:
+        raise OutputPathError(f"{printable(str(out))}: exists; pass --overwrite to replace it")
+    check_replaceable(out, kind)
     folder, what = out.parent, "the folder of the output"
+    shown = printable(str(folder))
     if not folder.exists():
-        raise OutputPathError(f"{folder}: {what} does not exist")
+        raise OutputPathError(f"{shown}: {what} does not exist")
     if not folder.is_dir():
-        raise OutputPathError(f"{folder}: {what} is a file, not a folder")
+        raise OutputPathError(f"{shown}: {what} is a file, not a folder")
     try:
         prove_writable(folder)
     except OSError as exc:
         reason = exc.strerror or errno.errorcode.get(exc.errno, type(exc).__name__)
-        raise OutputPathError(f"{folder}: {what} cannot be written ({reason})") from None
+        raise OutputPathError(f"{shown}: {what} cannot be written ({reason})") from None
     return out
 
 

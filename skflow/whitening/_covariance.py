@@ -17,7 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from skflow.utils import ROUNDING_RELATIVE_STD, InvalidModelError, check_output_file, replaced_atomically, row_chunks
+from skflow.utils import (
+    ONNX,
+    ROUNDING_RELATIVE_STD,
+    InvalidModelError,
+    check_output_file,
+    replaced_atomically,
+    row_chunks,
+)
 
 # The window of data a Whitener fits (and loads), checked by `RunningMoments.check_spread`: a mean and a
 # scatter matrix below MAGNITUDE_LIMIT (beyond it the scatter's products overflow float64), and a largest
@@ -152,6 +159,7 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    out = check_output_file(path, kind=ONNX)  # a folder, a user's file, a missing folder: one line, before work
     n_features, n_outputs = weights.shape
     graph = helper.make_graph(
         [
@@ -171,8 +179,7 @@ def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.Path
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="skflow")
     model.ir_version = 9  # readable by the onnxruntime releases of the last years
     onnx.checker.check_model(model)
-    out = check_output_file(path)  # a folder, or a missing folder above it: one line naming the path
-    with replaced_atomically(out) as temporary:
+    with replaced_atomically(out, kind=ONNX) as temporary:
         temporary.write_bytes(model.SerializeToString())
     return out
 
