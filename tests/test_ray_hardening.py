@@ -228,7 +228,7 @@ _CONTROL = "the file name holds a line break or another control character; renam
     (b"bad\xff.txt", "bad\\xff.txt", "the file name is not valid UTF-8; rename the file"),
     (b"line\nbreak.txt", "line\\nbreak.txt", _CONTROL),
     ("para\u2029graph.txt".encode(), "para\\u2029graph.txt", _CONTROL),
-    (b"tab\tbed.txt", "tab\\tbed.txt", _CONTROL),
+    (b"bell\x07.txt", "bell\\x07.txt", _CONTROL),
 ])
 def test_file_names_that_ray_cannot_carry_are_refused_naming_them(tmp_path, corpus, capsys, no_ray, name, shown,
                                                                   message):

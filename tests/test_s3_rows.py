@@ -193,7 +193,7 @@ def test_the_command_line_shows_a_warning_on_one_line_like_its_errors(s3, capfd)
     for key in ("shown/out/a.txt", "shown/out/b\tc.txt"):
         client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
     client.put_object(Bucket=BUCKET, Key=f"shown/out/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
-    assert main(["embed", f"s3://{BUCKET}/shown/", "--output", f"s3://{BUCKET}/shown/out/z", "--quiet"]) == 2
+    assert main(["embed", f"s3://{BUCKET}/shown/", "--output", f"s3://{BUCKET}/shown/out/z"]) == 2  # not --quiet
     assert capfd.readouterr().err.splitlines() == [
         f"warning: s3://{BUCKET}/shown/out: read as the skflow output that its {MARKER} manifest lists (1 file); "
         "1 other file(s) under it are not part of it and are not read: b\\tc.txt",

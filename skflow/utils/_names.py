@@ -26,8 +26,9 @@ def _not_utf8(text: str) -> bool:
 
 
 def has_control_characters(text: str) -> bool:
-    """Whether ``text`` holds a line break (``\\n``, ``\\r``, U+2028, ...) or another control character."""
-    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    """Whether ``text`` holds a line break (``\\n``, ``\\r``, U+2028, ...) or another control character but a tab
+    (a tab is carried as it is, and shown escaped)."""
+    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") and c != "\t" for c in text)
 
 
 def check_name(shown: str, error: type[Exception] = ValueError) -> None:
