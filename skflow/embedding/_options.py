@@ -156,10 +156,10 @@ def check_attention(value, where: str = "model_kwargs['attn_implementation']") -
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     own = {"eager", *(name for name in ALL_ATTENTION_FUNCTIONS.valid_keys() if "/" not in name)}
-    if not isinstance(value, str) or value not in own - _flash_kernels_not_installed(own):
-        shown = ", ".join(sorted(own - _flash_kernels_not_installed(own)))
-        raise ValueError(f"{where} must be one of transformers' own kernels installed here ({shown}), got {value!r}: "
-                         "a kernel from the hub would run its code")
+    allowed = own - _flash_kernels_not_installed(own)
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{where} must be one of transformers' own kernels installed here "
+                         f"({', '.join(sorted(allowed))}), got {value!r}: a kernel from the hub would run its code")
 
 
 def _flash_kernels_not_installed(names) -> set[str]:
