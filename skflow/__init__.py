@@ -4,7 +4,7 @@ from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
 from skflow.persistence import dump, load
-from skflow.whitening import NotInvertibleError, Whitener
+from skflow.whitening import MeanDirectionRemover, NotInvertibleError, Whitener
 
 __version__ = "0.2.0"
 
@@ -13,6 +13,7 @@ __all__ = [
     "ConstantFeaturesWarning",
     "EncoderChangedError",
     "FlowGaussianizer",
+    "MeanDirectionRemover",
     "NotInvertibleError",
     "UndefinedSpearmanWarning",
     "Whitener",

@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
                     "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
-                    "removed, D an integer >= 1 in digits 0-9), flow (default: %(default)s)")
+                    "removed, D an integer >= 1 in digits 0-9), pca-K (PCA to K dimensions, no whitening), "
+                    "renorm (the mean direction projected out, without centring), flow (default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
                     help=f"STS sets among {', '.join(STS_SETS)} (default: all seven, skipping those whose data "
                     "is missing; a set named here must be there)")

@@ -18,7 +18,7 @@ from skflow.datasets import STS_SETS, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, sts_report
-from skflow.whitening import Whitener
+from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables", "strict_json"]
 
@@ -48,6 +48,10 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
       power -1/4;
     - ``"abtt-D"``: all-but-the-top, ``Whitener(n_remove=D, power=0)``: the
       mean and the top ``D`` principal directions removed;
+    - ``"pca-K"``: PCA to ``K`` dimensions without whitening,
+      ``Whitener(n_components=K, power=0)``;
+    - ``"renorm"``: the mean direction projected out, without centring
+      ("renormalization"), :class:`~skflow.MeanDirectionRemover`;
     - ``"flow"``: :class:`~skflow.FlowGaussianizer` with the official
       defaults (``flow_params`` changes them).
 
@@ -62,15 +66,19 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return None
     if name in simple:
         return Whitener(**simple[name])
-    match = re.fullmatch(r"(whiten|abtt)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
+    if name == "renorm":
+        return MeanDirectionRemover()
+    match = re.fullmatch(r"(whiten|abtt|pca)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
     if match and int(match.group(2)) >= 1:
         k = int(match.group(2))
-        return Whitener(n_components=k) if match.group(1) == "whiten" else Whitener(n_remove=k, power=0)
+        sized = {"whiten": {"n_components": k}, "abtt": {"n_remove": k, "power": 0},
+                 "pca": {"n_components": k, "power": 0}}
+        return Whitener(**sized[match.group(1)])
     if name == "flow":
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
         f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 in digits 0-9, e.g. "
-        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3) and flow."
+        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca-K (e.g. pca-128), renorm and flow."
     )
 
 

@@ -22,12 +22,12 @@ from skflow.embedding import check_model_kwargs, check_prompt, check_token
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import InvalidModelError, OutputPathError, UntrustedTypeError
-from skflow.whitening import Whitener
+from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
 # skflow's classes that a .skops file may hold, and their names as skops gives them.
-_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, Whitener)
+_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, MeanDirectionRemover, Whitener)
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 

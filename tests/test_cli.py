@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skflow import BertEmbedder, Whitener
+from skflow import BertEmbedder, MeanDirectionRemover, Whitener
 from skflow.cli import main
 from skflow.datasets import load_sts
 from skflow.evaluation import METHODS, evaluate, make_method, markdown_tables
@@ -79,18 +79,20 @@ def test_make_method():
         "whiten-256": dict(power=0.5, n_remove=0, n_components=256),
         "soft-whiten": dict(power=0.25, n_remove=0, n_components=None),
         "abtt-3": dict(power=0, n_remove=3, n_components=None),
+        "pca-64": dict(power=0, n_remove=0, n_components=64),
     }
     for name, params in expected.items():
         method = make_method(name)
         assert isinstance(method, Whitener) and {k: method.get_params()[k] for k in params} == params
     assert make_method("flow", random_state=3, flow_params={"max_epochs": 2}).get_params()["max_epochs"] == 2
-    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt"):
+    assert isinstance(make_method("renorm"), MeanDirectionRemover)
+    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt", "pca-0", "pca", "renorm-2"):
         with pytest.raises(ValueError, match="valid methods are none, center, whiten, whiten-K"):
             make_method(bad)
 
 
 def test_every_method_of_evaluate_is_the_library_estimator(sts_data_home, cache_dir):
-    methods = ["center", "whiten", "whiten-128", "soft-whiten", "abtt-2"]
+    methods = ["center", "whiten", "whiten-128", "soft-whiten", "abtt-2", "pca-64", "renorm"]
     embedder = BertEmbedder(pooling="cls", cache_dir=cache_dir, show_progress_bar=False)
     results = evaluate(embedder, methods=methods, sets=["stsb"], data_home=sts_data_home)["sets"]["stsb"]
     full = load_sts("stsb", data_home=sts_data_home)
@@ -393,7 +395,8 @@ def test_every_help_text_lists_every_value_its_option_takes():
             ("fit", "--coupling"), ("fit", "--permutation"), ("fit", "--device")} <= seen
     methods = [action for _, _, action, _ in _options_with_values() if action.dest == "method"]
     forms = _accepted_values(methods[0])
-    assert set(METHODS) <= set(forms) and {"center", "abtt-D", "whiten-K", "soft-whiten"} <= set(forms)
+    assert set(METHODS) <= set(forms)
+    assert {"center", "abtt-D", "whiten-K", "soft-whiten", "pca-K", "renorm"} <= set(forms)
     for form in forms:  # each form the help names is one that the command takes
         assert form == "none" or make_method(re.sub(r"-[KD]$", "-3", form)) is not None
 

@@ -1,10 +1,10 @@
-"""The whitening family: centring, whitening, whitening-K, soft whitening, all-but-the-top.
-
-One estimator, :class:`Whitener`, fitted from float64 running moments; see
-``docs/whitening.md``.
+"""The linear post-processings: centring, whitening, whitening-K, soft whitening, all-but-the-top, PCA-K
+(:class:`Whitener`, fitted from float64 running moments) and mean-direction removal
+(:class:`MeanDirectionRemover`); see ``docs/whitening.md``.
 """
 
 from skflow.whitening._invertible import NotInvertibleError
+from skflow.whitening._mean_direction import MeanDirectionRemover
 from skflow.whitening._whitener import Whitener
 
-__all__ = ["NotInvertibleError", "Whitener"]
+__all__ = ["MeanDirectionRemover", "NotInvertibleError", "Whitener"]
