@@ -1,15 +1,10 @@
 """Model files of the Ray commands: written whole, read by what they are; local or on object storage alike.
 
-``.skops`` files are written with :func:`skflow.dump` and read with
-:func:`skflow.load` (safe for files from others); any other name with joblib
-(runs whatever the file says: only for files you made). A file is recognised
-by its first bytes as well as its name, so a skops file named ``.joblib`` is
-said to be one rather than failing inside joblib.
-
-A local model is written by :func:`skflow.utils.replaced_atomically` (without
-``overwrite``, a path that appeared since the check is not replaced); one on
-object storage is written locally, then uploaded in one call
-(:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
+``.skops`` files are written with skops and read with :func:`skflow.load` (safe for files from others); any other
+name with joblib (runs whatever the file says: only for files you made). A file is recognised by its content as
+well as its name, so a skops file named ``.joblib`` is said to be one rather than failing inside joblib. A local
+model is written by :func:`skflow.utils.replaced_atomically`; one on object storage is written locally, then
+uploaded in one call (:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
 """
 
 import contextlib
@@ -23,20 +18,9 @@ from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
-from skflow.ray_jobs._storage import (
-    Location,
-    check_not_an_input,
-    check_writable,
-    file_type,
-    locate,
-    missing,
-    no_bucket,
-    one_line,
-    upload,
-)
-from skflow.utils import MODEL, OutputPathError, is_joblib_stream, is_skops_stream, replaced_atomically
-
-_ZIP = b"PK\x03\x04"
+from skflow.ray_jobs._outputs import output_location
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, missing, no_bucket, one_line, upload
+from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
 def is_skops_name(path: str | os.PathLike) -> bool:
@@ -65,11 +49,7 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
         a model file (only those are replaced), is or lies inside an input, or
         its folder (bucket) is missing or cannot be written.
     """
-    out = locate(path, OutputPathError)
-    if out.is_remote and "/" not in out.key.split("://", 1)[1]:
-        raise OutputPathError(f"{out.shown}: the output file is a whole bucket; give a name inside it")
-    check_not_an_input(out, inputs, "output file")
-    kind = file_type(out, OutputPathError)
+    out, kind = output_location(path, inputs, "output file")
     if kind == "folder":
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
     if kind != "missing" and not overwrite:
@@ -90,10 +70,13 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
     checked is not replaced (:class:`~skflow.utils.OutputPathError`).
     """
     where = path if isinstance(path, Location) else locate(path, OutputPathError)
-    if where.is_remote:
+    if not where.is_remote:
+        with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
+            _dump(model, tmp)
+    else:
         with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
             local = Path(folder) / where.name
-            save_model(model, local)
+            _dump(model, local)
             if not overwrite and file_type(where, OutputPathError) != "missing":
                 raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
                                       "replace it")
@@ -102,11 +85,15 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
             except Exception as exc:  # noqa: BLE001 - the target is untouched
                 raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
                     from None
-    elif is_skops_name(where.path):
-        persistence.dump(model, where.path, overwrite=overwrite)
+
+
+def _dump(model, file: Path) -> None:
+    if is_skops_name(file):
+        import skops.io
+
+        skops.io.dump(model, file)
     else:
-        with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
-            joblib.dump(model, tmp)
+        joblib.dump(model, file)
 
 
 @contextlib.contextmanager
@@ -142,6 +129,8 @@ def load_model(path: str | os.PathLike):
         raise InputError(f"{where.shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
     if kind == "missing":
         raise missing(where, InputError)
+    if kind == "other":
+        raise InputError(f"{where.shown}: not a regular file")
     with _local_copy(where) as local:
         return _load_file(local, where.shown)
 
@@ -152,12 +141,10 @@ def _load_file(file: Path, path):
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
-    if not file.is_file():
-        raise InputError(f"{path}: not a regular file")
     with open(file, "rb") as f:
-        is_joblib, is_skops, is_zip = is_joblib_stream(f), is_skops_stream(f), f.seek(0) == 0 and f.read(4) == _ZIP
-    if is_skops_name(file) and not is_zip:
-        kind = "a joblib or pickle file" if is_joblib else "not a zip archive"
+        is_joblib, is_skops = JOBLIB.recognises(f), SKOPS.recognises(f)
+    if is_skops_name(file) and not is_skops:
+        kind = "a joblib or pickle file" if is_joblib else "not a skops archive"
         raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
     if not is_skops_name(file) and is_skops:
         raise InputError(
