@@ -84,10 +84,8 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
 class OutputFolder:
     """A folder of Parquet files for one run: checked now, before any work; written and committed by :meth:`writing`.
 
-    The check refuses an output that is, contains or lies inside an input, is
-    a file or a whole bucket, or cannot be written; one that holds files is
-    refused unless ``overwrite`` is given and skflow wrote every file in it
-    (those its manifest lists, and run files), so nothing else is deleted.
+    One that holds files is refused unless ``overwrite`` is given and skflow
+    wrote every file in it (those its manifest lists, and run files).
     """
 
     def __init__(self, path, *, overwrite: bool, inputs=()) -> None:
@@ -153,13 +151,8 @@ class OutputFolder:
     def commit(self, sink, *, command: str) -> None:
         """Write the manifest of the sink's files last, then delete what it replaces (``overwrite``).
 
-        Raises
-        ------
-        OutputPathError
-            Without ``overwrite``: the folder was filled during the run. With
-            it: a file that skflow did not write appeared in it.
-        OSError
-            The manifest could not be written; the output is as it was.
+        OutputPathError if the folder was filled during the run (without ``overwrite``) or a file that skflow did
+        not write appeared in it (with it); OSError if the manifest could not be written. The output is as it was.
         """
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
@@ -193,13 +186,8 @@ class OutputFolder:
 
 
 def parquet_files(folder: Location, run: str):
-    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly.
-
-    After :meth:`ray.data.Dataset.write_datasink`, ``written`` holds the
-    ``(name, rows)`` of every file that Ray's write tasks reported (Ray 2.41
-    and later pass them to ``on_write_complete``), and ``rows`` their sum. A
-    retried task writes the same names again.
-    """
+    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly (a retried task
+    writes the same names); once written, ``written`` holds the ``(name, rows)`` Ray's write tasks reported."""
     return _parquet_files_class()(folder, run)
 
 

@@ -67,6 +67,11 @@ def _remove(path: str | os.PathLike) -> None:
         shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
 
 
+def _fsync(file: Path) -> None:
+    with open(file, "rb") as written:
+        os.fsync(written.fileno())
+
+
 def _sync_folder(folder: Path) -> None:
     """Make a rename in ``folder`` durable, where the system can flush a folder."""
     with contextlib.suppress(OSError):
@@ -79,24 +84,19 @@ def _sync_folder(folder: Path) -> None:
 
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole.
+    """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole (fsync, rename).
 
-    With ``overwrite``, an existing ``path`` is replaced only if it is a
-    regular file of ``kind`` (:mod:`skflow.utils._kinds`; the default kind
-    recognises none), checked before the block and again at the rename; a
-    folder, a link or another file is refused with :class:`OutputPathError`.
-    Without it, ``path`` is given the new file only if nothing is there (a
-    hard link, which fails if a file appeared since the caller's check). On
-    any exception (Ctrl-C included) the temporary file is deleted and ``path``
-    is left exactly as it was.
+    With ``overwrite``, an existing ``path`` is replaced only if it is a regular file of ``kind`` (checked before
+    the block and at the rename), else :class:`OutputPathError`; without it, ``path`` is given the new file only if
+    nothing is there (a hard link fails if a file appeared since the caller's check). On any exception (Ctrl-C
+    included) the temporary file is deleted and ``path`` is left exactly as it was.
     """
     path = Path(path)
     if overwrite:
         check_replaceable(path, kind)
     with temporary_sibling(path) as tmp:
         yield tmp
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())
+        _fsync(tmp)
         if overwrite:
             check_replaceable(path, kind)
             os.replace(tmp, path)
@@ -130,11 +130,8 @@ def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind 
 
 @contextlib.contextmanager
 def folder_created_atomically(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a hidden sibling folder to fill; when the block succeeds, it becomes ``path`` (absent or empty).
-
-    On any exception (Ctrl-C included) the sibling is deleted and ``path`` is
-    left as it was: a reader never sees a half-written folder at ``path``.
-    """
+    """Yield a hidden sibling folder to fill; when the block succeeds, it becomes ``path`` (absent or empty), else
+    it is deleted: a reader never sees a half-written folder at ``path``."""
     path = Path(path)
     with temporary_sibling(path, folder=True) as staging:
         yield staging
