@@ -19,7 +19,7 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
-from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, missing, no_bucket, one_line, upload
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, missing, one_line, upload
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
@@ -57,8 +57,6 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
     if kind != "missing" and not looks_like_model_file(out):
         raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
                               "only those")
-    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
-        raise error
     check_writable(out.parent, "the folder of the output")
     return out
 
@@ -123,47 +121,36 @@ def load_model(path: str | os.PathLike):
         named otherwise, or a ``.skops`` name on another file), unreadable, or
         holds something else.
     """
-    where = locate(path, InputError)
-    kind = file_type(where, InputError)
-    if kind == "folder":
-        raise InputError(f"{where.shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
-    if kind == "missing":
-        raise missing(where, InputError)
-    if kind == "other":
-        raise InputError(f"{where.shown}: not a regular file")
-    with _local_copy(where) as local:
-        return _load_file(local, where.shown)
-
-
-def _load_file(file: Path, path):
-    """The model in the local ``file``; messages name it ``path``."""
     from sklearn.exceptions import NotFittedError
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
-    with open(file, "rb") as f:
+    where = locate(path, InputError)
+    kind, shown, skops_name = file_type(where, InputError), where.shown, is_skops_name(where.path)
+    if kind == "folder":
+        raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
+    if kind == "missing":
+        raise missing(where, InputError)
+    if kind == "other":
+        raise InputError(f"{shown}: not a regular file")
+    with _local_copy(where) as file, open(file, "rb") as f:
         is_joblib, is_skops = JOBLIB.recognises(f), SKOPS.recognises(f)
-    if is_skops_name(file) and not is_skops:
-        kind = "a joblib or pickle file" if is_joblib else "not a skops archive"
-        raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
-    if not is_skops_name(file) and is_skops:
-        raise InputError(
-            f"{path}: is a skops file (a zip archive with schema.json), not a joblib file; rename it to end in "
-            ".skops, and it is read safely with skflow.load"
-        )
-    try:
-        model = persistence.load(file) if is_skops_name(file) else joblib.load(file)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
-        reason = " ".join(str(exc).split())
-        raise InputError(f"{path}: cannot read the model ({type(exc).__name__}: {reason})") from None
+        if skops_name and not is_skops:
+            what = "a joblib or pickle file" if is_joblib else "not a skops archive"
+            raise InputError(f"{shown}: is not a skops file ({what}); a joblib file must not be named .skops")
+        if not skops_name and is_skops:
+            raise InputError(f"{shown}: is a skops file (a zip archive with schema.json), not a joblib file; rename it "
+                             "to end in .skops, and it is read safely with skflow.load")
+        try:
+            model = persistence.load(file) if skops_name else joblib.load(file)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
+            raise InputError(f"{shown}: cannot read the model ({type(exc).__name__}: {one_line(exc)})") from None
     is_text_pipeline = isinstance(model, Pipeline) and len(model.steps) and isinstance(model.steps[0][1], BertEmbedder)
     if not (isinstance(model, FlowGaussianizer) or is_text_pipeline):
-        raise InputError(
-            f"{path}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
-            "that starts with a BertEmbedder"
-        )
+        raise InputError(f"{shown}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
+                         "that starts with a BertEmbedder")
     try:
         check_is_fitted(model[-1] if is_text_pipeline else model)
     except NotFittedError:
-        raise InputError(f"{path}: holds an unfitted {type(model).__name__}; fit it first") from None
+        raise InputError(f"{shown}: holds an unfitted {type(model).__name__}; fit it first") from None
     return model

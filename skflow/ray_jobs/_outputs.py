@@ -72,12 +72,16 @@ def _could_be_written(name) -> bool:
 
 
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
-    """The location of an output and its :func:`file_type`, once it is no whole bucket and no input's place."""
+    """The location of an output and its :func:`file_type`, once it is no whole bucket, in a bucket that exists,
+    and no input's place."""
     out = locate(path, OutputPathError)
     if out.is_remote and "/" not in out.key.split("://", 1)[1]:
         raise OutputPathError(f"{out.shown}: the {what} is a whole bucket; give a name inside it (s3://bucket/name)")
     check_not_an_input(out, inputs, what)
-    return out, file_type(out, OutputPathError)
+    kind = file_type(out, OutputPathError)
+    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
+        raise error
+    return out, kind
 
 
 # ------------------------------------------------------------------------------------------- writing
@@ -92,8 +96,6 @@ class OutputFolder:
         out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
-        if kind == "missing" and (error := no_bucket(out, OutputPathError)):
-            raise error
         self.out, self.overwrite, self.created = out, overwrite, kind == "missing"
         found = self._listing() if kind == "folder" else []
         if found and not overwrite:
@@ -138,15 +140,12 @@ class OutputFolder:
             yield sink
         finally:
             if not self.committed:
-                self._delete_the_run()
-
-    def _delete_the_run(self) -> None:
-        with contextlib.suppress(Exception):
-            for name in self._listing():
-                if name.startswith(self.run):
-                    delete(self.out.child(name))
-            if self.created and not self.out.is_remote:
-                os.rmdir(self.out.path)  # a folder this run made, if empty
+                with contextlib.suppress(Exception):
+                    for name in self._listing():
+                        if name.startswith(self.run):
+                            delete(self.out.child(name))
+                    if self.created and not self.out.is_remote:
+                        os.rmdir(self.out.path)  # a folder this run made, if empty
 
     def commit(self, sink, *, command: str) -> None:
         """Write the manifest of the sink's files last, then delete what it replaces (``overwrite``).
