@@ -50,11 +50,6 @@ def _is_run_file(name: str) -> bool:
     return _RUN_FILE.match(name) is not None
 
 
-def _of_a_dead_run(name: str) -> bool:
-    match = _RUN_FILE.match(name)
-    return match is not None and left_by_a_dead_process(match["pid"], match["host"])
-
-
 def manifest_files(manifest: Location) -> list[str]:
     """The files a manifest lists; OSError or ValueError if it cannot say (only names skflow could write count)."""
     try:
@@ -66,9 +61,8 @@ def manifest_files(manifest: Location) -> list[str]:
     return files
 
 
-def _could_be_written(name) -> bool:
-    return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
-                                                                for part in name.split("/"))
+def _could_be_written(name) -> bool:  # skflow writes no subfolder
+    return isinstance(name, str) and name.isprintable() and bool(name) and "/" not in name and not is_hidden(name)
 
 
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
@@ -123,14 +117,14 @@ class OutputFolder:
             raise OutputPathError(
                 f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
-        listed = [name for name in listed or [] if "/" not in name]  # skflow writes no subfolder
+        listed = listed or []
         foreign = [name for name in found if name not in listed and not _is_run_file(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
         if foreign:
             raise OutputPathError(
                 f"{self.out.shown}: holds files that skflow did not write ({printable(some_names(foreign))}); "
                 "--overwrite would delete them: move them away or choose another output")
-        return listed + [name for name in runs if _of_a_dead_run(name)]
+        return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
     @contextlib.contextmanager
     def writing(self):

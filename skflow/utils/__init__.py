@@ -1,8 +1,5 @@
-"""Helpers every subsystem shares: writing files atomically, output paths, devices, progress,
-input checks, row chunks, and undoing a failed fit.
-
-Nothing in here imports another skflow subsystem but :mod:`skflow.metrics`.
-"""
+"""Helpers every subsystem shares (files written whole, output paths, names, devices, input checks); nothing in
+here imports another skflow subsystem but :mod:`skflow.metrics`."""
 
 from skflow.utils._atomic import (
     folder_created_atomically,

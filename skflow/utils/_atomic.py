@@ -30,12 +30,13 @@ def run_tag() -> str:
     return f"{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
 
 
-def left_by_a_dead_process(pid: str, host: str) -> bool:
-    """Whether what process ``pid`` of ``host`` (a :func:`run_tag`) wrote is left over: it ran here and died."""
-    if host != _host():
+def left_by_a_dead_process(tag: re.Match) -> bool:
+    """Whether what the process of a :func:`run_tag` (its ``pid`` and ``host`` groups) wrote is left over: it ran
+    here and died."""
+    if tag["host"] != _host():
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(int(tag["pid"]), 0)
     except ProcessLookupError:
         return True
     except (PermissionError, OverflowError):  # another user's process; no pid at all
@@ -51,7 +52,7 @@ def temporary_sibling(path: str | os.PathLike, *, folder: bool = False) -> Itera
     with contextlib.suppress(OSError):
         for entry in os.scandir(path.parent):
             match = _TMP.match(entry.name)
-            if match and match["name"] == path.name and left_by_a_dead_process(match["pid"], match["host"]):
+            if match and match["name"] == path.name and left_by_a_dead_process(match):
                 _remove(entry.path)
     tmp = path.parent / f".skflow-tmp-{run_tag()}-{path.name}"
     if folder:

@@ -33,16 +33,6 @@ class FileKind(NamedTuple):
             return False
 
 
-def is_of_kind(path: str | os.PathLike, kind: FileKind) -> bool:
-    """Whether ``path`` is a regular file (not a link) of ``kind``; a FIFO is never blocked on, nor a link followed."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    with os.fdopen(descriptor, "rb") as stream:
-        return stat.S_ISREG(os.fstat(descriptor).st_mode) and kind.recognises(stream)
-
-
 def _is_pickle_start(data: bytes) -> bool:
     return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5  # PROTO opcode, protocol 2 to 5
 
@@ -125,7 +115,7 @@ NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file writte
 
 def check_replaceable(path: Path, kind: FileKind) -> None:
     """Refuse, with a one-line :class:`OutputPathError` naming ``path``, an existing ``path`` that is not a regular
-    file of ``kind``: skflow never replaces a file it did not write. Nothing is written."""
+    file of ``kind`` (a link is not followed, a FIFO not blocked on): skflow never replaces a file it did not write."""
     if not os.path.lexists(path):
         return
     shown = printable(str(path))
@@ -133,6 +123,11 @@ def check_replaceable(path: Path, kind: FileKind) -> None:
         raise OutputPathError(f"{shown}: is a link; skflow never replaces one: give another name, or remove the link")
     if os.path.isdir(path):
         raise OutputPathError(f"{shown}: is a folder; give a file name")
-    if not is_of_kind(path, kind):
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)), "rb") as stream:
+            recognised = stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream)
+    except OSError:
+        recognised = False
+    if not recognised:
         raise OutputPathError(f"{shown}: exists and is not {kind.name}; it is never replaced: give another name, or "
                               "move the file away")
