@@ -42,12 +42,8 @@ def looks_like_model_file(path) -> bool:
 def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
     """Where ``skflow fit`` may write its model (a local path or a URI), checked before any work; nothing written.
 
-    Raises
-    ------
-    OutputPathError
-        The output is a folder, exists without ``overwrite``, exists and is not
-        a model file (only those are replaced), is or lies inside an input, or
-        its folder (bucket) is missing or cannot be written.
+    OutputPathError if it is a folder, exists without ``overwrite``, exists and is not a model file (only those are
+    replaced), is or lies inside an input, or its folder (bucket) is missing or cannot be written.
     """
     out, kind = output_location(path, inputs, "output file")
     if kind == "folder":
@@ -62,11 +58,8 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
 
 
 def save_model(model, path, *, overwrite: bool = True) -> None:
-    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib.
-
-    Without ``overwrite``, a file that appeared at ``path`` since it was
-    checked is not replaced (:class:`~skflow.utils.OutputPathError`).
-    """
+    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib;
+    without ``overwrite``, a file that appeared at ``path`` since it was checked is not replaced."""
     where = path if isinstance(path, Location) else locate(path, OutputPathError)
     if not where.is_remote:
         with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
@@ -112,15 +105,8 @@ def _local_copy(where: Location):
 
 
 def load_model(path: str | os.PathLike):
-    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
-
-    Raises
-    ------
-    InputError
-        The file is missing, a folder, not what its name says (a skops file
-        named otherwise, or a ``.skops`` name on another file), unreadable, or
-        holds something else.
-    """
+    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder; InputError if the file is
+    missing, a folder, not what its name says (skops or joblib), unreadable, or holds something else."""
     from sklearn.exceptions import NotFittedError
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted

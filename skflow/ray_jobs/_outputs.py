@@ -220,29 +220,21 @@ def _parquet_files_class():
 
 # ------------------------------------------------------------------------------------------- reading
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
-    """The entries of ``listed`` (under ``folder``) that a reader reads: all, or those its manifest lists.
+    """The entries of ``listed`` (under ``folder``) that a reader reads: the files of ``folder``'s manifest if it
+    has one (the others named in a warning), else all but hidden ones and those in hidden folders.
 
-    Hidden entries and everything in hidden folders are skipped. A folder
-    whose own manifest is there is read as the files it lists, the others
-    named in one warning.
-
-    Raises
-    ------
-    error
-        A name with an empty, ``.`` or ``..`` part (it cannot be read); a
-        manifest in a subfolder (that output is read only as an input of its
-        own); a manifest that is damaged or lists a missing file; run files
-        that no manifest lists (a write under way, or killed).
+    ``error`` for a name with an empty, ``.`` or ``..`` part; a manifest in a subfolder (an output, read only as an
+    input of its own); a manifest that is damaged or lists a missing file; run files without a manifest.
     """
-    visible = []
+    visible, shown = [], printable(folder.shown)
     for name, regular in listed:
         *folders, base = parts = name.split("/")
         if any(part in ("", ".", "..") for part in parts):
-            raise error(f"{printable(folder.shown)}: the object '{printable(name)}' has an empty, '.' or '..' part "
+            raise error(f"{shown}: the object '{printable(name)}' has an empty, '.' or '..' part "
                         "in its name, which cannot be read; rename it or name the files to read")
         if folders and base == MARKER and not any(map(is_hidden, folders)):
             raise error(f"{printable(folder.child(name[: -len(base) - 1]).shown)}: is an skflow output inside the "
-                        f"input {printable(folder.shown)}; give it as an input of its own, read as its {MARKER} "
+                        f"input {shown}; give it as an input of its own, read as its {MARKER} "
                         "manifest lists")
         if not any(map(is_hidden, parts)):
             visible.append((name, regular))
@@ -256,14 +248,14 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
     try:
         files = set(manifest_files(folder.child(MARKER)))
     except (OSError, ValueError):
-        raise error(f"{printable(folder.shown)}: its {MARKER} manifest is damaged, so which of its files form the "
+        raise error(f"{shown}: its {MARKER} manifest is damaged, so which of its files form the "
                     "output is unknown; write the output again (or delete the manifest to read every file)") from None
     if absent := sorted(files - names):
-        raise error(f"{printable(folder.shown)}: its {MARKER} manifest lists {printable(absent[0])}, which is "
+        raise error(f"{shown}: its {MARKER} manifest lists {printable(absent[0])}, which is "
                     f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while being "
                     "read; read it again, or write it again")
     if others := sorted(names - files):
-        warnings.warn(f"{printable(folder.shown)}: read as the skflow output that its {MARKER} manifest lists "
+        warnings.warn(f"{shown}: read as the skflow output that its {MARKER} manifest lists "
                       f"({len(files)} file{'s' * (len(files) != 1)}); {len(others)} other file(s) under it are not "
                       f"part of it and are not read: {printable(some_names(others))}", UserWarning, stacklevel=4)
     return [(name, regular) for name, regular in visible if name in files]

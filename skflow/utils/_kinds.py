@@ -1,7 +1,5 @@
-"""The kinds of file skflow writes, recognised by their content: the only files a write may replace.
-
-A link, a folder, a FIFO or a device is never one: it is never opened for reading, never replaced.
-"""
+"""The kinds of file skflow writes, recognised by their content: the only files a write may replace (a link, a
+folder, a FIFO or a device is never one: never opened for reading, never replaced)."""
 
 import bz2
 import gzip
@@ -42,8 +40,7 @@ def _is_joblib(stream: BinaryIO) -> bool:
     stream.seek(0)
     head = stream.read(4096)
     stream.seek(0)
-    for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ", lzma.open),
-                          (b"\x5d\x00\x00", lzma.open)):
+    for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
         if head.startswith(magic):
             with opener(stream, "rb") as decompressed:
                 return _is_pickle_start(decompressed.read(2))

@@ -30,12 +30,8 @@ def check_name(shown: str, error: type[Exception] = ValueError) -> None:
 
 
 def name_problem(value, *, file: bool = False) -> str | None:
-    """What is wrong with a name skflow is given (a path, a folder, a column), as ``must ...``; None if nothing.
-
-    Empty (or blank), not UTF-8, or holding a line break or another control
-    character; with ``file``, also ``.``, ``..`` or a name ending in a
-    separator (a folder's name). The value is shown escaped (:func:`printable`).
-    """
+    """What is wrong with a name skflow is given (a path, a folder, a column), as ``must ..., got 'NAME'`` (escaped),
+    or None: empty, not UTF-8, a control character; with ``file``, also a folder's name (``.``, ``..``, ``a/``)."""
     if not isinstance(value, (str, os.PathLike)):
         return f"must be a path or a name, got {type(value).__name__}"
     text = os.fsdecode(os.fspath(value))

@@ -14,11 +14,8 @@ def check_output_file(path: str | os.PathLike, *, kind: FileKind, overwrite: boo
     """``path`` with ``~`` expanded, once its folder takes files and ``path`` may be written as a file of ``kind``
     (:func:`~skflow.utils.replaced_atomically`'s rule); nothing is written.
 
-    Raises
-    ------
-    OutputPathError
-        The folder is missing, is a file or cannot be written; ``path``
-        exists when ``overwrite`` is False, or exists and is not of ``kind``.
+    OutputPathError if the folder is missing, is a file or cannot be written, or ``path`` exists when ``overwrite``
+    is False, or exists and is not of ``kind``.
     """
     out = Path(path).expanduser()
     if os.path.lexists(out) and not overwrite:
