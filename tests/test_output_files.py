@@ -190,9 +190,10 @@ def test_a_writer_killed_mid_write_leaves_the_old_output_readable_and_the_next_o
     write_like_ray(OutputFolder(out, overwrite=True), pa.table({"id": [3]}))
     assert _ids(out) == [3] and len(_names(out)) == 2
 
-    first = tmp_path / "first"  # a first write killed: readers refuse it, --overwrite replaces it
+    first = tmp_path / "prefix" / "first"  # a first write killed: readers refuse it, --overwrite replaces it
+    first.parent.mkdir()
     assert _writers(first, "new", ["killed"], tmp_path)["killed"].returncode == -signal.SIGKILL
-    for folder in (first, tmp_path):
+    for folder in (first, first.parent):
         with pytest.raises(ValueError, match=f"^{first}: holds the files of an skflow run without a {MARKER} "
                                              "manifest"):
             input_files([folder])

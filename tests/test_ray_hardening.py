@@ -221,11 +221,11 @@ def test_distributed_fit_refuses_a_flow_too_large_to_train_from_the_footers_befo
     assert _tree(tmp_path) == before
 
 
-_CONTROL = "the file name holds a line break or another control character; rename the file"
+_CONTROL = "the file name must not hold a line break or another control character; rename the file"
 
 
 @pytest.mark.parametrize("name, shown, message", [
-    (b"bad\xff.txt", "bad\\xff.txt", "the file name is not valid UTF-8; rename the file"),
+    (b"bad\xff.txt", "bad\\xff.txt", "the file name must be valid UTF-8; rename the file"),
     (b"line\nbreak.txt", "line\\nbreak.txt", _CONTROL),
     ("para\u2029graph.txt".encode(), "para\\u2029graph.txt", _CONTROL),
     (b"bell\x07.txt", "bell\\x07.txt", _CONTROL),

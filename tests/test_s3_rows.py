@@ -126,34 +126,28 @@ def test_an_s3_output_is_read_as_the_files_its_manifest_lists(fresh_ray, s3, tmp
     client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=json.dumps({"files": ["part-gone.parquet"]}))
     with pytest.raises(distributed.InputError, match="lists part-gone.parquet, which is missing"):
         input_files([f"s3://{BUCKET}/half-done/"])
-    # not JSON, not a list, not names; a name skflow never writes (hidden, empty, a line break in it)
+    # not JSON, not a list, not names; a name skflow never writes (hidden, in a subfolder, empty, a line break in it)
     for damaged in (b"{not json", b'{"files": "part-old.parquet"}', b'{"files": [1]}', b'{"files": [".part.parquet"]}',
-                    b'{"files": ["sub/.x/part.parquet"]}', b'{"files": [""]}', b'{"files": ["part\\nold.parquet"]}'):
+                    b'{"files": ["sub/part.parquet"]}', b'{"files": [""]}', b'{"files": ["part\\nold.parquet"]}'):
         client.put_object(Bucket=BUCKET, Key=f"half-done/{MARKER}", Body=damaged)
         with pytest.raises(distributed.InputError, match="manifest is damaged"):
             input_files([f"s3://{BUCKET}/half-done/"])
 
 
-def test_outputs_in_subfolders_of_an_input_prefix_are_each_read_as_their_manifests_say(s3):
-    """A prefix of several runs' outputs: each marked folder keeps only its listed files, at any depth."""
+def test_an_output_in_a_subfolder_of_an_input_prefix_is_refused_naming_it(s3):
+    """Only the input's own manifest is read as listed: an output deeper (one left by a killed --overwrite, say)
+    is refused naming it, never read with its strays; given as an input of its own, it is read as listed."""
     client, _ = s3
     vectors = np.random.default_rng(2).normal(size=(4, 8))
-    for key in ("runs/day1/part-old.parquet", "runs/day1/part-new.parquet", "runs/deep/er/day2/part-a.parquet",
-                "runs/loose.parquet", "runs/day1/sub/part-inner.parquet"):
+    for key in ("runs/day1/part-old.parquet", "runs/day1/part-new.parquet", "runs/loose.parquet"):
         _put(client, key, _vectors(range(4), vectors))
-    for folder, files in (("runs/day1", ["part-old.parquet", "sub/part-inner.parquet"]),
-                          ("runs/day1/sub", []),  # inside day1's output: day1's marker decides
-                          ("runs/deep/er/day2", ["part-a.parquet"])):
-        client.put_object(Bucket=BUCKET, Key=f"{folder}/{MARKER}", Body=json.dumps({"files": files}))
-    with pytest.warns(UserWarning, match=rf"s3://{BUCKET}/runs/day1: read as the skflow output .* 1 other "
-                                         r"file\(s\) under it are not part of it and are not read: part-new.parquet"):
-        corpus = input_files([f"s3://{BUCKET}/runs/"])
-    assert corpus.files == tuple(f"s3://{BUCKET}/runs/{name}" for name in (
-        "day1/part-old.parquet", "day1/sub/part-inner.parquet", "deep/er/day2/part-a.parquet", "loose.parquet"))
-    client.put_object(Bucket=BUCKET, Key=f"runs/deep/er/day2/{MARKER}", Body=b"{not json")
-    with pytest.raises(distributed.InputError, match=rf"^s3://{BUCKET}/runs/deep/er/day2: its .skflow-output "
-                                                      "manifest is damaged"):
+    client.put_object(Bucket=BUCKET, Key=f"runs/day1/{MARKER}", Body=json.dumps({"files": ["part-old.parquet"]}))
+    with pytest.raises(distributed.InputError, match=rf"^s3://{BUCKET}/runs/day1: is an skflow output inside the "
+                                                      rf"input s3://{BUCKET}/runs; give it as an input of its own"):
         input_files([f"s3://{BUCKET}/runs/"])
+    with pytest.warns(UserWarning, match=r"1 other file\(s\) under it are not part of it and are not read"):
+        corpus = input_files([f"s3://{BUCKET}/runs/day1", f"s3://{BUCKET}/runs/loose.parquet"])
+    assert corpus.files == (f"s3://{BUCKET}/runs/day1/part-old.parquet", f"s3://{BUCKET}/runs/loose.parquet")
 
 
 def test_hidden_folders_are_never_read_their_manifests_included(s3):
@@ -172,20 +166,21 @@ def test_hidden_folders_are_never_read_their_manifests_included(s3):
 def test_names_from_the_store_stay_on_one_line_and_nothing_unreadable_is_passed_on(s3):
     """Unprintable characters in names are escaped (a tab here: moto stores no key with a line break)."""
     client, _ = s3
-    for key in ("odd/run\t1/a.txt", "odd/run\t1/b\tc.txt", "odd/run2/a.txt", "odd/run2/x.txt"):
+    for key in ("odd/run\t1/a.txt", "odd/run\t1/b\tc.txt"):
         client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
-    for folder in ("odd/run\t1", "odd/run2"):
-        client.put_object(Bucket=BUCKET, Key=f"{folder}/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
+    client.put_object(Bucket=BUCKET, Key=f"odd/run\t1/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
     with pytest.warns(UserWarning) as caught:
-        corpus = input_files([f"s3://{BUCKET}/odd/"])
-    assert corpus.files == (f"s3://{BUCKET}/odd/run\t1/a.txt", f"s3://{BUCKET}/odd/run2/a.txt")
-    assert [str(w.message) for w in caught] == [  # one warning for every output that holds strays
-        f"s3://{BUCKET}/odd: 2 skflow outputs under it hold files their {MARKER} manifests do not list, which are "
-        "not read: run\\t1 (b\\tc.txt), run2 (x.txt)"]
+        corpus = input_files([f"s3://{BUCKET}/odd/run\t1"])
+    assert corpus.files == (f"s3://{BUCKET}/odd/run\t1/a.txt",)
+    assert [str(w.message) for w in caught] == [
+        f"s3://{BUCKET}/odd/run\\t1: read as the skflow output that its {MARKER} manifest lists (1 file); 1 other "
+        "file(s) under it are not part of it and are not read: b\\tc.txt"]
+    with pytest.raises(distributed.InputError, match=rf"^s3://{BUCKET}/odd/run\\t1: is an skflow output inside"):
+        input_files([f"s3://{BUCKET}/odd/"])
     client.put_object(Bucket=BUCKET, Key=f"odd/run\t1/{MARKER}", Body=b'{"files": ' + b"[" * 100_000 + b"]" * 100_000
                       + b"}")  # deeper than Python's parser goes
     with pytest.raises(distributed.InputError, match=r"^[^\n]*run\\t1: its .skflow-output manifest is damaged"):
-        input_files([f"s3://{BUCKET}/odd/"])
+        input_files([f"s3://{BUCKET}/odd/run\t1"])
 
 
 def test_the_command_line_shows_a_warning_on_one_line_like_its_errors(s3, capfd):
@@ -193,11 +188,11 @@ def test_the_command_line_shows_a_warning_on_one_line_like_its_errors(s3, capfd)
     for key in ("shown/out/a.txt", "shown/out/b\tc.txt"):
         client.put_object(Bucket=BUCKET, Key=key, Body=b"a text\n")
     client.put_object(Bucket=BUCKET, Key=f"shown/out/{MARKER}", Body=json.dumps({"files": ["a.txt"]}))
-    assert main(["embed", f"s3://{BUCKET}/shown/", "--output", f"s3://{BUCKET}/shown/out/z"]) == 2  # not --quiet
+    assert main(["embed", f"s3://{BUCKET}/shown/out", "--output", f"s3://{BUCKET}/shown/out/z"]) == 2  # not --quiet
     assert capfd.readouterr().err.splitlines() == [
         f"warning: s3://{BUCKET}/shown/out: read as the skflow output that its {MARKER} manifest lists (1 file); "
         "1 other file(s) under it are not part of it and are not read: b\\tc.txt",
-        f"error: s3://{BUCKET}/shown/out/z: the output folder lies inside the input s3://{BUCKET}/shown; "
+        f"error: s3://{BUCKET}/shown/out/z: the output folder lies inside the input s3://{BUCKET}/shown/out; "
         "choose another output"]
 
 
@@ -238,7 +233,7 @@ def test_an_s3_output_killed_mid_write_or_written_twice_at_once_is_read_whole(s3
     files = json.loads(client.get_object(Bucket=BUCKET, Key=f"killed/out/{MARKER}")["Body"].read())["files"]
     objects = [key for key in _keys(client, "killed/") if not key.endswith("/")]  # not folder placeholders
     assert objects == sorted(f"killed/out/{name}" for name in [MARKER, *files])  # every dead run's file gone
-    assert input_files([f"s3://{BUCKET}/killed/"]).files == tuple(f"{out}/{name}" for name in files)
+    assert input_files([out]).files == tuple(f"{out}/{name}" for name in files)
 
 
 def _damaged(table: pa.Table, column: str) -> bytes:

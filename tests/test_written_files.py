@@ -10,7 +10,7 @@ import pytest
 
 import skflow
 from skflow.synthetic import make_anisotropic_mixture
-from skflow.utils import MANIFEST, OutputPathError, replaced_atomically, temporary_name, write_text_atomically
+from skflow.utils import MANIFEST, OutputPathError, replaced_atomically, run_tag, write_text_atomically
 
 
 def test_without_overwrite_a_file_that_appears_during_the_write_is_never_replaced(tmp_path):
@@ -48,9 +48,9 @@ def test_dump_without_overwrite_refuses_an_existing_file_and_keeps_it(tmp_path):
 def test_the_next_write_removes_temporaries_of_dead_writers_only(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
-    ours = temporary_name("out.txt")  # this (live) process's name pattern
+    ours = f".skflow-tmp-{run_tag()}-out.txt"  # this (live) process's name pattern
     stale = ours.replace(f"-{os.getpid()}@", f"-{dead_pid}@", 1)
-    other_target = temporary_name("other.txt").replace(f"-{os.getpid()}@", f"-{dead_pid}@", 1)
+    other_target = f".skflow-tmp-{run_tag()}-other.txt".replace(f"-{os.getpid()}@", f"-{dead_pid}@", 1)
     for name in (ours, stale, other_target):
         (tmp_path / name).write_text("partial")
     write_text_atomically(tmp_path / "out.txt", "whole")

@@ -1,15 +1,10 @@
 """Model files of the Ray commands: written whole, read by what they are; local or on object storage alike.
 
-``.skops`` files are written with :func:`skflow.dump` and read with
-:func:`skflow.load` (safe for files from others); any other name with joblib
-(runs whatever the file says: only for files you made). A file is recognised
-by its first bytes as well as its name, so a skops file named ``.joblib`` is
-said to be one rather than failing inside joblib.
-
-A local model is written by :func:`skflow.utils.replaced_atomically` (without
-``overwrite``, a path that appeared since the check is not replaced); one on
-object storage is written locally, then uploaded in one call
-(:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
+``.skops`` files are written with skops and read with :func:`skflow.load` (safe for files from others); any other
+name with joblib (runs whatever the file says: only for files you made). A file is recognised by its content as
+well as its name, so a skops file named ``.joblib`` is said to be one rather than failing inside joblib. A local
+model is written by :func:`skflow.utils.replaced_atomically`; one on object storage is written locally, then
+uploaded in one call (:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
 """
 
 import contextlib
@@ -23,20 +18,9 @@ from skflow import persistence
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
-from skflow.ray_jobs._storage import (
-    Location,
-    check_not_an_input,
-    check_writable,
-    file_type,
-    locate,
-    missing,
-    no_bucket,
-    one_line,
-    upload,
-)
-from skflow.utils import MODEL, OutputPathError, is_joblib_stream, is_skops_stream, replaced_atomically
-
-_ZIP = b"PK\x03\x04"
+from skflow.ray_jobs._outputs import output_location
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, missing, one_line, upload
+from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
 def is_skops_name(path: str | os.PathLike) -> bool:
@@ -58,18 +42,10 @@ def looks_like_model_file(path) -> bool:
 def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
     """Where ``skflow fit`` may write its model (a local path or a URI), checked before any work; nothing written.
 
-    Raises
-    ------
-    OutputPathError
-        The output is a folder, exists without ``overwrite``, exists and is not
-        a model file (only those are replaced), is or lies inside an input, or
-        its folder (bucket) is missing or cannot be written.
+    OutputPathError if it is a folder, exists without ``overwrite``, exists and is not a model file (only those are
+    replaced), is or lies inside an input, or its folder (bucket) is missing or cannot be written.
     """
-    out = locate(path, OutputPathError)
-    if out.is_remote and "/" not in out.key.split("://", 1)[1]:
-        raise OutputPathError(f"{out.shown}: the output file is a whole bucket; give a name inside it")
-    check_not_an_input(out, inputs, "output file")
-    kind = file_type(out, OutputPathError)
+    out, kind = output_location(path, inputs, "output file")
     if kind == "folder":
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
     if kind != "missing" and not overwrite:
@@ -77,23 +53,21 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
     if kind != "missing" and not looks_like_model_file(out):
         raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
                               "only those")
-    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
-        raise error
     check_writable(out.parent, "the folder of the output")
     return out
 
 
 def save_model(model, path, *, overwrite: bool = True) -> None:
-    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib.
-
-    Without ``overwrite``, a file that appeared at ``path`` since it was
-    checked is not replaced (:class:`~skflow.utils.OutputPathError`).
-    """
+    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib;
+    without ``overwrite``, a file that appeared at ``path`` since it was checked is not replaced."""
     where = path if isinstance(path, Location) else locate(path, OutputPathError)
-    if where.is_remote:
+    if not where.is_remote:
+        with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
+            _dump(model, tmp)
+    else:
         with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
             local = Path(folder) / where.name
-            save_model(model, local)
+            _dump(model, local)
             if not overwrite and file_type(where, OutputPathError) != "missing":
                 raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
                                       "replace it")
@@ -102,11 +76,15 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
             except Exception as exc:  # noqa: BLE001 - the target is untouched
                 raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
                     from None
-    elif is_skops_name(where.path):
-        persistence.dump(model, where.path, overwrite=overwrite)
+
+
+def _dump(model, file: Path) -> None:
+    if is_skops_name(file):
+        import skops.io
+
+        skops.io.dump(model, file)
     else:
-        with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
-            joblib.dump(model, tmp)
+        joblib.dump(model, file)
 
 
 @contextlib.contextmanager
@@ -127,56 +105,38 @@ def _local_copy(where: Location):
 
 
 def load_model(path: str | os.PathLike):
-    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder.
-
-    Raises
-    ------
-    InputError
-        The file is missing, a folder, not what its name says (a skops file
-        named otherwise, or a ``.skops`` name on another file), unreadable, or
-        holds something else.
-    """
-    where = locate(path, InputError)
-    kind = file_type(where, InputError)
-    if kind == "folder":
-        raise InputError(f"{where.shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
-    if kind == "missing":
-        raise missing(where, InputError)
-    with _local_copy(where) as local:
-        return _load_file(local, where.shown)
-
-
-def _load_file(file: Path, path):
-    """The model in the local ``file``; messages name it ``path``."""
+    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder; InputError if the file is
+    missing, a folder, not what its name says (skops or joblib), unreadable, or holds something else."""
     from sklearn.exceptions import NotFittedError
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
-    if not file.is_file():
-        raise InputError(f"{path}: not a regular file")
-    with open(file, "rb") as f:
-        is_joblib, is_skops, is_zip = is_joblib_stream(f), is_skops_stream(f), f.seek(0) == 0 and f.read(4) == _ZIP
-    if is_skops_name(file) and not is_zip:
-        kind = "a joblib or pickle file" if is_joblib else "not a zip archive"
-        raise InputError(f"{path}: is not a skops file ({kind}); a joblib file must not be named .skops")
-    if not is_skops_name(file) and is_skops:
-        raise InputError(
-            f"{path}: is a skops file (a zip archive with schema.json), not a joblib file; rename it to end in "
-            ".skops, and it is read safely with skflow.load"
-        )
-    try:
-        model = persistence.load(file) if is_skops_name(file) else joblib.load(file)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
-        reason = " ".join(str(exc).split())
-        raise InputError(f"{path}: cannot read the model ({type(exc).__name__}: {reason})") from None
+    where = locate(path, InputError)
+    kind, shown, skops_name = file_type(where, InputError), where.shown, is_skops_name(where.path)
+    if kind == "folder":
+        raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
+    if kind == "missing":
+        raise missing(where, InputError)
+    if kind == "other":
+        raise InputError(f"{shown}: not a regular file")
+    with _local_copy(where) as file, open(file, "rb") as f:
+        is_joblib, is_skops = JOBLIB.recognises(f), SKOPS.recognises(f)
+        if skops_name and not is_skops:
+            what = "a joblib or pickle file" if is_joblib else "not a skops archive"
+            raise InputError(f"{shown}: is not a skops file ({what}); a joblib file must not be named .skops")
+        if not skops_name and is_skops:
+            raise InputError(f"{shown}: is a skops file (a zip archive with schema.json), not a joblib file; rename it "
+                             "to end in .skops, and it is read safely with skflow.load")
+        try:
+            model = persistence.load(file) if skops_name else joblib.load(file)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
+            raise InputError(f"{shown}: cannot read the model ({type(exc).__name__}: {one_line(exc)})") from None
     is_text_pipeline = isinstance(model, Pipeline) and len(model.steps) and isinstance(model.steps[0][1], BertEmbedder)
     if not (isinstance(model, FlowGaussianizer) or is_text_pipeline):
-        raise InputError(
-            f"{path}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
-            "that starts with a BertEmbedder"
-        )
+        raise InputError(f"{shown}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "
+                         "that starts with a BertEmbedder")
     try:
         check_is_fitted(model[-1] if is_text_pipeline else model)
     except NotFittedError:
-        raise InputError(f"{path}: holds an unfitted {type(model).__name__}; fit it first") from None
+        raise InputError(f"{shown}: holds an unfitted {type(model).__name__}; fit it first") from None
     return model

@@ -1,16 +1,10 @@
 """Output folders of ``skflow embed | transform``: written once, in place, and committed by a manifest written last.
 
-Ray Data writes the run's Parquet files straight into the output folder (local
-or object storage alike) under names unique to the run; when the rows Ray
-reports equal the rows read, the manifest ``.skflow-output`` (the files, the
-rows, the command) is written in one step: ``os.replace`` (without
-``overwrite``, a link that fails if one appeared), or one upload. Readers read
-the files it lists (:func:`read_as_listed`). A failure before it deletes the
-run's files. ``overwrite`` then deletes the old manifest's files, and run files
-no manifest lists whose driver ran on this host and is gone; nothing else.
-Two writers at once: without ``overwrite`` the later commit is refused (on
-object storage, two commits in one instant can both pass); with it the last
-manifest wins. See ``docs/scale.md``.
+Ray Data writes the run's Parquet files straight into the output folder (local or object storage alike) under
+names unique to the run; when the rows Ray reports equal the rows read, the manifest ``.skflow-output`` (the files,
+the rows, the command) is written in one step, and readers read the files it lists (:func:`read_as_listed`). A
+failure before it deletes the run's files. ``overwrite`` then deletes the old manifest's files, and run files no
+manifest lists whose driver ran on this host and is gone; nothing else. See ``docs/scale.md``.
 """
 
 import contextlib
@@ -19,7 +13,6 @@ import json
 import os
 import re
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 from skflow.ray_jobs._storage import (
     Location,
@@ -57,12 +50,6 @@ def _is_run_file(name: str) -> bool:
     return _RUN_FILE.match(name) is not None
 
 
-def _of_a_dead_run(name: str) -> bool:
-    """A run file whose driver ran on this host and no longer runs (a killed or failed run's file)."""
-    match = _RUN_FILE.match(name)
-    return match is not None and left_by_a_dead_process(match["pid"], match["host"])
-
-
 def manifest_files(manifest: Location) -> list[str]:
     """The files a manifest lists; OSError or ValueError if it cannot say (only names skflow could write count)."""
     try:
@@ -74,32 +61,35 @@ def manifest_files(manifest: Location) -> list[str]:
     return files
 
 
-def _could_be_written(name) -> bool:
-    return isinstance(name, str) and name.isprintable() and all(part and not is_hidden(part)
-                                                                for part in name.split("/"))
+def _could_be_written(name) -> bool:  # skflow writes no subfolder
+    return isinstance(name, str) and name.isprintable() and bool(name) and "/" not in name and not is_hidden(name)
+
+
+def output_location(path, inputs, what: str) -> tuple[Location, str]:
+    """The location of an output and its :func:`file_type`, once it is no whole bucket, in a bucket that exists,
+    and no input's place."""
+    out = locate(path, OutputPathError)
+    if out.is_remote and "/" not in out.key.split("://", 1)[1]:
+        raise OutputPathError(f"{out.shown}: the {what} is a whole bucket; give a name inside it (s3://bucket/name)")
+    check_not_an_input(out, inputs, what)
+    kind = file_type(out, OutputPathError)
+    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
+        raise error
+    return out, kind
 
 
 # ------------------------------------------------------------------------------------------- writing
 class OutputFolder:
     """A folder of Parquet files for one run: checked now, before any work; written and committed by :meth:`writing`.
 
-    The check refuses an output that is, contains or lies inside an input, is
-    a file or a whole bucket, or cannot be written; one that holds files is
-    refused unless ``overwrite`` is given and skflow wrote every file in it
-    (those its manifest lists, and run files), so nothing else is deleted.
+    One that holds files is refused unless ``overwrite`` is given and skflow
+    wrote every file in it (those its manifest lists, and run files).
     """
 
     def __init__(self, path, *, overwrite: bool, inputs=()) -> None:
-        out = locate(path, OutputPathError)
-        if out.is_remote and "/" not in out.key.split("://", 1)[1]:
-            raise OutputPathError(f"{out.shown}: the output folder is a whole bucket; give a prefix inside it "
-                                  "(s3://bucket/name)")
-        check_not_an_input(out, inputs, "output folder")
-        kind = file_type(out, OutputPathError)
+        out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
-        if kind == "missing" and (error := no_bucket(out, OutputPathError)):
-            raise error
         self.out, self.overwrite, self.created = out, overwrite, kind == "missing"
         found = self._listing() if kind == "folder" else []
         if found and not overwrite:
@@ -127,14 +117,14 @@ class OutputFolder:
             raise OutputPathError(
                 f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
-        listed = [name for name in listed or [] if "/" not in name]  # skflow writes no subfolder
+        listed = listed or []
         foreign = [name for name in found if name not in listed and not _is_run_file(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
         if foreign:
             raise OutputPathError(
                 f"{self.out.shown}: holds files that skflow did not write ({printable(some_names(foreign))}); "
                 "--overwrite would delete them: move them away or choose another output")
-        return listed + [name for name in runs if _of_a_dead_run(name)]
+        return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
     @contextlib.contextmanager
     def writing(self):
@@ -144,26 +134,18 @@ class OutputFolder:
             yield sink
         finally:
             if not self.committed:
-                self._delete_the_run()
-
-    def _delete_the_run(self) -> None:
-        with contextlib.suppress(Exception):
-            for name in self._listing():
-                if name.startswith(self.run):
-                    delete(self.out.child(name))
-            if self.created and not self.out.is_remote:
-                os.rmdir(self.out.path)  # a folder this run made, if empty
+                with contextlib.suppress(Exception):
+                    for name in self._listing():
+                        if name.startswith(self.run):
+                            delete(self.out.child(name))
+                    if self.created and not self.out.is_remote:
+                        os.rmdir(self.out.path)  # a folder this run made, if empty
 
     def commit(self, sink, *, command: str) -> None:
         """Write the manifest of the sink's files last, then delete what it replaces (``overwrite``).
 
-        Raises
-        ------
-        OutputPathError
-            Without ``overwrite``: the folder was filled during the run. With
-            it: a file that skflow did not write appeared in it.
-        OSError
-            The manifest could not be written; the output is as it was.
+        OutputPathError if the folder was filled during the run (without ``overwrite``) or a file that skflow did
+        not write appeared in it (with it); OSError if the manifest could not be written. The output is as it was.
         """
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
@@ -197,13 +179,8 @@ class OutputFolder:
 
 
 def parquet_files(folder: Location, run: str):
-    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly.
-
-    After :meth:`ray.data.Dataset.write_datasink`, ``written`` holds the
-    ``(name, rows)`` of every file that Ray's write tasks reported (Ray 2.41
-    and later pass them to ``on_write_complete``), and ``rows`` their sum. A
-    retried task writes the same names again.
-    """
+    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly (a retried task
+    writes the same names); once written, ``written`` holds the ``(name, rows)`` Ray's write tasks reported."""
     return _parquet_files_class()(folder, run)
 
 
@@ -243,84 +220,42 @@ def _parquet_files_class():
 
 # ------------------------------------------------------------------------------------------- reading
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
-    """The entries of ``listed`` (under ``folder``) that a reader reads: each output as its manifest lists.
+    """The entries of ``listed`` (under ``folder``) that a reader reads: the files of ``folder``'s manifest if it
+    has one (the others named in a warning), else all but hidden ones and those in hidden folders.
 
-    Hidden entries and everything in hidden folders are skipped; a folder
-    holding a manifest, at any depth, is read as the files it lists (an
-    output inside it is its business), others under it named in one warning.
-
-    Raises
-    ------
-    error
-        A name with an empty, ``.`` or ``..`` part (it cannot be read); a
-        manifest that is damaged or lists a missing file; run files that no
-        manifest lists (a write under way, or killed).
+    ``error`` for a name with an empty, ``.`` or ``..`` part; a manifest in a subfolder (an output, read only as an
+    input of its own); a manifest that is damaged or lists a missing file; run files without a manifest.
     """
-    visible, outputs = [], set()
+    visible, shown = [], printable(folder.shown)
     for name, regular in listed:
         *folders, base = parts = name.split("/")
         if any(part in ("", ".", "..") for part in parts):
-            raise error(f"{printable(folder.shown)}: the object '{printable(name)}' has an empty, '.' or '..' part "
+            raise error(f"{shown}: the object '{printable(name)}' has an empty, '.' or '..' part "
                         "in its name, which cannot be read; rename it or name the files to read")
-        if any(map(is_hidden, folders)):
-            continue
-        if base == MARKER:
-            outputs.add(name[: -len(base)])
-        elif not is_hidden(base):
+        if folders and base == MARKER and not any(map(is_hidden, folders)):
+            raise error(f"{printable(folder.child(name[: -len(base) - 1]).shown)}: is an skflow output inside the "
+                        f"input {shown}; give it as an input of its own, read as its {MARKER} "
+                        "manifest lists")
+        if not any(map(is_hidden, parts)):
             visible.append((name, regular))
-    owned = {output: [] for output in sorted(outputs) if not outputs & _folders_above(output)}  # the outermost
-    read = set()
-    for name, _ in visible:
-        owner = next((output for output in _folders_above(name) if output in owned), None)
-        if owner is not None:
-            owned[owner].append(name)
-        elif _is_run_file(name.rsplit("/", 1)[-1]):
-            raise error(f"{_named(folder, name.rsplit('/', 1)[0] + '/' if '/' in name else '')}: holds the files "
-                        f"of an skflow run without a {MARKER} manifest (a write under way, or killed); write it "
-                        "again with --overwrite, or wait for it")
-        else:
-            read.add(name)
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(owned)))) as pool:
-        manifests = {output: pool.submit(_listed_by, folder, output, error) for output in owned}
-    strays = []
-    for output, names in owned.items():
-        files, inside = set(manifests[output].result()), {name[len(output):] for name in names}
-        if absent := sorted(files - inside):
-            raise error(f"{_named(folder, output)}: its {MARKER} manifest lists {printable(absent[0])}, which is "
-                        f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while "
-                        "being read; read it again, or write it again")
-        read.update(output + name for name in files)
-        if others := sorted(inside - files):
-            strays.append((output, len(files), others))
-    if strays:
-        warnings.warn(_strays_message(folder, strays), UserWarning, stacklevel=4)
-    return [(name, regular) for name, regular in visible if name in read]
-
-
-def _folders_above(path: str) -> set[str]:
-    """The folders above a name or a folder (``"a/b/c.txt"`` or ``"a/b/c/"``: ``""``, ``"a/"``, ``"a/b/"``)."""
-    parts = path.rstrip("/").split("/")[:-1] if path else []
-    return {"".join(part + "/" for part in parts[:depth]) for depth in range(len(parts) + 1)} if path else set()
-
-
-def _named(folder: Location, output: str) -> str:
-    return printable(folder.child(output[:-1]).shown if output else folder.shown)
-
-
-def _listed_by(folder: Location, output: str, error: type[Exception]) -> list[str]:
+    names = {name for name, _ in visible}
+    if not any(name == MARKER for name, _ in listed):
+        if runs := [name for name in sorted(names) if _is_run_file(name.rsplit("/", 1)[-1])]:
+            raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
+                        f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
+                        "wait for it")
+        return visible
     try:
-        return manifest_files(folder.child(output + MARKER))
+        files = set(manifest_files(folder.child(MARKER)))
     except (OSError, ValueError):
-        raise error(f"{_named(folder, output)}: its {MARKER} manifest is damaged, so which of its files form the "
+        raise error(f"{shown}: its {MARKER} manifest is damaged, so which of its files form the "
                     "output is unknown; write the output again (or delete the manifest to read every file)") from None
-
-
-def _strays_message(folder: Location, strays: list[tuple[str, int, list[str]]]) -> str:
-    if len(strays) == 1:
-        output, count, others = strays[0]
-        return (f"{_named(folder, output)}: read as the skflow output that its {MARKER} manifest lists ({count} "
-                f"file{'s' * (count != 1)}); {len(others)} other file(s) under it are not part of it and are not "
-                f"read: {printable(some_names(others))}")
-    outputs = [f"{output[:-1] or '.'} ({some_names(others, 3)})" for output, _, others in strays]
-    return (f"{printable(folder.shown)}: {len(strays)} skflow outputs under it hold files their {MARKER} manifests "
-            f"do not list, which are not read: {printable(some_names(outputs))}")
+    if absent := sorted(files - names):
+        raise error(f"{shown}: its {MARKER} manifest lists {printable(absent[0])}, which is "
+                    f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while being "
+                    "read; read it again, or write it again")
+    if others := sorted(names - files):
+        warnings.warn(f"{shown}: read as the skflow output that its {MARKER} manifest lists "
+                      f"({len(files)} file{'s' * (len(files) != 1)}); {len(others)} other file(s) under it are not "
+                      f"part of it and are not read: {printable(some_names(others))}", UserWarning, stacklevel=4)
+    return [(name, regular) for name, regular in visible if name in files]

@@ -1,15 +1,7 @@
 """Files and folders that appear whole or not at all: written under a hidden temporary sibling, then renamed.
 
-Every file skflow writes (models, results, exports, ONNX, the cache's key, downloads) goes through
-:func:`replaced_atomically`, which replaces an existing file only if it is of the kind being written
-(:mod:`skflow.utils._kinds`: never a user's README, notes, folder or link). The content is written to
-``.skflow-tmp-<pid>@<host>-<hex>-<name>`` in the same folder, flushed to disk (fsync) and renamed over the
-target with :func:`os.replace`, atomic on POSIX and Windows, so the target holds the old file or the whole new
-one. Without ``overwrite`` the temporary file is hard-linked to the target instead, which fails if anything
-appeared there since the caller checked the path: it is never replaced. The temporary name ends with the
-target's own name, so writers that choose a format by the name (joblib's ``.gz``) behave as for the target.
-A writer killed mid-write leaves only its hidden temporary; the next write of the same target removes those
-of processes that no longer run on this host.
+The temporary name is ``.skflow-tmp-<pid>@<host>-<hex>-<name>``: it ends with the target's name (joblib picks its
+compressor by the name), and the next write of the target removes those of processes of this host that are gone.
 """
 
 import contextlib
@@ -38,107 +30,67 @@ def run_tag() -> str:
     return f"{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
 
 
-def temporary_name(name: str) -> str:
-    """A hidden name for a temporary sibling of ``name``, unique to this process and call."""
-    return f".skflow-tmp-{run_tag()}-{name}"
-
-
-def pid_is_running(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine (a process of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def left_by_a_dead_process(tag: re.Match) -> bool:
+    """Whether what the process of a :func:`run_tag` (its ``pid`` and ``host`` groups) wrote is left over: it ran
+    here and died."""
+    if tag["host"] != _host():
         return False
-    except PermissionError:
+    try:
+        os.kill(int(tag["pid"]), 0)
+    except ProcessLookupError:
         return True
-    return True
-
-
-def left_by_a_dead_process(pid: str, host: str) -> bool:
-    """Whether what process ``pid`` of ``host`` (a :func:`run_tag`) wrote is left over: it ran here and died."""
-    return host == _host() and not pid_is_running(int(pid))
-
-
-def _is_stale_temporary(entry: str, name: str) -> bool:
-    match = _TMP.match(entry)
-    return bool(match) and match["name"] == name and left_by_a_dead_process(match["pid"], match["host"])
-
-
-def _remove_stale_temporaries(path: Path) -> None:
-    """Remove the temporary siblings of ``path`` left by processes of this host that no longer run."""
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(path.parent):
-            if not _is_stale_temporary(entry.name, path.name):
-                continue
-            with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's or a folder's data to disk (folders: where the system supports it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0))
-    except (IsADirectoryError, PermissionError):  # Windows cannot open folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # some filesystems cannot flush a folder
-        if exc.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
+    except (PermissionError, OverflowError):  # another user's process; no pid at all
+        pass
+    return False
 
 
 @contextlib.contextmanager
 def temporary_sibling(path: str | os.PathLike, *, folder: bool = False) -> Iterator[Path]:
-    """A hidden sibling of ``path`` (a new empty folder with ``folder``), removed if it is still there at the end.
-
-    Temporary siblings of ``path`` left by dead processes of this host are removed first.
-    """
+    """A hidden sibling of ``path`` (a new empty folder with ``folder``), removed if it is still there at the end;
+    the siblings of ``path`` left by dead processes of this host are removed first."""
     path = Path(path)
-    _remove_stale_temporaries(path)
-    tmp = path.parent / temporary_name(path.name)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            match = _TMP.match(entry.name)
+            if match and match["name"] == path.name and left_by_a_dead_process(match):
+                _remove(entry.path)
+    tmp = path.parent / f".skflow-tmp-{run_tag()}-{path.name}"
     if folder:
         tmp.mkdir()
     try:
         yield tmp
     finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp) if folder else os.unlink(tmp)
+        _remove(tmp)
 
 
-def _put_new(tmp: Path, path: Path) -> None:
-    """Give ``tmp`` the name ``path``, which must not exist: a hard link fails if anything appeared there."""
-    try:
-        os.link(tmp, path, follow_symlinks=False)
-    except FileExistsError:
-        raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and was not "
-                              "replaced; pass --overwrite (overwrite=True) to replace it") from None
-    except OSError as exc:  # a filesystem without hard links: the check and the rename are two steps there
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-            raise
-        if os.path.lexists(path):
-            raise OutputPathError(f"{path}: appeared while skflow was writing it, and was not replaced") from None
-        os.replace(tmp, path)
+def _remove(path: str | os.PathLike) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+
+
+def _fsync(file: Path) -> None:
+    with open(file, "rb") as written:
+        os.fsync(written.fileno())
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable, where the system can flush a folder."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole.
+    """Yield a temporary path beside ``path``; when the block succeeds, it becomes ``path``, whole (fsync, rename).
 
-    An existing ``path`` is replaced only if it is a regular file of ``kind``,
-    what is being written (:mod:`skflow.utils._kinds`; the default kind
-    recognises none): anything else, a folder or a link, is refused with
-    :class:`OutputPathError` before the block runs, nothing written, and
-    again at the rename if it appeared or changed meanwhile.
-    On success the new file is flushed to disk and renamed over ``path``
-    (``overwrite``), or, without ``overwrite``, given the name only if
-    nothing is there (:class:`OutputPathError` otherwise, ``path`` untouched).
-    On any exception (Ctrl-C included) the temporary file is deleted and
-    ``path`` is left exactly as it was.
+    With ``overwrite``, an existing ``path`` is replaced only if it is a regular file of ``kind`` (checked before
+    the block and at the rename), else :class:`OutputPathError`; without it, ``path`` is given the new file only if
+    nothing is there (a hard link fails if a file appeared since the caller's check). On any exception (Ctrl-C
+    included) the temporary file is deleted and ``path`` is left exactly as it was.
     """
     path = Path(path)
     if overwrite:
@@ -147,32 +99,44 @@ def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overw
         yield tmp
         _fsync(tmp)
         if overwrite:
-            check_replaceable(path, kind)  # again: a file may have appeared, or been changed, meanwhile
+            check_replaceable(path, kind)
             os.replace(tmp, path)
         else:
             _put_new(tmp, path)
-    _fsync(path.parent)
+    _sync_folder(path.parent)
+
+
+def _put_new(tmp: Path, path: Path) -> None:
+    try:
+        os.link(tmp, path, follow_symlinks=False)
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:  # a filesystem without hard links: the check and the rename are two steps there
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if not os.path.lexists(path):
+            os.replace(tmp, path)
+            return
+    raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and was not "
+                          "replaced; pass --overwrite (overwrite=True) to replace it")
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
                           overwrite: bool = True) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so that it holds the old text or the whole new one, never a part; an
-    existing ``path`` is replaced only if it is of ``kind`` (:func:`replaced_atomically`)."""
+    """Write ``text`` (UTF-8) to ``path`` with :func:`replaced_atomically`: the old text or the whole new one."""
     with replaced_atomically(path, kind=kind, overwrite=overwrite) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 @contextlib.contextmanager
 def folder_created_atomically(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a hidden sibling folder to fill; when the block succeeds, it becomes ``path`` (absent or empty).
-
-    On any exception (Ctrl-C included) the sibling is deleted and ``path`` is
-    left as it was: a reader never sees a half-written folder at ``path``.
-    """
+    """Yield a hidden sibling folder to fill; when the block succeeds, it becomes ``path`` (absent or empty), else
+    it is deleted: a reader never sees a half-written folder at ``path``."""
     path = Path(path)
     with temporary_sibling(path, folder=True) as staging:
         yield staging
         if path.is_dir():
             path.rmdir()  # empty, or this fails and nothing is replaced
         os.rename(staging, path)
-    _fsync(path.parent)
+    _sync_folder(path.parent)

@@ -10,10 +10,8 @@ CHUNK_ROWS = 8192
 
 
 def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows)``: the rows of ``X`` at most ``CHUNK_ROWS`` at a time, as ``dtype`` if given.
-
-    A memory map is read one chunk at a time, never whole.
-    """
+    """``(start, rows)``: the rows of ``X`` at most ``CHUNK_ROWS`` at a time (a memory map is never read whole), as
+    ``dtype`` if given."""
     for start in range(0, X.shape[0], CHUNK_ROWS):
         rows = X[start : start + CHUNK_ROWS]
         yield start, rows if dtype is None else np.asarray(rows, dtype=dtype)

@@ -9,9 +9,9 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from exc
-    if resolved.type not in ("cpu", "cuda"):  # meta, mps, xpu...: nowhere skflow can train or encode
+    except (RuntimeError, TypeError):
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):  # meta, mps, xpu...: nowhere skflow can work
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")

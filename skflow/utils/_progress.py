@@ -7,12 +7,9 @@ from collections.abc import Callable, Iterator
 @contextlib.contextmanager
 def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[..., None]]:
     """A tqdm bar on stderr when ``enabled``; yields ``update(n=1, **postfix)``, a no-op otherwise."""
-    if not enabled:
-        yield lambda n=1, **postfix: None
-        return
     from tqdm.auto import tqdm
 
-    with tqdm(total=total, desc=desc, unit="batch") as bar:
+    with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
 
         def update(n: int = 1, **postfix) -> None:
             bar.update(n)

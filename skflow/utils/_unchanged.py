@@ -2,20 +2,12 @@
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Protocol
-
-
-class Restorable(Protocol):
-    """Something a fit changes in place besides the estimator's attributes (a trainer's weights)."""
-
-    def snapshot(self) -> Any: ...
-
-    def rollback(self, snapshot: Any) -> None: ...
 
 
 @contextlib.contextmanager
-def unchanged_on_failure(estimator, also: Restorable | None = None) -> Iterator[None]:
-    """Leave ``estimator``, and ``also``, exactly as they were if the block raises or is interrupted (Ctrl-C too).
+def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
+    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), exactly as they
+    were if the block raises or is interrupted (Ctrl-C too).
 
     Validation records ``n_features_in_`` before anything can fail, and
     ``partial_fit`` trains a kept trainer in place: both are undone.
