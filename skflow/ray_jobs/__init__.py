@@ -15,27 +15,8 @@ from skflow.ray_jobs._session import RayClusterError, actor_resources, ray_sessi
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 
 __all__ = [
-    "MARKER",
-    "InputError",
-    "JobFailedError",
-    "OutputFolder",
-    "RayClusterError",
-    "RowChecks",
-    "actor_resources",
-    "check_embeddings",
-    "check_model_output",
-    "check_new_column",
-    "check_texts",
-    "input_files",
-    "is_remote",
-    "job_failure",
-    "load_model",
-    "locate",
-    "looks_like_model_file",
-    "ray_session",
-    "read_dataset",
-    "save_model",
-    "scrub",
-    "vectors_array",
-    "vectors_column",
+    "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "RowChecks", "actor_resources",
+    "check_embeddings", "check_model_output", "check_new_column", "check_texts", "input_files", "is_remote",
+    "job_failure", "load_model", "locate", "looks_like_model_file", "ray_session", "read_dataset", "save_model",
+    "scrub", "vectors_array", "vectors_column"
 ]

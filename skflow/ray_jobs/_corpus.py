@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line
 from skflow.utils import check_given_name, check_name, some_names
@@ -31,11 +29,10 @@ class InputError(ValueError):
 
 
 class Corpus(NamedTuple):
-    """The files to read (local paths or URIs), their one format, and each file's compression (None: plain)."""
+    """The files to read (local paths or URIs) and their one format (each file's compression: :func:`file_format`)."""
 
     files: tuple[str, ...]
     kind: str
-    compressions: tuple[str | None, ...]
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
@@ -51,7 +48,7 @@ def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
 
 
 def input_files(inputs) -> Corpus:
-    """The files of ``inputs`` (files, or folders of them), their one format and compressions.
+    """The files of ``inputs`` (files, or folders of them) and their one format.
 
     Raises
     ------
@@ -78,6 +75,7 @@ def input_files(inputs) -> Corpus:
             raise InputError(f"{where.shown}: no data files in this folder (skflow reads {_KNOWN})")
         for name, regular in listed:
             path = where.child(name).shown
+            check_name(path, InputError)
             if not regular:
                 skipped.append(f"{path} (not a regular file)")
             elif file_format(name) is None:
@@ -96,9 +94,7 @@ def input_files(inputs) -> Corpus:
         raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
     if not unique:
         raise InputError("no input files")
-    for path in unique:  # those listed in folders
-        check_name(path, InputError)
-    return Corpus(tuple(unique), kinds[0], tuple(c for _, c in formats))
+    return Corpus(tuple(unique), kinds[0])
 
 
 # ------------------------------------------------------------------ reading one file on the driver
@@ -126,15 +122,15 @@ def csv_convert_options(text_column: str | None):
     return pyarrow.csv.ConvertOptions(column_types={text_column: pa.string()} if text_column else {})
 
 
-def read_table(path: str, kind: str, compression: str | None, *, text_column: str | None = None,
-               columns: list[str] | None = None):
+def read_table(path: str, *, text_column: str | None = None, columns: list[str] | None = None):
     """One file as a pyarrow table, as Ray's reader gives it; errors name the file (and the row if known)."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
     import pyarrow.parquet as pq
 
-    where, reading = locate(path, InputError), compression
+    (kind, compression), where = file_format(path), locate(path, InputError)
+    reading = compression
     try:
         if kind == "parquet":
             return pq.read_table(where.path, columns=columns, filesystem=where.filesystem)
@@ -164,8 +160,7 @@ def check_texts(corpus: Corpus, column: str, *, new_column: str | None = None) -
 
 def check_embeddings(files, column: str, *, new_column: str | None = None) -> tuple[int, int | None]:
     """Every row of ``column`` is a vector of finite numbers, all of one length (:func:`check_rows`)."""
-    return check_rows(Corpus(tuple(files), "parquet", (None,) * len(files)), column, vectors=True,
-                      new_column=new_column)
+    return check_rows(Corpus(tuple(files), "parquet"), column, vectors=True, new_column=new_column)
 
 
 def is_string_type(t) -> bool:
@@ -217,7 +212,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     import pyarrow.parquet as pq
 
     total = 0
-    for path, compression in zip(corpus.files, corpus.compressions):
+    for path in corpus.files:
         if corpus.kind == "parquet":
             where = locate(path, InputError)
             try:
@@ -234,7 +229,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
                     length = _one_length(path, column, {t.list_size}, length)
                 total += metadata.num_rows
                 continue
-        table = read_table(path, corpus.kind, compression, text_column=column, columns=[column])
+        table = read_table(path, text_column=column, columns=[column])
         rows, length = check_table(path, table, column, vectors=vectors, new_column=new_column, length=length)
         total += rows
     if total == 0:
@@ -260,21 +255,15 @@ def check_table(path: str, table, column: str, *, vectors: bool = False, new_col
         return len(values), length
     lengths = set(pc.unique(pc.list_value_length(values)).to_pylist()) if len(values) else set()
     length = _one_length(path, column, lengths, length)
-    offset = 0
-    for chunk in values.chunks if isinstance(values, pa.ChunkedArray) else [values]:
-        flat = chunk.flatten()
-        bad = pc.is_null(flat)
-        if pa.types.is_floating(flat.type):
-            bad = pc.or_(bad, pc.invert(pc.is_finite(flat)))
-        if pc.any(bad).as_py():
-            position = int(pc.index(bad, True).as_py())
-            count = int(np.count_nonzero(bad.to_numpy(zero_copy_only=False)))
-            raise InputError(
-                f"{path}: row {offset + position // length + 1} of column {column!r} holds {flat[position].as_py()} "
-                f"(element {position % length + 1}); {count} non-finite values in this file. Nothing was trained or "
-                "written"
-            )
-        offset += len(chunk)
+    flat = pc.list_flatten(values)  # every vector has ``length`` numbers: a number's row is its position // length
+    bad = pc.is_null(flat)
+    if pa.types.is_floating(flat.type):
+        bad = pc.or_(bad, pc.invert(pc.is_finite(flat)))
+    if pc.any(bad).as_py():
+        position = int(pc.index(bad, True).as_py())
+        raise InputError(f"{path}: row {position // length + 1} of column {column!r} holds {flat[position].as_py()} "
+                         f"(element {position % length + 1}); {pc.sum(bad).as_py()} non-finite values in this file. "
+                         "Nothing was trained or written")
     return len(values), length
 
 
@@ -322,6 +311,6 @@ class RowChecks:
     def find_the_bad_file(self) -> None:
         """Read the remote files one at a time with the driver's checks: an InputError names a bad one (a bad row,
         or a damaged page that the footer did not show: "cannot be read as Parquet")."""
-        remote = [(f, c) for f, c in zip(self.corpus.files, self.corpus.compressions) if is_remote(f)]
-        check_rows(Corpus(tuple(f for f, _ in remote), "parquet", tuple(c for _, c in remote)), self.column,
-                   vectors=self.vectors, new_column=self.new_column, length=self.length, remote_rows=True)
+        remote = Corpus(tuple(filter(is_remote, self.corpus.files)), "parquet")
+        check_rows(remote, self.column, vectors=self.vectors, new_column=self.new_column, length=self.length,
+                   remote_rows=True)

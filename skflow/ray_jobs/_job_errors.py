@@ -23,11 +23,8 @@ def worker_error(exc: BaseException) -> BaseException:
 def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
     """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
 
-    A row that fails its checks where it was read is an InputError already. An
-    error of reading (``OSError``, pyarrow's errors) on remote Parquet files
-    (``checks``) may be a page damaged behind a sound footer: the files are
-    read again on the driver, one at a time, to name it. Anything else, a
-    store that went away included, is the first line of the worker's error.
+    An error of reading remote Parquet files (``checks``) may be a page damaged behind a sound footer: the files
+    are read again, one at a time, to name it. Anything else is the first line of the worker's error.
     """
     import pyarrow as pa
 

@@ -1,19 +1,14 @@
 """Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
 
-Each format is read with the parser the driver's checks use
-(:mod:`skflow.ray_jobs._corpus`): Parquet, CSV (text column as strings) and
-JSON lines with pyarrow's readers through Ray's; text files as whole files
-whose lines :func:`~skflow.ray_jobs._corpus.text_rows` splits (Ray's own
-``read_text`` splits at every Unicode line break and drops whitespace-only
-lines, so its counts differ). The compression of every file is given to Ray
-explicitly (Ray infers it from lower-case extensions only). Files on object
-storage are read through the filesystem the driver checked them with, one
-read per store and compression, then their union.
+Each format is read with the driver's parser: pyarrow's through Ray's readers, text files whole and split by
+:func:`~skflow.ray_jobs._corpus.text_rows` (Ray's ``read_text`` splits at every Unicode line break). Each file's
+compression is given (Ray infers it from lower-case extensions only), and its store's filesystem: one read per
+store and compression, then their union.
 """
 
 import numpy as np
 
-from skflow.ray_jobs._corpus import Corpus, InputError, csv_convert_options, text_rows
+from skflow.ray_jobs._corpus import Corpus, InputError, csv_convert_options, file_format, text_rows
 from skflow.ray_jobs._storage import locate
 
 
@@ -31,8 +26,8 @@ def read_dataset(corpus: Corpus, text_column: str | None = None):
     import ray
 
     groups = {}
-    for file, compression in zip(corpus.files, corpus.compressions):
-        where = locate(file, InputError)
+    for file in corpus.files:
+        where, compression = locate(file, InputError), file_format(file)[1]
         store = file.split("/", 3)[:3] if where.is_remote else ""
         filesystem = where.filesystem if where.is_remote else None
         groups.setdefault(str((store, compression)), (filesystem, compression, []))[2].append(where.path)

@@ -1,12 +1,9 @@
 """Joining or starting Ray for one command, with the Ray Data settings the commands rely on.
 
-- ``--address`` (or ``RAY_ADDRESS``) is probed with a TCP connection first:
-  ``ray.init`` retries an address where nothing listens for many minutes.
-- Ray Data raises the exception a worker raised, not its ``UserCodeException``
-  (:mod:`skflow.ray_jobs._job_errors` goes by its type), and does not retry
-  IO errors itself: it retried each filesystem call ten times inside ten
-  retries of each write, up to 32 s apart, so a store that went away held the
-  command for an hour. The filesystem's own retries stay (pyarrow's S3: 6 s).
+``--address`` is probed with a TCP connection first (``ray.init`` retries an address where nothing listens for
+many minutes). Ray Data raises the worker's own exception (:mod:`skflow.ray_jobs._job_errors` goes by its type)
+and does not retry IO errors itself (ten retries within ten retries of each write held a command for an hour
+once a store went away); the filesystem's own retries stay (pyarrow's S3: 6 s).
 """
 
 import contextlib
@@ -75,12 +72,11 @@ def _assign(settings) -> None:
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
     """Ray's resource options for ``workers`` actors, after checking that the cluster can run them at all.
 
-    Ray Data's listing, read and write tasks take a whole CPU of one node
-    each. Actors reserve a CPU each where there is one to spare beside
-    them; else ``1/m`` CPU each, the smallest ``m`` that leaves the tasks one
-    CPU of a one-node cluster, or the smallest node of a larger one, which
-    the actors then keep off. (Spread over two nodes of one CPU, two actors
-    of half a CPU left half a CPU on each, and the job waited forever.)
+    Ray Data's read and write tasks take a whole CPU of one node each. Actors
+    reserve a CPU each where there is one to spare beside them; else ``1/m``
+    CPU each, leaving the tasks one CPU of a one-node cluster, or the smallest
+    node of a larger one, which the actors keep off (half-CPU actors on two
+    one-CPU nodes left no whole CPU: the job waited forever).
 
     Raises
     ------

@@ -1,14 +1,9 @@
-"""One filesystem layer for the Ray commands: local folders and object stores alike, through ``pyarrow.fs``.
+"""One filesystem layer for the Ray commands, local folders and object stores alike, through ``pyarrow.fs``.
 
-Local paths (``file://`` too) open with pyarrow's ``LocalFileSystem``; URIs
-with :meth:`pyarrow.fs.FileSystem.from_uri` (S3, GCS, Azure, HDFS), else with
-fsspec's filesystem for the scheme (``hf://``, ``memory://``). The driver's
-checks, Ray Data's readers and skflow's writer use the same filesystem.
-Credentials come from the environment the filesystem reads, never from the
-command line: a URI holding a user, a password or a query string is refused
-without repeating it, and messages built from a store's errors are scrubbed.
+Local paths open with ``LocalFileSystem``, URIs with :meth:`pyarrow.fs.FileSystem.from_uri` or else fsspec's
+filesystem for the scheme. Credentials come from the environment, never from the command line: a URI holding
+them (or a query string) is refused without repeating it, and messages built from a store's errors are scrubbed.
 """
-
 import functools
 import os
 import re
@@ -70,15 +65,6 @@ def scrub(text: str) -> str:
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line, credentials masked."""
     return scrub(" ".join(str(exc).split()))
-
-
-def _not_utf8_name(root: str) -> str:
-    """The first name under the local folder ``root`` that is not UTF-8 (pyarrow's listing names none)."""
-    for parent, folders, files in os.walk(root):
-        for name in folders + files:
-            if any("\udc80" <= c <= "\udcff" for c in name):  # a byte os.fsdecode could not decode
-                return os.path.join(parent, name)
-    return root
 
 
 def is_remote(item) -> bool:
@@ -144,10 +130,7 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
 
 @functools.lru_cache(maxsize=64)
 def _root(scheme: str, authority: str, variables: tuple):
-    """The filesystem of ``scheme://authority/`` and that root's path in it, once per credential environment.
-
-    Cached: pyarrow's S3 asks the store for the bucket's region when AWS_REGION is not set.
-    """
+    """The filesystem of ``scheme://authority/`` and its root path, cached (pyarrow's S3 asks for the region)."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -160,10 +143,9 @@ def _root(scheme: str, authority: str, variables: tuple):
         import fsspec
 
         try:
-            fsspec.get_filesystem_class(scheme)
-        except ValueError:
+            native, path = fsspec.core.url_to_fs(uri)
+        except ValueError:  # "Protocol not known"
             raise KeyError(scheme) from None
-        native, path = fsspec.core.url_to_fs(uri)
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(native))
     return filesystem, path.rstrip("/")
 
@@ -206,10 +188,7 @@ def missing(where: Location, error: type[Exception] = ValueError) -> Exception:
 
 
 def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
-    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``.
-
-    Local links to folders are followed (a link back up is listed once).
-    """
+    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``."""
     import pyarrow.fs as pafs
 
     selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
@@ -219,7 +198,9 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
         return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
                       if info.type != pafs.FileType.Directory)
     except UnicodeDecodeError:  # a local name that is not UTF-8: pyarrow's error names none
-        check_name(_not_utf8_name(folder.path), error)
+        for parent, folders, files in os.walk(folder.path):
+            for name in folders + files:
+                check_name(os.path.join(parent, name), error)
         raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
@@ -229,13 +210,11 @@ def check_not_an_input(out: Location, inputs, what: str) -> None:
     """Refuse an output that is, contains or lies inside an input (local paths: links resolved)."""
     for item in inputs:
         source = locate(item, OutputPathError)
-        if source.key == out.key:
-            raise OutputPathError(f"{out.shown}: the {what} is the input {source.shown}; choose another output")
-        if source.key.startswith(out.key.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} contains the input {source.shown}; choose another output")
-        if out.key.startswith(source.key.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} lies inside the input {source.shown}; choose another "
-                                  "output")
+        holds = f"{source.key}/".startswith(f"{out.key.rstrip('/')}/")
+        inside = f"{out.key}/".startswith(f"{source.key.rstrip('/')}/")
+        if holds or inside:
+            relation = "is" if holds and inside else "contains" if holds else "lies inside"
+            raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
 
 
 def check_writable(folder: Location, what: str) -> None:
@@ -255,12 +234,10 @@ def check_writable(folder: Location, what: str) -> None:
 
 # ------------------------------------------------------------------------------------------ writing
 def upload(source: str, where: Location) -> None:
-    """Copy the local file ``source`` to ``where`` in one call into Arrow, whole or not at all.
+    """Copy the local file ``source`` to ``where`` in one call into Arrow (no server-side copy), whole or not at all.
 
-    Ctrl-C or SIGTERM waits for the call to end (a ``with`` block around a
-    stream would close it, and an S3 stream closed early is a shorter object);
-    a killed process leaves no part (S3 shows a multipart upload only once it
-    is complete). One upload, no server-side copy.
+    Ctrl-C waits for the call (a stream closed early on S3 is a shorter object); a killed process leaves no
+    part (S3 shows a multipart upload only once complete).
     """
     import pyarrow.fs as pafs
 
