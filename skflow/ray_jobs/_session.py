@@ -1,8 +1,8 @@
-"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on.
+"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on; what a failed job means.
 
 ``--address`` is probed with a TCP connection first (``ray.init`` retries an address where nothing listens for
-many minutes). Ray Data raises the worker's own exception (:mod:`skflow.ray_jobs._job_errors` goes by its type)
-and does not retry IO errors itself (ten retries within ten retries of each write held a command for an hour
+many minutes). Ray Data raises the worker's own exception (:func:`job_failure` goes by its type) and does not
+retry IO errors itself (ten retries within ten retries of each write held a command for an hour
 once a store went away); the filesystem's own retries stay (pyarrow's S3: 6 s).
 """
 
@@ -14,9 +14,16 @@ import socket
 import warnings
 from collections.abc import Iterator
 
+from skflow.ray_jobs._corpus import InputError, RowChecks
+from skflow.ray_jobs._storage import one_line
+
 
 class RayClusterError(ConnectionError):
     """No Ray cluster at the address, or not the resources the command needs (found before any work)."""
+
+
+class JobFailedError(RuntimeError):
+    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 def probe(address: str, timeout: float = 10.0) -> None:
@@ -104,3 +111,29 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
                               f"{workers * gpus_per_worker:g} GPUs, {gpus_per_worker:g} on one node; the Ray cluster "
                               f"has {sum(gpus):g} (at most {max(gpus):g} on a node)")
     return options
+
+
+def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
+
+    An error of reading remote Parquet files (``checks``) may be a page damaged behind a sound footer: the files
+    are read again, one at a time, to name it. Anything else is the first line of the worker's error.
+    """
+    import pyarrow as pa
+    from ray.exceptions import RayTaskError, UserCodeException
+
+    raised = exc  # the worker's own exception, under Ray's wrappers
+    while isinstance(raised, (RayTaskError, UserCodeException)):
+        inner = raised.cause if isinstance(raised, RayTaskError) else raised.__cause__
+        if inner is None or inner is raised:
+            break
+        raised = inner
+    message = one_line(str(raised).strip().split("\n", 1)[0])  # Ray appends its retry advice on further lines
+    if isinstance(raised, InputError):
+        return InputError(f"{message}; nothing was written")
+    if checks is not None and isinstance(raised, (OSError, pa.ArrowException)):
+        try:
+            checks.find_the_bad_file()
+        except InputError as found:
+            return InputError(f"{found}; nothing was written")
+    return JobFailedError(f"the Ray job failed, nothing was written: {type(raised).__name__}: {message}")

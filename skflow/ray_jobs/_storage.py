@@ -4,6 +4,7 @@ Local paths open with ``LocalFileSystem``, URIs with :meth:`pyarrow.fs.FileSyste
 filesystem for the scheme. Credentials come from the environment, never from the command line: a URI holding
 them (or a query string) is refused without repeating it, and messages built from a store's errors are scrubbed.
 """
+
 import functools
 import os
 import re
