@@ -114,42 +114,45 @@ def text_rows(data: bytes, path: str = "") -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
-def csv_convert_options(text_column: str | None):
-    """CSV conversion: the text column is read as strings, whatever its values look like."""
+def parse(data: bytes, path: str, text_column: str | None = None):
+    """The table of a CSV, JSON lines or text file's (decompressed) bytes: the one parser of the driver and Ray.
+
+    A CSV file's text column is read as strings, whatever its values look like.
+    """
     import pyarrow as pa
     import pyarrow.csv
+    import pyarrow.json
 
-    return pyarrow.csv.ConvertOptions(column_types={text_column: pa.string()} if text_column else {})
+    kind = file_format(path)[0]
+    if kind == "text":
+        return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
+    _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
+    try:
+        if kind == "csv":
+            options = pyarrow.csv.ConvertOptions(column_types={text_column: pa.string()} if text_column else {})
+            return pyarrow.csv.read_csv(pa.BufferReader(data), convert_options=options)
+        return pyarrow.json.read_json(pa.BufferReader(data))
+    except (OSError, pa.ArrowException) as exc:
+        reason = one_line(exc)
+        if row := re.search(r" in row ([0-9]+)$", reason):  # pyarrow's JSON reader counts rows from 0
+            reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
+        raise InputError(f"{path}: cannot be read as {_NAMES[kind]} ({reason})") from None
 
 
 def read_table(path: str, *, text_column: str | None = None, columns: list[str] | None = None):
     """One file as a pyarrow table, as Ray's reader gives it; errors name the file (and the row if known)."""
     import pyarrow as pa
-    import pyarrow.csv
-    import pyarrow.json
     import pyarrow.parquet as pq
 
     (kind, compression), where = file_format(path), locate(path, InputError)
-    reading = compression
     try:
         if kind == "parquet":
             return pq.read_table(where.path, columns=columns, filesystem=where.filesystem)
         with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
             data = stream.read()
-        reading = None
-        if kind == "text":
-            return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
-        _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
-        if kind == "csv":
-            return pyarrow.csv.read_csv(pa.BufferReader(data), convert_options=csv_convert_options(text_column))
-        return pyarrow.json.read_json(pa.BufferReader(data))
-    except InputError:
-        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        reason = one_line(exc)
-        if row := re.search(r" in row ([0-9]+)$", reason):  # pyarrow's JSON reader counts rows from 0
-            reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
-        raise InputError(f"{path}: cannot be read as {reading or _NAMES[kind]} ({reason})") from None
+        raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
+    return parse(data, path, text_column)
 
 
 # ------------------------------------------------------------------------------ the checks of rows
