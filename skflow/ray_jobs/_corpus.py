@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from skflow.ray_jobs._outputs import read_as_listed
-from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line
+from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line, read_bytes
 from skflow.utils import check_given_name, check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
@@ -48,14 +48,7 @@ def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
 
 
 def input_files(inputs) -> Corpus:
-    """The files of ``inputs`` (files, or folders of them) and their one format.
-
-    Raises
-    ------
-    InputError
-        An input is missing; a folder holds files skflow would not read (they
-        are listed) or none at all; the files mix formats.
-    """
+    """The files of ``inputs`` (files, or folders of them) and their one format; InputError naming what is wrong."""
     files, skipped = [], []
     for item in inputs:
         check_name(os.fspath(item), InputError)
@@ -115,10 +108,7 @@ def text_rows(data: bytes, path: str = "") -> list[str]:
 
 
 def parse(data: bytes, path: str, text_column: str | None = None):
-    """The table of a CSV, JSON lines or text file's (decompressed) bytes: the one parser of the driver and Ray.
-
-    A CSV file's text column is read as strings, whatever its values look like.
-    """
+    """The table of a CSV, JSON lines or text file's bytes (a CSV text column as strings): the driver's and Ray's."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
@@ -148,8 +138,7 @@ def read_table(path: str, *, text_column: str | None = None, columns: list[str] 
     try:
         if kind == "parquet":
             return pq.read_table(where.path, columns=columns, filesystem=where.filesystem)
-        with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
-            data = stream.read()
+        data = read_bytes(where, compression)
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
     return parse(data, path, text_column)
@@ -203,13 +192,10 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
                length: int | None = None, remote_rows: bool = False) -> tuple[int, int | None]:
-    """Every row of ``column`` is a string, or (``vectors``) a vector of finite numbers all of one length.
+    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given); ``(rows, length)``.
 
-    ``new_column`` must not be a column yet, vectors must have ``length`` if
-    given. Returns ``(rows, length)``. Parquet files on object storage are
-    checked by their footer only (columns, type, rows; the length if the
-    column has a fixed size) unless ``remote_rows``; the length is None if
-    still unknown.
+    ``new_column`` must not be a column yet. Parquet files on object storage are checked by their footer only
+    (columns, type, rows, a fixed length) unless ``remote_rows``.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -218,9 +204,8 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     for path in corpus.files:
         if corpus.kind == "parquet":
             where = locate(path, InputError)
-            try:
-                with where.filesystem.open_input_file(where.path) as f:  # the footer: a few KiB read
-                    metadata = pq.ParquetFile(f).metadata
+            try:  # the footer: a few KiB read
+                metadata = pq.read_metadata(where.path, filesystem=where.filesystem)
             except (OSError, ValueError, pa.ArrowException) as exc:
                 raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
             schema = metadata.schema.to_arrow_schema()

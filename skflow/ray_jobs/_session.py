@@ -77,19 +77,11 @@ def _assign(settings) -> None:
 
 
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
-    """Ray's resource options for ``workers`` actors, after checking that the cluster can run them at all.
+    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them.
 
-    Ray Data's read and write tasks take a whole CPU of one node each. Actors
-    reserve a CPU each where there is one to spare beside them; else ``1/m``
-    CPU each, leaving the tasks one CPU of a one-node cluster, or the smallest
-    node of a larger one, which the actors keep off (half-CPU actors on two
-    one-CPU nodes left no whole CPU: the job waited forever).
-
-    Raises
-    ------
-    RayClusterError
-        The cluster has no whole CPU, or fewer GPUs than the actors need (in
-        total, or on any one node they may use).
+    Ray Data's read and write tasks take a whole CPU of one node each: actors reserve a CPU each where one is
+    spare, else ``1/m`` CPU, leaving the tasks one CPU of a one-node cluster, or the smallest node of a larger
+    one, which the actors keep off (half-CPU actors on two one-CPU nodes left no whole CPU: the job waited).
     """
     import ray
 
@@ -116,8 +108,8 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
 def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
     """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
 
-    An error of reading remote Parquet files (``checks``) may be a page damaged behind a sound footer: the files
-    are read again, one at a time, to name it. Anything else is the first line of the worker's error.
+    After an error of reading remote Parquet files (``checks``), a page damaged behind a sound footer, the files
+    are read again one at a time to name it.
     """
     import pyarrow as pa
     from ray.exceptions import RayTaskError, UserCodeException

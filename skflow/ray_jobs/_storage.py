@@ -5,6 +5,7 @@ filesystem for the scheme. Credentials come from the environment, never from the
 them (or a query string) is refused without repeating it, and messages built from a store's errors are scrubbed.
 """
 
+import contextlib
 import functools
 import os
 import re
@@ -81,15 +82,7 @@ def _shown(uri: str) -> str:
 
 
 def locate(item, error: type[Exception] = ValueError) -> Location:
-    """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used.
-
-    Raises
-    ------
-    error
-        The URI holds credentials or a query string, a part of its key is
-        empty, ``.`` or ``..``, an S3 bucket name is not valid, no filesystem
-        knows the scheme, or opening it failed.
-    """
+    """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used."""
     item = os.fspath(item)
     if item.lower().startswith("file://"):
         item = item[len("file://"):]
@@ -256,14 +249,12 @@ def write_bytes(where: Location, data: bytes) -> None:
         upload(source.name, where)
 
 
-def read_bytes(where: Location) -> bytes:
-    with where.filesystem.open_input_stream(where.path) as stream:
+def read_bytes(where: Location, compression: str | None = None) -> bytes:
+    with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
         return stream.read()
 
 
 def delete(where: Location) -> None:
     """Delete a file; a missing one is no error."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         where.filesystem.delete_file(where.path)
-    except FileNotFoundError:
-        pass
