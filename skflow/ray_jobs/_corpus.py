@@ -155,22 +155,14 @@ def check_embeddings(files, column: str, *, new_column: str | None = None) -> tu
     return check_rows(Corpus(tuple(files), "parquet"), column, vectors=True, new_column=new_column)
 
 
-def is_string_type(t) -> bool:
-    """Strings of any Arrow layout: plain, large, view, or dictionary-encoded strings."""
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(t):
-        return is_string_type(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", bool)(t)
-
-
 def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
-    import pyarrow as pa
+    from pyarrow import types
 
-    is_list = pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
-    if vectors and not (is_list and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))):
+    is_list = types.is_fixed_size_list(t) or types.is_list(t) or types.is_large_list(t)
+    if vectors and not (is_list and (types.is_floating(t.value_type) or types.is_integer(t.value_type))):
         raise InputError(f"{path}: column {column!r} holds {t}, not vectors of numbers")
-    if not vectors and not is_string_type(t):
+    value = t.value_type if types.is_dictionary(t) else t  # strings of any layout, dictionary-encoded too
+    if not vectors and not (types.is_string(value) or types.is_large_string(value) or types.is_string_view(value)):
         first = f" (row 1: {values[0].as_py()!r})" if values else ""
         raise InputError(f"{path}: column {column!r} holds {t} values, not strings{first}")
 
@@ -271,8 +263,7 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
 class RowChecks:
     """The row checks the driver left to the processes that read the rows (the corpus's files on object storage).
 
-    Called on each batch before it is used; a bad batch makes the caller read the corpus's remote files one by
-    one (:meth:`find_the_bad_file`) to name the file and the row. ``length``: the vector length, if known.
+    Called on each batch; after a bad one, :meth:`find_the_bad_file` names the file and the row.
     """
 
     corpus: Corpus
@@ -297,8 +288,7 @@ class RowChecks:
             raise InputError(f"{batch_error} (in one of the {len(self.corpus.files)} input files)") from None
 
     def find_the_bad_file(self) -> None:
-        """Read the remote files one at a time with the driver's checks: an InputError names a bad one (a bad row,
-        or a damaged page that the footer did not show: "cannot be read as Parquet")."""
+        """Check the remote files' rows one file at a time: an InputError names a bad row or a damaged page."""
         remote = Corpus(tuple(filter(is_remote, self.corpus.files)), "parquet")
         check_rows(remote, self.column, vectors=self.vectors, new_column=self.new_column, length=self.length,
                    remote_rows=True)

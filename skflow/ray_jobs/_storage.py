@@ -23,6 +23,7 @@ _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 _PASSWORD = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*:[^/@\s]*@")
 _USER_IS_CONTAINER = ("abfs", "abfss", "az")  # abfs://container@account.dfs.core.windows.net/path
+_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "HF_")  # what a filesystem reads when it starts
 _UNREADABLE_PARTS = ("", ".", "..")  # pyarrow cannot open a key with such a part (it normalises the path)
 
 
@@ -112,7 +113,8 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
     if key and any(part in _UNREADABLE_PARTS for part in key.split("/")):
         raise error(f"{printable(shown)}: a part of the key is empty, '.' or '..', which cannot be read back")
     try:
-        filesystem, root = _root(scheme, authority, _environment())
+        variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_VARIABLES)))
+        filesystem, root = _root(scheme, authority, variables)  # a new filesystem when the variables change
     except KeyError:
         raise error(f"{shown}: unknown scheme {scheme!r}; skflow reads local paths and the URIs that pyarrow or an "
                     "installed fsspec package opens (s3://, gs://, abfs://, hf://, ...)") from None
@@ -142,11 +144,6 @@ def _root(scheme: str, authority: str, variables: tuple):
             raise KeyError(scheme) from None
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(native))
     return filesystem, path.rstrip("/")
-
-
-def _environment() -> tuple:
-    """The variables a filesystem reads when it starts: a change of them gives a new filesystem."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_", "HF_"))))
 
 
 # --------------------------------------------------------------------------------------- inspecting
