@@ -1,9 +1,8 @@
 """What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`).
 
-One filesystem layer for local paths and object-store URIs (:mod:`skflow.ray_jobs._storage`); corpora and the
-checks of their rows (:mod:`skflow.ray_jobs._corpus`); Ray Data reads (:mod:`skflow.ray_jobs._ray_data`); output
-folders written once and committed by a manifest (:mod:`skflow.ray_jobs._outputs`); model files
-(:mod:`skflow.ray_jobs._models`); the Ray session, and what a failed job means (:mod:`skflow.ray_jobs._session`).
+One filesystem layer (``_storage``); corpora and the checks of their rows (``_corpus``); Ray Data reads
+(``_ray_data``); output folders committed by a manifest (``_outputs``); model files (``_models``); the Ray session
+and what a failed job means (``_session``).
 """
 
 from skflow.ray_jobs._corpus import InputError, RowChecks, check_embeddings, check_new_column, check_texts, input_files

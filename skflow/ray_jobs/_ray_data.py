@@ -1,9 +1,8 @@
 """Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
 
-Parquet is read by Ray's reader, every other file whole by the driver's parser
-(:func:`~skflow.ray_jobs._corpus.parse`; Ray's ``read_text`` splits at every Unicode line break). Each file's
-compression is given (Ray infers it from lower-case extensions only), and its store's filesystem: one read per
-store and compression, then their union.
+Parquet is read by Ray's reader, every other file whole by the driver's :func:`~skflow.ray_jobs._corpus.parse`.
+Each file's compression is given (Ray infers it from lower-case extensions only) and its store's filesystem: one
+read per store and compression, then their union.
 """
 
 import functools

@@ -237,13 +237,9 @@ def upload(source: str, where: Location) -> None:
 
 
 def write_bytes(where: Location, data: bytes) -> None:
-    """Write ``data`` as the file ``where``, whole or not at all (:func:`upload`)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(prefix="skflow-") as source:
-        source.write(data)
-        source.flush()
-        upload(source.name, where)
+    """Write a small file (a manifest, a probe) in one call into Arrow: on object storage, one object, whole."""
+    with where.filesystem.open_output_stream(where.path) as stream:
+        stream.write(data)
 
 
 def read_bytes(where: Location, compression: str | None = None) -> bytes:
