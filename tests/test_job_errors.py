@@ -52,7 +52,7 @@ class _Scanned(RowChecks):
     (ValueError("ArrowInvalid"), False),
 ])
 def test_the_remote_files_are_read_to_name_one_only_after_an_error_of_reading(raised, scanned):
-    checks = _Scanned(Corpus(("s3://b/x.parquet",), "parquet", (None,)), "embedding", vectors=True)
+    checks = _Scanned(Corpus(("s3://b/x.parquet",), "parquet"), "embedding", vectors=True)
     object.__setattr__(checks, "scans", [])
     failure = job_failure(_from_a_worker(raised), checks)
     assert checks.scans == ([1] if scanned else [])  # an encoder that breaks never downloads the corpus

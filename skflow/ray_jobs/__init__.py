@@ -1,41 +1,20 @@
 """What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`).
 
-One filesystem layer for local paths and object-store URIs (:mod:`skflow.ray_jobs._storage`); corpora and the
-checks of their rows (:mod:`skflow.ray_jobs._corpus`); Ray Data reads (:mod:`skflow.ray_jobs._ray_data`); output
-folders written once and committed by a manifest (:mod:`skflow.ray_jobs._outputs`); model files
-(:mod:`skflow.ray_jobs._models`); the Ray session, and what a failed job means (:mod:`skflow.ray_jobs._job_errors`).
+One filesystem layer (``_storage``); corpora and the checks of their rows (``_corpus``); Ray Data reads
+(``_ray_data``); output folders committed by a manifest (``_outputs``); model files (``_models``); the Ray session
+and what a failed job means (``_session``).
 """
 
 from skflow.ray_jobs._corpus import InputError, RowChecks, check_embeddings, check_new_column, check_texts, input_files
-from skflow.ray_jobs._job_errors import JobFailedError, job_failure
 from skflow.ray_jobs._models import check_model_output, load_model, looks_like_model_file, save_model
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
 from skflow.ray_jobs._ray_data import read_dataset, vectors_array, vectors_column
-from skflow.ray_jobs._session import RayClusterError, actor_resources, ray_session
+from skflow.ray_jobs._session import JobFailedError, RayClusterError, actor_resources, job_failure, ray_session
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 
 __all__ = [
-    "MARKER",
-    "InputError",
-    "JobFailedError",
-    "OutputFolder",
-    "RayClusterError",
-    "RowChecks",
-    "actor_resources",
-    "check_embeddings",
-    "check_model_output",
-    "check_new_column",
-    "check_texts",
-    "input_files",
-    "is_remote",
-    "job_failure",
-    "load_model",
-    "locate",
-    "looks_like_model_file",
-    "ray_session",
-    "read_dataset",
-    "save_model",
-    "scrub",
-    "vectors_array",
-    "vectors_column",
+    "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "RowChecks", "actor_resources",
+    "check_embeddings", "check_model_output", "check_new_column", "check_texts", "input_files", "is_remote",
+    "job_failure", "load_model", "locate", "looks_like_model_file", "ray_session", "read_dataset", "save_model",
+    "scrub", "vectors_array", "vectors_column"
 ]

@@ -1,29 +1,20 @@
 """Ray Data reads that give exactly the rows the driver's checks counted, and vector columns.
 
-Each format is read with the parser the driver's checks use
-(:mod:`skflow.ray_jobs._corpus`): Parquet, CSV (text column as strings) and
-JSON lines with pyarrow's readers through Ray's; text files as whole files
-whose lines :func:`~skflow.ray_jobs._corpus.text_rows` splits (Ray's own
-``read_text`` splits at every Unicode line break and drops whitespace-only
-lines, so its counts differ). The compression of every file is given to Ray
-explicitly (Ray infers it from lower-case extensions only). Files on object
-storage are read through the filesystem the driver checked them with, one
+Parquet is read by Ray's reader, every other file whole by the driver's :func:`~skflow.ray_jobs._corpus.parse`.
+Each file's compression is given (Ray infers it from lower-case extensions only) and its store's filesystem: one
 read per store and compression, then their union.
 """
 
+import functools
+
 import numpy as np
 
-from skflow.ray_jobs._corpus import Corpus, InputError, csv_convert_options, text_rows
+from skflow.ray_jobs._corpus import Corpus, InputError, file_format, parse
 from skflow.ray_jobs._storage import locate
 
 
-def _text_batch(batch):
-    import pyarrow as pa
-
-    texts = []
-    for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist()):
-        texts += text_rows(data, path)
-    return pa.table({"text": pa.array(texts, pa.string())})
+def _parsed(text_column, batch):  # one file a batch
+    return parse(batch.column("bytes")[0].as_py(), batch.column("path")[0].as_py(), text_column)
 
 
 def read_dataset(corpus: Corpus, text_column: str | None = None):
@@ -31,27 +22,20 @@ def read_dataset(corpus: Corpus, text_column: str | None = None):
     import ray
 
     groups = {}
-    for file, compression in zip(corpus.files, corpus.compressions):
-        where = locate(file, InputError)
+    for file in corpus.files:
+        where, compression = locate(file, InputError), file_format(file)[1]
         store = file.split("/", 3)[:3] if where.is_remote else ""
         filesystem = where.filesystem if where.is_remote else None
         groups.setdefault(str((store, compression)), (filesystem, compression, []))[2].append(where.path)
     datasets = []
     for filesystem, compression, files in groups.values():
-        stream = {"compression": compression}
-        where = {"file_extensions": None, "filesystem": filesystem}
         if corpus.kind == "parquet":
-            dataset = ray.data.read_parquet(files, **where)
-        elif corpus.kind == "csv":
-            dataset = ray.data.read_csv(files, **where, arrow_open_stream_args=stream,
-                                        convert_options=csv_convert_options(text_column))
-        elif corpus.kind == "json":  # lines=False: pyarrow's reader (JSON lines), as on the driver
-            dataset = ray.data.read_json(files, **where, arrow_open_stream_args=stream)
-        else:
-            dataset = ray.data.read_binary_files(files, include_paths=True, filesystem=filesystem,
-                                                 arrow_open_stream_args=stream)
-            dataset = dataset.map_batches(_text_batch, batch_format="pyarrow", batch_size=1)
-        datasets.append(dataset)
+            datasets.append(ray.data.read_parquet(files, file_extensions=None, filesystem=filesystem))
+            continue
+        dataset = ray.data.read_binary_files(files, include_paths=True, filesystem=filesystem,
+                                             arrow_open_stream_args={"compression": compression})
+        datasets.append(dataset.map_batches(functools.partial(_parsed, text_column), batch_format="pyarrow",
+                                            batch_size=1))
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 
 
@@ -65,8 +49,6 @@ def vectors_column(vectors: np.ndarray):
 
 def vectors_array(values) -> np.ndarray:
     """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
-    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    flat = values.flatten().to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=np.float32).reshape(len(values), -1)
+    return np.asarray(pc.list_flatten(values), dtype=np.float32).reshape(len(values), -1)

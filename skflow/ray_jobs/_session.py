@@ -1,12 +1,9 @@
-"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on.
+"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on; what a failed job means.
 
-- ``--address`` (or ``RAY_ADDRESS``) is probed with a TCP connection first:
-  ``ray.init`` retries an address where nothing listens for many minutes.
-- Ray Data raises the exception a worker raised, not its ``UserCodeException``
-  (:mod:`skflow.ray_jobs._job_errors` goes by its type), and does not retry
-  IO errors itself: it retried each filesystem call ten times inside ten
-  retries of each write, up to 32 s apart, so a store that went away held the
-  command for an hour. The filesystem's own retries stay (pyarrow's S3: 6 s).
+``--address`` is probed with a TCP connection first (``ray.init`` retries an address where nothing listens for
+many minutes). Ray Data raises the worker's own exception (:func:`job_failure` goes by its type) and does not
+retry IO errors itself (ten retries within ten retries of each write held a command for an hour
+once a store went away); the filesystem's own retries stay (pyarrow's S3: 6 s).
 """
 
 import contextlib
@@ -17,9 +14,16 @@ import socket
 import warnings
 from collections.abc import Iterator
 
+from skflow.ray_jobs._corpus import InputError, RowChecks
+from skflow.ray_jobs._storage import one_line
+
 
 class RayClusterError(ConnectionError):
     """No Ray cluster at the address, or not the resources the command needs (found before any work)."""
+
+
+class JobFailedError(RuntimeError):
+    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 def probe(address: str, timeout: float = 10.0) -> None:
@@ -73,20 +77,11 @@ def _assign(settings) -> None:
 
 
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
-    """Ray's resource options for ``workers`` actors, after checking that the cluster can run them at all.
+    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them.
 
-    Ray Data's listing, read and write tasks take a whole CPU of one node
-    each. Actors reserve a CPU each where there is one to spare beside
-    them; else ``1/m`` CPU each, the smallest ``m`` that leaves the tasks one
-    CPU of a one-node cluster, or the smallest node of a larger one, which
-    the actors then keep off. (Spread over two nodes of one CPU, two actors
-    of half a CPU left half a CPU on each, and the job waited forever.)
-
-    Raises
-    ------
-    RayClusterError
-        The cluster has no whole CPU, or fewer GPUs than the actors need (in
-        total, or on any one node they may use).
+    Ray Data's read and write tasks take a whole CPU of one node each: actors reserve a CPU each where one is
+    spare, else ``1/m`` CPU, leaving the tasks one CPU of a one-node cluster, or the smallest node of a larger
+    one, which the actors keep off (half-CPU actors on two one-CPU nodes left no whole CPU: the job waited).
     """
     import ray
 
@@ -108,3 +103,29 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
                               f"{workers * gpus_per_worker:g} GPUs, {gpus_per_worker:g} on one node; the Ray cluster "
                               f"has {sum(gpus):g} (at most {max(gpus):g} on a node)")
     return options
+
+
+def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
+
+    After an error of reading remote Parquet files (``checks``), a page damaged behind a sound footer, the files
+    are read again one at a time to name it.
+    """
+    import pyarrow as pa
+    from ray.exceptions import RayTaskError, UserCodeException
+
+    raised = exc  # the worker's own exception, under Ray's wrappers
+    while isinstance(raised, (RayTaskError, UserCodeException)):
+        inner = raised.cause if isinstance(raised, RayTaskError) else raised.__cause__
+        if inner is None or inner is raised:
+            break
+        raised = inner
+    message = one_line(str(raised).strip().split("\n", 1)[0])  # Ray appends its retry advice on further lines
+    if isinstance(raised, InputError):
+        return InputError(f"{message}; nothing was written")
+    if checks is not None and isinstance(raised, (OSError, pa.ArrowException)):
+        try:
+            checks.find_the_bad_file()
+        except InputError as found:
+            return InputError(f"{found}; nothing was written")
+    return JobFailedError(f"the Ray job failed, nothing was written: {type(raised).__name__}: {message}")

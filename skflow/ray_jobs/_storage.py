@@ -1,14 +1,11 @@
-"""One filesystem layer for the Ray commands: local folders and object stores alike, through ``pyarrow.fs``.
+"""One filesystem layer for the Ray commands, local folders and object stores alike, through ``pyarrow.fs``.
 
-Local paths (``file://`` too) open with pyarrow's ``LocalFileSystem``; URIs
-with :meth:`pyarrow.fs.FileSystem.from_uri` (S3, GCS, Azure, HDFS), else with
-fsspec's filesystem for the scheme (``hf://``, ``memory://``). The driver's
-checks, Ray Data's readers and skflow's writer use the same filesystem.
-Credentials come from the environment the filesystem reads, never from the
-command line: a URI holding a user, a password or a query string is refused
-without repeating it, and messages built from a store's errors are scrubbed.
+Local paths open with ``LocalFileSystem``, URIs with :meth:`pyarrow.fs.FileSystem.from_uri` or else fsspec's
+filesystem for the scheme. Credentials come from the environment, never from the command line: a URI holding
+them (or a query string) is refused without repeating it, and messages built from a store's errors are scrubbed.
 """
 
+import contextlib
 import functools
 import os
 import re
@@ -26,6 +23,7 @@ _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 _PASSWORD = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*:[^/@\s]*@")
 _USER_IS_CONTAINER = ("abfs", "abfss", "az")  # abfs://container@account.dfs.core.windows.net/path
+_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "HF_")  # what a filesystem reads when it starts
 _UNREADABLE_PARTS = ("", ".", "..")  # pyarrow cannot open a key with such a part (it normalises the path)
 
 
@@ -72,15 +70,6 @@ def one_line(exc: BaseException) -> str:
     return scrub(" ".join(str(exc).split()))
 
 
-def _not_utf8_name(root: str) -> str:
-    """The first name under the local folder ``root`` that is not UTF-8 (pyarrow's listing names none)."""
-    for parent, folders, files in os.walk(root):
-        for name in folders + files:
-            if any("\udc80" <= c <= "\udcff" for c in name):  # a byte os.fsdecode could not decode
-                return os.path.join(parent, name)
-    return root
-
-
 def is_remote(item) -> bool:
     """Whether ``item`` names a location that is not a local path (a URI other than ``file://``)."""
     return isinstance(item, str) and _SCHEME.match(item) is not None and not item.lower().startswith("file://")
@@ -94,15 +83,7 @@ def _shown(uri: str) -> str:
 
 
 def locate(item, error: type[Exception] = ValueError) -> Location:
-    """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used.
-
-    Raises
-    ------
-    error
-        The URI holds credentials or a query string, a part of its key is
-        empty, ``.`` or ``..``, an S3 bucket name is not valid, no filesystem
-        knows the scheme, or opening it failed.
-    """
+    """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used."""
     item = os.fspath(item)
     if item.lower().startswith("file://"):
         item = item[len("file://"):]
@@ -132,7 +113,8 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
     if key and any(part in _UNREADABLE_PARTS for part in key.split("/")):
         raise error(f"{printable(shown)}: a part of the key is empty, '.' or '..', which cannot be read back")
     try:
-        filesystem, root = _root(scheme, authority, _environment())
+        variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_VARIABLES)))
+        filesystem, root = _root(scheme, authority, variables)  # a new filesystem when the variables change
     except KeyError:
         raise error(f"{shown}: unknown scheme {scheme!r}; skflow reads local paths and the URIs that pyarrow or an "
                     "installed fsspec package opens (s3://, gs://, abfs://, hf://, ...)") from None
@@ -144,10 +126,7 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
 
 @functools.lru_cache(maxsize=64)
 def _root(scheme: str, authority: str, variables: tuple):
-    """The filesystem of ``scheme://authority/`` and that root's path in it, once per credential environment.
-
-    Cached: pyarrow's S3 asks the store for the bucket's region when AWS_REGION is not set.
-    """
+    """The filesystem of ``scheme://authority/`` and its root path, cached (pyarrow's S3 asks for the region)."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -160,17 +139,11 @@ def _root(scheme: str, authority: str, variables: tuple):
         import fsspec
 
         try:
-            fsspec.get_filesystem_class(scheme)
-        except ValueError:
+            native, path = fsspec.core.url_to_fs(uri)
+        except ValueError:  # "Protocol not known"
             raise KeyError(scheme) from None
-        native, path = fsspec.core.url_to_fs(uri)
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(native))
     return filesystem, path.rstrip("/")
-
-
-def _environment() -> tuple:
-    """The variables a filesystem reads when it starts: a change of them gives a new filesystem."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_", "HF_"))))
 
 
 # --------------------------------------------------------------------------------------- inspecting
@@ -206,10 +179,7 @@ def missing(where: Location, error: type[Exception] = ValueError) -> Exception:
 
 
 def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
-    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``.
-
-    Local links to folders are followed (a link back up is listed once).
-    """
+    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``."""
     import pyarrow.fs as pafs
 
     selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
@@ -219,7 +189,9 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
         return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
                       if info.type != pafs.FileType.Directory)
     except UnicodeDecodeError:  # a local name that is not UTF-8: pyarrow's error names none
-        check_name(_not_utf8_name(folder.path), error)
+        for parent, folders, files in os.walk(folder.path):
+            for name in folders + files:
+                check_name(os.path.join(parent, name), error)
         raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
@@ -229,13 +201,11 @@ def check_not_an_input(out: Location, inputs, what: str) -> None:
     """Refuse an output that is, contains or lies inside an input (local paths: links resolved)."""
     for item in inputs:
         source = locate(item, OutputPathError)
-        if source.key == out.key:
-            raise OutputPathError(f"{out.shown}: the {what} is the input {source.shown}; choose another output")
-        if source.key.startswith(out.key.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} contains the input {source.shown}; choose another output")
-        if out.key.startswith(source.key.rstrip("/") + "/"):
-            raise OutputPathError(f"{out.shown}: the {what} lies inside the input {source.shown}; choose another "
-                                  "output")
+        holds = f"{source.key}/".startswith(f"{out.key.rstrip('/')}/")
+        inside = f"{out.key}/".startswith(f"{source.key.rstrip('/')}/")
+        if holds or inside:
+            relation = "is" if holds and inside else "contains" if holds else "lies inside"
+            raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
 
 
 def check_writable(folder: Location, what: str) -> None:
@@ -255,12 +225,10 @@ def check_writable(folder: Location, what: str) -> None:
 
 # ------------------------------------------------------------------------------------------ writing
 def upload(source: str, where: Location) -> None:
-    """Copy the local file ``source`` to ``where`` in one call into Arrow, whole or not at all.
+    """Copy the local file ``source`` to ``where`` in one call into Arrow (no server-side copy), whole or not at all.
 
-    Ctrl-C or SIGTERM waits for the call to end (a ``with`` block around a
-    stream would close it, and an S3 stream closed early is a shorter object);
-    a killed process leaves no part (S3 shows a multipart upload only once it
-    is complete). One upload, no server-side copy.
+    Ctrl-C waits for the call (a stream closed early on S3 is a shorter object); a killed process leaves no
+    part (S3 shows a multipart upload only once complete).
     """
     import pyarrow.fs as pafs
 
@@ -269,23 +237,17 @@ def upload(source: str, where: Location) -> None:
 
 
 def write_bytes(where: Location, data: bytes) -> None:
-    """Write ``data`` as the file ``where``, whole or not at all (:func:`upload`)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(prefix="skflow-") as source:
-        source.write(data)
-        source.flush()
-        upload(source.name, where)
+    """Write a small file (a manifest, a probe) in one call into Arrow: on object storage, one object, whole."""
+    with where.filesystem.open_output_stream(where.path) as stream:
+        stream.write(data)
 
 
-def read_bytes(where: Location) -> bytes:
-    with where.filesystem.open_input_stream(where.path) as stream:
+def read_bytes(where: Location, compression: str | None = None) -> bytes:
+    with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
         return stream.read()
 
 
 def delete(where: Location) -> None:
     """Delete a file; a missing one is no error."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         where.filesystem.delete_file(where.path)
-    except FileNotFoundError:
-        pass
