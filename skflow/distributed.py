@@ -43,10 +43,9 @@ from skflow.ray_jobs import (
     RayClusterError,
     RowChecks,
     actor_resources,
-    check_embeddings,
     check_model_output,
     check_new_column,
-    check_texts,
+    check_rows,
     input_files,
     is_remote,
     job_failure,
@@ -261,7 +260,7 @@ def embed(
     _check_encoder(embedder)
     corpus = input_files(inputs)
     text_column = "text" if corpus.kind == "text" else text_column
-    n_rows = check_texts(corpus, text_column, new_column=EMBEDDING_COLUMN)
+    n_rows = check_rows(corpus, text_column, new_column=EMBEDDING_COLUMN)[0]
     checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
     target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
     threads = threads_per_worker or _threads(workers)
@@ -309,7 +308,7 @@ def fit(
     corpus = input_files([input_dir])
     if corpus.kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
-    _, length = check_embeddings(corpus.files, column)
+    _, length = check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
     checks = RowChecks.needed(corpus, column, vectors=True, length=length)
@@ -372,14 +371,14 @@ def transform(
     if isinstance(fitted, FlowGaussianizer):
         if corpus.kind != "parquet":
             raise InputError(f"{input_dir}: a FlowGaussianizer reads the embedding column of Parquet shards")
-        n_rows, length = check_embeddings(corpus.files, column, new_column=output_column)
+        n_rows, length = check_rows(corpus, column, vectors=True, new_column=output_column)
         if length is not None and length != fitted.n_features_in_:
             raise InputError(f"{input_dir}: vectors of length {length}; the model expects {fitted.n_features_in_}")
         input_column = column
         checks = RowChecks.needed(corpus, column, vectors=True, length=fitted.n_features_in_, new_column=output_column)
     else:
         input_column = "text" if corpus.kind == "text" else text_column
-        n_rows = check_texts(corpus, input_column, new_column=output_column)
+        n_rows = check_rows(corpus, input_column, new_column=output_column)[0]
         checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
     target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
     threads = threads_per_worker or _threads(workers)

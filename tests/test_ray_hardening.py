@@ -334,12 +334,12 @@ def _json_lines(path: Path, rows) -> None:
 
 
 def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_ray):
-    from skflow.ray_jobs import check_texts
+    from skflow.ray_jobs import check_rows
     from skflow.ray_jobs._corpus import file_format
 
     def rows(*inputs):
         corpus = input_files(inputs)
-        return check_texts(corpus, "text"), corpus
+        return check_rows(corpus, "text")[0], corpus
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)
@@ -487,7 +487,7 @@ def _embedder():
 
 
 def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
-    from skflow.ray_jobs import check_texts
+    from skflow.ray_jobs import check_rows
     from skflow.ray_jobs._ray_data import read_dataset
 
     texts = tmp_path / "texts"
@@ -512,7 +512,7 @@ def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
                 dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
     for folder, rows in expected.items():
         corpus = input_files([folder])
-        assert check_texts(corpus, "text") == len(rows), folder
+        assert check_rows(corpus, "text")[0] == len(rows), folder
         got = read_dataset(corpus, "text").take_all()
         assert sorted(str(row["text"]) for row in got) == rows, folder
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20

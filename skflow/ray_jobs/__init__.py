@@ -5,7 +5,7 @@ One filesystem layer (``_storage``); corpora and the checks of their rows (``_co
 and what a failed job means (``_session``).
 """
 
-from skflow.ray_jobs._corpus import InputError, RowChecks, check_embeddings, check_new_column, check_texts, input_files
+from skflow.ray_jobs._corpus import InputError, RowChecks, check_new_column, check_rows, input_files
 from skflow.ray_jobs._models import check_model_output, load_model, looks_like_model_file, save_model
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
 from skflow.ray_jobs._ray_data import read_dataset, vectors_array, vectors_column
@@ -14,7 +14,7 @@ from skflow.ray_jobs._storage import is_remote, locate, scrub
 
 __all__ = [
     "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "RowChecks", "actor_resources",
-    "check_embeddings", "check_model_output", "check_new_column", "check_texts", "input_files", "is_remote",
+    "check_model_output", "check_new_column", "check_rows", "input_files", "is_remote",
     "job_failure", "load_model", "locate", "looks_like_model_file", "ray_session", "read_dataset", "save_model",
     "scrub", "vectors_array", "vectors_column"
 ]

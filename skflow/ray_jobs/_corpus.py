@@ -145,16 +145,6 @@ def read_table(path: str, *, text_column: str | None = None, columns: list[str] 
 
 
 # ------------------------------------------------------------------------------ the checks of rows
-def check_texts(corpus: Corpus, column: str, *, new_column: str | None = None) -> int:
-    """Every row of ``column`` is a string (:func:`check_rows`); returns the row count."""
-    return check_rows(corpus, column, new_column=new_column)[0]
-
-
-def check_embeddings(files, column: str, *, new_column: str | None = None) -> tuple[int, int | None]:
-    """Every row of ``column`` is a vector of finite numbers, all of one length (:func:`check_rows`)."""
-    return check_rows(Corpus(tuple(files), "parquet"), column, vectors=True, new_column=new_column)
-
-
 def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
     from pyarrow import types
 
