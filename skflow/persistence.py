@@ -143,14 +143,12 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
 
 def _check_embedder(embedder: BertEmbedder, allowed: bool) -> None:
     """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
-    try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
-        check_hub_options(embedder)
+    try:
+        check_hub_options(embedder)  # what scikit-learn's constraints cannot express: model_kwargs' keys, ...
     except (TypeError, ValueError) as exc:
         raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
     if embedder.trust_remote_code is not False and not allowed:
-        raise UntrustedTypeError(
-            f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
-            f"{embedder.model_name_or_path!r}: its transform would run code from that model's repository. "
-            "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
-            "that repository."
-        )
+        raise UntrustedTypeError(f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
+                                 f"{embedder.model_name_or_path!r}: its transform would run code from that model's "
+                                 "repository. Load it with skflow.load(path, trust_remote_code=True) only if you "
+                                 "trust the file's author and that repository.")

@@ -59,8 +59,7 @@ class FlowPooling(Module):
     reduction : {"cls", "mean", "last_token", "max"}
         The first, the mean, the last or the per-dimension maximum of the real tokens (padding excluded).
     layers : list of int or None
-        ``hidden_states`` indices to average (0 is the embedding layer);
-        None uses the last layer.
+        ``hidden_states`` indices to average (0 is the embedding layer); None uses the last layer.
     normalize : bool
         Scale the pooled vector to unit length before the post-processing.
     flow : FlowGaussianizer or Whitener, optional
@@ -119,13 +118,12 @@ class FlowPooling(Module):
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
     """Write a fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers model.
 
-    The folder's ``encode(texts)`` returns the pipeline's output vectors (float32), with the encoder the
-    embedder was fitted on (a hub model at the commit of fit). A `Whitener` after ``cls``, ``mean``,
-    ``last_token`` or ``max`` pooling of the last layer is written in sentence-transformers' own modules
-    (``Pooling``, ``Normalize``, a linear ``Dense``): ``SentenceTransformer(path)`` loads it without
-    ``trust_remote_code``. Anything else uses skflow's :class:`FlowPooling`: load it with
-    :func:`load_sentence_transformer`. The embedder's ``prompt`` becomes the folder's default prompt;
-    ``token`` is written nowhere. See ``docs/serving.md``.
+    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit (a hub
+    model at the commit of fit). A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the
+    last layer is written in sentence-transformers' own modules (``Pooling``, ``Normalize``, a linear ``Dense``),
+    which ``SentenceTransformer(path)`` loads without ``trust_remote_code``; anything else uses :class:`FlowPooling`
+    (load it with :func:`load_sentence_transformer`). The embedder's ``prompt`` becomes the folder's default
+    prompt; ``token`` is written nowhere. See ``docs/serving.md``.
 
     Parameters
     ----------

@@ -1,8 +1,7 @@
 """A ``.skops`` file's memory bounded before skops reads an array from it: declared sizes against the file's.
 
-skops reads every array member whole, and numpy allocates what each ``.npy`` header declares: a 2.5 MB file
-could take 3.5 GB. Only the zip's directory, ``schema.json`` and the first bytes of members are read here (the
-bounds: ``docs/serving.md``); nothing here knows an estimator: what is restored is checked by the estimators.
+skops reads every array member whole, and numpy allocates what a ``.npy`` header declares (a 2.5 MB file took
+3.5 GB). Only the zip's directory, ``schema.json`` and members' first bytes are read here (``docs/serving.md``).
 """
 
 import io

@@ -38,7 +38,6 @@ REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 # skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
-# The SentenceTransformer settings of MODEL_CONFIG_FILE: honoured as sentence-transformers honours them, or refused.
 MODEL_SETTINGS = ("__version__", "model_type", "prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim",
                   "requirements")
 SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")  # SentenceTransformer's
@@ -47,8 +46,7 @@ TRANSFORMER_CONFIG_FILES = tuple(f"sentence_{name}_config.json" for name in (
     "bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet"))
 # Transformer settings passed on to sentence-transformers' Transformer, which applies them as it does for any folder
 TRANSFORMER_SETTINGS = ("max_seq_length", "do_lower_case", "query_length", "document_length", "unpad_inputs")
-# Transformer settings that may only hold a plain text encoder's value: other tasks, modalities, processing or
-# loading arguments chosen by the folder are refused
+# Transformer settings that may only hold a plain text encoder's value (no task, modality or loading argument)
 TEXT_ENCODER = {"transformer_task": "feature-extraction",
                 "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
                 "module_output_name": "token_embeddings", "processing_kwargs": {}, "query_expansion": None,
@@ -323,8 +321,9 @@ def load_stock_modules(folder: ExportedFolder) -> list[torch.nn.Module]:
     except (TypeError, ValueError) as exc:
         raise InvalidModelError(f"{where}: not a Pooling configuration ({exc})") from None
     if pooling.pooling_mode not in STOCK_MODES.values() or not isinstance(pooling.include_prompt, bool):
-        raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())} "
-                                f"and include_prompt true or false, got {pooling.pooling_mode!r}")
+        raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())}, "
+                                f"got {pooling.pooling_mode!r}, and include_prompt true or false, got "
+                                f"{pooling.include_prompt!r}")
     if pooling.embedding_dimension != dense["in_features"]:
         raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {dense['in_features']}, the pooling "
                                 f"gives {pooling.embedding_dimension!r}")
