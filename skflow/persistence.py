@@ -1,15 +1,7 @@
 """Saving fitted models safely: skops files that load without running code from the file.
 
-``skflow.dump(model, path)`` writes a ``.skops`` file; ``skflow.load(path)``
-reads one back, trusting exactly skflow's own estimators and the types that
-skops trusts by default (scikit-learn's estimators, numpy arrays, builtins).
-Before skops reads any array, the file's declared sizes are bounded by its
-size (`skflow.saved_models`); a file that names any other type is refused
-before anything in it is built, with a message naming the type. What is
-restored is checked once, as restored, before it is used: a
-FlowGaussianizer's state by the estimator (`skflow.flow_estimator`), every
-estimator inside the model, however nested. See ``docs/serving.md`` for the
-threat model.
+``skflow.load`` trusts exactly skflow's estimators and skops' default types, bounds the file's declared sizes
+before skops reads an array, and checks what is restored once (`skflow.saved_models`). See ``docs/serving.md``.
 """
 
 import os
@@ -18,7 +10,7 @@ from pathlib import Path
 from sklearn.base import BaseEstimator
 
 from skflow.embedder import BertEmbedder
-from skflow.embedding import check_model_kwargs, check_prompt, check_token
+from skflow.embedding import check_hub_options
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import InvalidModelError, OutputPathError, UntrustedTypeError
@@ -38,16 +30,10 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     ----------
     model : estimator
     path : str or path-like
-        The file; ``~`` is expanded. It is written under a temporary name in
-        the same folder, flushed to disk and renamed: at every instant
-        ``path`` holds the previous file or the whole new one.
+        The file; ``~`` is expanded. At every instant it holds the previous file or the whole new one.
     overwrite : bool, default=True
-        Replace a model file (skops or joblib) at ``path``; any other file,
-        a folder or a link there is never replaced (`OutputPathError`
-        before anything is written: ``dump(model, "README.md")`` keeps the
-        README). With False, a file there (also one that appeared while the
-        model was being written) is never replaced: `OutputPathError`, and
-        ``path`` is untouched.
+        Replace a model file (skops or joblib) at ``path``, never another file, a folder or a link
+        (`OutputPathError` before anything is written). With False, nothing there is ever replaced.
 
     Returns
     -------
@@ -71,7 +57,6 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     path = Path(path).expanduser()
     if not overwrite and os.path.lexists(path):
         raise OutputPathError(f"{path}: exists; pass overwrite=True to replace it")
-    # the old file or the whole new one, never a part; an existing file only if it is a model file
     with replaced_atomically(path, kind=MODEL, overwrite=overwrite) as tmp:
         skops.io.dump(model, tmp)
     return path
@@ -81,53 +66,39 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
          cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> BaseEstimator:
     """Read a ``.skops`` file written by :func:`dump` (or ``skops.io.dump``), trusting skflow's types only.
 
-    The file's declared sizes are bounded before skops reads any array from
-    it (see ``docs/serving.md``), and what is restored is checked before it
-    is returned.
+    The file's declared sizes are bounded before skops reads any array from it, and what is restored is checked
+    before it is returned (see ``docs/serving.md``).
 
     Parameters
     ----------
     path : str or path-like
         The file; ``~`` is expanded.
     trust_remote_code : bool, default=False
-        Accept a `BertEmbedder` saved with ``trust_remote_code=True`` (whose
-        ``transform`` would let transformers run code from its model's
-        repository). Without it such a file is refused: set it only for files
-        whose author you trust.
+        Accept a `BertEmbedder` saved with ``trust_remote_code=True`` (its ``transform`` would run code from its
+        model's repository). Set it only for files whose author you trust.
     cache_dir : str or path-like, default=None
-        The embedding cache folder of every `BertEmbedder` in the file. A
-        path saved in the file is never used (its author would choose where
-        this process creates folders and writes its embeddings): it is
-        replaced by this one, and None, the default, turns the cache off.
+        The embedding cache folder of every `BertEmbedder` in the file (None: no cache); a saved one is never used.
     token : str, bool or None, default=None
-        The Hugging Face token of every `BertEmbedder` in the file, as its
-        ``token`` parameter (True: the token of ``hf auth login``). A saved
-        ``token=True`` is never used: the file's author would choose the
-        repository that this process sends the caller's token for.
+        The Hugging Face token of every `BertEmbedder` in the file (True: that of ``hf auth login``); a saved one
+        is never used.
 
     Returns
     -------
     model : estimator
-        The restored estimator or pipeline; its transforms equal those of
-        the saved one bit for bit.
+        The restored estimator or pipeline; its transforms equal the saved one's bit for bit.
 
     Raises
     ------
     UntrustedTypeError
-        The file names a type other than skflow's estimators and skops's
-        default trusted types; the message names it. Nothing was built. Or
-        the file holds a `BertEmbedder` with ``trust_remote_code=True`` and
-        ``trust_remote_code`` was not given.
+        The file names a type other than skflow's estimators and skops' default trusted types (named; nothing
+        was built), or a `BertEmbedder` with ``trust_remote_code=True`` that the caller did not accept.
     InvalidModelError
-        The file declares more data than its size allows, or a restored
-        estimator is inconsistent (a flow whose configuration does not match
-        its weights, fitted attributes without weights, invalid parameters,
-        a malformed pipeline, ...). The message names the file.
+        The file declares more data than its size allows, or a restored estimator is inconsistent (a flow whose
+        configuration does not fit its weights, invalid parameters, a malformed pipeline, ...). It names the file.
 
     Examples
     --------
-    A crafted file is refused before skops reads it: here 32 MiB of spaces
-    deflated to 32 kB.
+    A crafted file is refused before skops reads it: here 32 MiB of spaces deflated to 32 kB.
 
     >>> import tempfile, zipfile, skflow
     >>> path = tempfile.mkdtemp() + "/crafted.skops"
@@ -172,14 +143,12 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
 
 def _check_embedder(embedder: BertEmbedder, allowed: bool) -> None:
     """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
-    try:  # what scikit-learn's constraints cannot express: model_kwargs' keys, the prompt's length, ...
-        check_model_kwargs(embedder.model_kwargs), check_prompt(embedder.prompt), check_token(embedder.token)
+    try:
+        check_hub_options(embedder)  # what scikit-learn's constraints cannot express: model_kwargs' keys, ...
     except (TypeError, ValueError) as exc:
         raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
     if embedder.trust_remote_code is not False and not allowed:
-        raise UntrustedTypeError(
-            f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
-            f"{embedder.model_name_or_path!r}: its transform would run code from that model's repository. "
-            "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author and "
-            "that repository."
-        )
+        raise UntrustedTypeError(f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
+                                 f"{embedder.model_name_or_path!r}: its transform would run code from that model's "
+                                 "repository. Load it with skflow.load(path, trust_remote_code=True) only if you "
+                                 "trust the file's author and that repository.")

@@ -1,32 +1,12 @@
 """A fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers folder.
 
-:func:`export_sentence_transformer` writes sentence-transformers' own
-``Transformer`` (a copy of the encoder the embedder was fitted on, and its
-tokenizer, truncating at the embedder's ``max_length``), then either
-
-- for a `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer:
-  sentence-transformers' own ``Pooling``, ``Normalize`` (with ``normalize=True``) and ``Dense``
-  (identity activation; the whitening as its weight and bias), so plain ``SentenceTransformer(path)`` loads it
-  without ``trust_remote_code`` and servers that run only stock modules
-  serve it (see ``skflow.saved_models._st_stock``);
-- otherwise :class:`FlowPooling`, skflow's module, which pools exactly as
-  the embedder does (``first_last_avg``, ``last_two_avg`` or the ``layers``
-  option, which sentence-transformers' ``Pooling`` cannot express) and
-  applies the fitted post-processing (the flow or the whitener), stored as a
-  ``.skops`` file read with :func:`skflow.load`.
-
-:func:`load_sentence_transformer` loads either without running any code
-from the folder: it builds the modules itself, transformers told never to
-run remote code, and refuses a folder that names anything else. Plain
-``SentenceTransformer(path, trust_remote_code=True)`` also loads a
-``FlowPooling`` folder (since sentence-transformers 6 a module outside its
-namespace needs the flag), but that flag lets the folder run code; see
-``docs/serving.md``.
-
-Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
+:func:`export_sentence_transformer` writes it, in sentence-transformers' stock modules where they can express
+the pipeline, else with skflow's :class:`FlowPooling`; :func:`load_sentence_transformer` loads either without
+running code from the folder. See ``docs/serving.md``. Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
 """
 
 import os
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -57,9 +37,7 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import (
     REDUCTIONS,
     STOCK_MODES,
-    ExportedFolder,
     check_folder,
-    check_pooling_config,
     load_stock_modules,
     stock_modules,
     write_interoperable_configs,
@@ -79,17 +57,13 @@ class FlowPooling(Module):
     Parameters
     ----------
     reduction : {"cls", "mean", "last_token", "max"}
-        The first real token, the mean over real tokens, the last real token,
-        or the per-dimension maximum over real tokens (padding excluded, on
-        either side).
+        The first, the mean, the last or the per-dimension maximum of the real tokens (padding excluded).
     layers : list of int or None
-        ``hidden_states`` indices to average (0 is the embedding layer);
-        None uses the last layer.
+        ``hidden_states`` indices to average (0 is the embedding layer); None uses the last layer.
     normalize : bool
         Scale the pooled vector to unit length before the post-processing.
     flow : FlowGaussianizer or Whitener, optional
-        The fitted post-processing (stored as ``flow.skops`` whichever it
-        is); None passes the pooled vector through.
+        The fitted post-processing (saved as ``flow.skops``); None passes the pooled vector through.
     """
 
     config_keys = ["reduction", "layers", "normalize"]
@@ -97,7 +71,13 @@ class FlowPooling(Module):
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
         if reduction not in REDUCTIONS:  # pool would mean-pool anything but "cls"
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {REDUCTIONS}")
+        if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
+                isinstance(layer, Integral) and not isinstance(layer, bool) and layer >= 0 for layer in layers)):
+            raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
+                             f"{layers!r}")
+        if not isinstance(normalize, (bool, np.bool_)):
+            raise ValueError(f"normalize must be true or false, got {normalize!r}")
         self.reduction = reduction
         self.layers = None if layers is None else [int(layer) for layer in layers]
         self.normalize = bool(normalize)
@@ -121,8 +101,6 @@ class FlowPooling(Module):
     def get_embedding_dimension(self) -> int:
         return int(self.flow.n_components_ if isinstance(self.flow, Whitener) else self.flow.n_features_in_)
 
-    get_sentence_embedding_dimension = get_embedding_dimension  # the name before sentence-transformers 6
-
     def save(self, output_path: str, *args, **kwargs) -> None:
         self.save_config(output_path)
         if self.flow is not None:
@@ -132,42 +110,20 @@ class FlowPooling(Module):
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "FlowPooling":
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
-        where = Path(model_name_or_path, subfolder, cls.config_file_name)
-        config = check_pooling_config(config, where)
         flow_path = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
-        if not flow_path:
-            raise persistence.InvalidModelError(f"{where.parent / FLOW_FILE}: missing; FlowPooling needs its flow")
-        return cls(**config, flow=_load_post_processing(flow_path))
+        where = Path(model_name_or_path, subfolder, cls.config_file_name)
+        return _flow_pooling(config, where, Path(flow_path or where.parent / FLOW_FILE))
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
     """Write a fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers model.
 
-    The folder's ``encode(texts)`` returns the pipeline's output vectors
-    (float32; the encoder in float32). Its encoder is the one the embedder
-    was fitted on: a hub model at the commit recorded at fit (wherever its
-    branch points now), a local folder only if its files are still those of
-    fit.
-
-    - A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the last layer (with
-      or without ``normalize``) is written in sentence-transformers' own
-      modules only: ``Transformer``, ``Pooling``, ``Normalize`` (when the
-      embedder normalizes: before the whitening, as skflow does) and a
-      ``Dense`` with identity activation holding the whitening as its weight
-      and bias, in float32. ``SentenceTransformer(path)`` loads it without
-      ``trust_remote_code``, and servers that run only stock modules can
-      serve it.
-    - Any other pooling (``first_last_avg``, ``last_two_avg``, ``layers``),
-      and a `FlowGaussianizer`, use ``Transformer`` then skflow's
-      :class:`FlowPooling`, which holds the fitted post-processing as a
-      ``.skops`` file: load it with :func:`load_sentence_transformer`, or
-      ``SentenceTransformer(path, trust_remote_code=True)`` if you wrote it.
-
-    The embedder's ``prompt`` becomes the folder's default prompt (and its
-    ``query`` and ``document`` prompts) in ``config_sentence_transformers.json``.
-    The tokenizer is saved padding on the right, with its EOS token as the
-    padding token if it has none. ``token`` is written nowhere. An encoder
-    with ``trust_remote_code=True`` is refused (loaders would build another class).
+    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit (a hub
+    model at the commit of fit). A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the
+    last layer is written in sentence-transformers' own modules (``Pooling``, ``Normalize``, a linear ``Dense``),
+    which ``SentenceTransformer(path)`` loads without ``trust_remote_code``; anything else uses :class:`FlowPooling`
+    (load it with :func:`load_sentence_transformer`). The embedder's ``prompt`` becomes the folder's default
+    prompt; ``token`` is written nowhere. See ``docs/serving.md``.
 
     Parameters
     ----------
@@ -185,6 +141,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     ------
     skflow.EncoderChangedError
         The embedder's encoder files changed since it was fitted.
+    ValueError
+        The encoder needs remote code (``trust_remote_code=True``).
 
     Examples
     --------
@@ -204,7 +162,15 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     >>> SentenceTransformer(str(stock)).encode(list(texts[:3])).shape   # stock modules: no remote code
     (3, 256)
     """
-    embedder, post = _check_pipeline(pipeline)
+    steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
+    kinds = (BertEmbedder, (FlowGaussianizer, Whitener))
+    if len(steps) != 2 or not all(isinstance(step, kind) for step, kind in zip(steps, kinds)):
+        raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
+                        "FlowGaussianizer or a Whitener, e.g. make_pipeline(BertEmbedder(), FlowGaussianizer()); "
+                        f"got {', '.join(type(step).__name__ for step in steps)}")
+    embedder, post = steps
+    check_is_fitted(post)
+    embedder._validate_params()
     out = Path(path).expanduser()
     if out.is_symlink():  # the folder is renamed into place: a link would be replaced, not written through
         raise FileExistsError(f"{out}: is a symbolic link; give a new folder, or an empty one that is not a link")
@@ -244,8 +210,9 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
         with folder_created_atomically(out) as staging:  # never a half-written model folder at ``out``
-            SentenceTransformer(modules=[transformer, *modules], device="cpu", **_prompts(embedder.prompt)).save(
-                str(staging))
+            prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), embedder.prompt)  # every encode_*
+            settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
+            SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
             if stock:
                 write_interoperable_configs(staging, STOCK_MODES[reduction], width, embedder.max_length)
     return out
@@ -254,22 +221,10 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
 def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTransformer:
     """Load a folder written by :func:`export_sentence_transformer` without running any code from it.
 
-    The folder is checked (``modules.json`` must list exactly
-    sentence-transformers' ``Transformer`` then skflow's ``FlowPooling``, or
-    ``Transformer``, ``Pooling``, optionally ``Normalize``, then ``Dense``,
-    at paths inside the folder; each module's configuration must be one
-    skflow writes: ``cls``, ``mean``, ``lasttoken`` or ``max`` pooling, a ``Dense`` with identity
-    activation), then the modules are built here and handed to
-    ``SentenceTransformer(modules=[...])``: the encoder, its configuration
-    and its tokenizer are loaded by transformers with
-    ``trust_remote_code=False`` (an ``auto_map`` anywhere in the folder is
-    never followed), from local safetensors files only; a ``Dense``'s weights
-    from safetensors only; the post-processing of a ``FlowPooling`` is read
-    with :func:`skflow.load`. Every setting of the folder is honoured as
-    ``SentenceTransformer(path)`` honours it (``max_seq_length``,
-    ``do_lower_case``, ``include_prompt``, the prompts, ``similarity_fn_name``,
-    ``truncate_dim``, ...) or refused; see ``docs/serving.md``. ``kwargs``
-    (``device``, ...) go to ``SentenceTransformer`` and win over the folder's settings.
+    The folder must hold one of the layouts skflow writes, at paths inside it; the modules are built here and
+    handed to ``SentenceTransformer(modules=[...])``, transformers told never to run remote code and to read
+    safetensors only. Every setting of the folder is honoured as ``SentenceTransformer(path)`` honours it, or
+    refused; ``kwargs`` win over them. See ``docs/serving.md`` for every check.
 
     Parameters
     ----------
@@ -287,11 +242,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     skflow.persistence.UntrustedTypeError
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
-        The folder is not one skflow writes (a missing or malformed
-        ``modules.json`` or module configuration, a module path outside the
-        folder, an encoder that would need code from the folder, a ``Dense``
-        with an activation, post-processing that does not fit the encoder,
-        ...); the message names the file.
+        The folder is not one skflow writes; the message names the file.
 
     Examples
     --------
@@ -310,71 +261,52 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     settings = dict(folder.model_settings)
     check_version_requirements(settings.pop("requirements", None), source=str(path))
     kwargs = {**settings, **kwargs}  # the caller's arguments first, as sentence-transformers has them
-    config = folder.pooling_config
+    config_file = folder.pooling / "config.json"
     if folder.dense is not None:
-        transformer = _load_transformer(folder, hidden_states=False)
-        modules = load_stock_modules(folder, transformer.get_embedding_dimension())
-        return SentenceTransformer(modules=[transformer, *modules], **kwargs)
-    if not (folder.pooling / FLOW_FILE).exists():
-        raise persistence.InvalidModelError(f"{folder.pooling / FLOW_FILE}: missing; FlowPooling needs its flow")
-    post = _load_post_processing(folder.pooling / FLOW_FILE)
-    transformer = _load_transformer(folder, hidden_states=config["layers"] is not None)
-    n_hidden = n_hidden_layers(transformer.auto_model.config)
-    if config["layers"] is not None and max(config["layers"]) > n_hidden:
-        raise persistence.InvalidModelError(
-            f"{folder.pooling / 'config.json'}: layers {config['layers']} do not exist; the encoder has "
-            f"hidden_states 0 to {n_hidden}"
-        )
-    if post.n_features_in_ != transformer.get_embedding_dimension():
-        raise persistence.InvalidModelError(
-            f"{folder.pooling / FLOW_FILE}: the {type(post).__name__} takes {post.n_features_in_} features, the "
-            f"encoder gives {transformer.get_embedding_dimension()}"
-        )
-    return SentenceTransformer(modules=[transformer, FlowPooling(**config, flow=post)], **kwargs)
-
-
-def _prompts(prompt: str | None) -> dict:
-    """sentence-transformers' ``prompts`` and ``default_prompt_name`` for the embedder's ``prompt``.
-
-    The embedder's prompt is the default one, and also its ``"query"`` and
-    ``"document"`` prompts, so that ``encode``, ``encode_query`` and
-    ``encode_document`` all give the pipeline's vectors.
-    """
-    if not prompt:
-        return {}
-    return {"prompts": {PROMPT_NAME: prompt, "query": prompt, "document": prompt}, "default_prompt_name": PROMPT_NAME}
+        modules, layers = load_stock_modules(folder), None
+        where, takes = config_file, modules[0].embedding_dimension
+    else:
+        modules = [_flow_pooling(folder.pooling_config, config_file, folder.pooling / FLOW_FILE)]
+        where, takes, layers = folder.pooling / FLOW_FILE, modules[0].flow.n_features_in_, modules[0].layers
+    transformer = _load_transformer(folder, hidden_states=layers is not None)
+    n_hidden, width = n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
+    if layers is not None and max(layers) > n_hidden:
+        raise persistence.InvalidModelError(f"{config_file}: layers {layers} do not exist; the encoder has "
+                                            f"hidden_states 0 to {n_hidden}")
+    if takes != width:
+        raise persistence.InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder "
+                                            f"gives {width}")
+    return SentenceTransformer(modules=[transformer, *modules], **kwargs)
 
 
 def _pad_on_the_right(tokenizer) -> None:
-    """The exported tokenizer pads on the right, with a pad token (its EOS if it has none), as skflow does.
-
-    Poolings ignore padding on either side, but right padding keeps every real
-    token at the position it has unpadded (decoders with absolute positions).
-    """
+    """Pad on the right (every real token keeps its unpadded position), with EOS if there is no pad token."""
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError(
-                "the tokenizer has neither a padding token nor an EOS token, so sentence-transformers cannot pad "
-                "batches: give it one (tokenizer.pad_token = ...; tokenizer.save_pretrained(folder)) and refit"
-            )
+            raise ValueError("the tokenizer has neither a padding token nor an EOS token, so sentence-transformers "
+                             "cannot pad batches: give it one (tokenizer.pad_token = ...; save it) and refit")
         tokenizer.pad_token = tokenizer.eos_token
 
 
-def _load_post_processing(path) -> FlowGaussianizer | Whitener:
-    post = persistence.load(path)
-    if not isinstance(post, (FlowGaussianizer, Whitener)):
-        raise persistence.InvalidModelError(
-            f"{path}: holds a {type(post).__name__}, not a FlowGaussianizer or a Whitener"
-        )
-    if not hasattr(post, "flow_" if isinstance(post, FlowGaussianizer) else "components_"):
-        raise persistence.InvalidModelError(f"{path}: holds an unfitted {type(post).__name__}")
-    return post
+def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:
+    """A FlowPooling from its saved configuration (``where``; exactly as skflow writes it) and its fitted flow."""
+    try:
+        pooling = FlowPooling(**config, flow=None)
+    except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
+        raise persistence.InvalidModelError(f"{where}: FlowPooling's configuration is refused: {exc}") from None
+    if not flow.is_file():
+        raise persistence.InvalidModelError(f"{flow}: missing; FlowPooling needs its flow")
+    pooling.flow = persistence.load(flow)
+    if not isinstance(pooling.flow, (FlowGaussianizer, Whitener)) or not hasattr(pooling.flow, "n_features_in_"):
+        fitted = "an unfitted" if isinstance(pooling.flow, (FlowGaussianizer, Whitener)) else "a"
+        raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
+                                            "FlowGaussianizer or Whitener")
+    return pooling
 
 
-def _load_transformer(exported: ExportedFolder, hidden_states: bool) -> Transformer:
-    """The encoder and tokenizer of the folder, with its checked settings, loaded so that nothing in the folder can
-    make transformers run code."""
+def _load_transformer(exported, hidden_states: bool) -> Transformer:
+    """The encoder and tokenizer, with the folder's checked settings; nothing in the folder can make them run code."""
     never = {"trust_remote_code": False, "local_files_only": True}
     folder = exported.transformer
     try:
@@ -389,26 +321,6 @@ def _load_transformer(exported: ExportedFolder, hidden_states: bool) -> Transfor
                 module_output_name="token_embeddings",
             )
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
-        raise persistence.InvalidModelError(
-            f"{folder}: the encoder cannot be loaded without code from the folder or files it lacks "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from None
-
-
-def _check_pipeline(pipeline) -> tuple[BertEmbedder, FlowGaussianizer | Whitener]:
-    steps = getattr(pipeline, "steps", None)
-    if not isinstance(pipeline, Pipeline) or len(steps) != 2:
-        raise TypeError(
-            "export_sentence_transformer takes a pipeline of two steps, BertEmbedder then FlowGaussianizer or "
-            "Whitener, e.g. make_pipeline(BertEmbedder(), FlowGaussianizer()); got "
-            f"{type(pipeline).__name__}"
-        )
-    embedder, post = steps[0][1], steps[1][1]
-    if not isinstance(embedder, BertEmbedder) or not isinstance(post, (FlowGaussianizer, Whitener)):
-        raise TypeError(
-            "export_sentence_transformer takes a pipeline whose first step is a BertEmbedder and second a "
-            f"FlowGaussianizer or a Whitener; got {type(embedder).__name__}, {type(post).__name__}"
-        )
-    check_is_fitted(post)
-    embedder._validate_params()
-    return embedder, post
+        first_line = str(exc).partition("\n")[0]
+        raise persistence.InvalidModelError(f"{folder}: the encoder cannot be loaded without code from the folder or "
+                                            f"files it lacks ({type(exc).__name__}: {first_line})") from None

@@ -203,7 +203,7 @@ def _normalize_of_tokens(folder):
 DENSE = "2_Dense/config.json"
 REFUSED = {
     "a Tanh activation": (lambda f: _edit(f / DENSE, lambda c: c.update(activation_function="torch.nn.Tanh")),
-                          InvalidModelError, "activation_function must be torch.nn.modules.linear.Identity"),
+                          InvalidModelError, "activation_function must be 'torch.nn.modules.linear.Identity'"),
     "a residual": (lambda f: _edit(f / DENSE, lambda c: c.update(use_residual=True)),
                    InvalidModelError, "Dense's use_residual must be False"),
     "an unknown Dense key": (lambda f: _edit(f / DENSE, lambda c: c.update(init_weight="x")),
@@ -227,7 +227,7 @@ REFUSED = {
         pooling_mode_cls_token=False, pooling_mode_mean_sqrt_len_tokens=True)), InvalidModelError,
         "got 'mean_sqrt_len_tokens'"),
     "two pooling modes": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
-        pooling_mode_mean_tokens=True)), InvalidModelError, r"got \['cls', 'mean'\]"),
+        pooling_mode_mean_tokens=True)), InvalidModelError, r"got \('cls', 'mean'\)"),
     "a pooling of another width": (lambda f: _edit(f / "1_Pooling" / "config.json", lambda c: c.update(
         word_embedding_dimension=383)), InvalidModelError, "in_features is 384, the pooling gives 383"),
     "Normalize after Dense": (_normalize_after_dense, InvalidModelError,

@@ -167,6 +167,7 @@ def _fifo_config(folder, sentinel, outside):
     os.mkfifo(folder / "tokenizer_config.json")  # reading it would block for ever
 
 
+INSIDE = "must lead to a folder inside the model folder"
 LOADS = None  # the loader builds the model, ignoring what the folder names
 ATTACKS = {
     "auto_map in config.json": (_auto_map_in_config, LOADS),
@@ -175,9 +176,9 @@ ATTACKS = {
     "auto_map in a module subfolder's config.json": (_auto_map_in_a_module_subfolder, LOADS),
     "auto_map behind a symlinked subfolder": (_auto_map_behind_a_symlinked_subfolder, LOADS),
     "pickled weights instead of safetensors": (_pickled_weights, (InvalidModelError, "model.safetensors")),
-    "a module linked to a folder outside": (_pooling_linked_outside, (InvalidModelError, "leads outside")),
-    "a module path with ..": (_path_with_dot_dot, (InvalidModelError, "must be relative, without '..'")),
-    "an absolute module path": (_absolute_path, (InvalidModelError, "must be relative")),
+    "a module linked to a folder outside": (_pooling_linked_outside, (InvalidModelError, INSIDE)),
+    "a module path with ..": (_path_with_dot_dot, (InvalidModelError, INSIDE)),
+    "an absolute module path": (_absolute_path, (InvalidModelError, INSIDE)),
     "an extra module": (_extra_module, (InvalidModelError, "must list exactly two modules")),
     "another module type": (_other_transformer_type, (UntrustedTypeError, "transformers_modules.evil.Payload")),
     "a PEFT adapter pointing elsewhere": (_adapter_config, (InvalidModelError, "adapter_config.json")),
@@ -230,10 +231,10 @@ MODULES_JSON = [
     (None, "missing; not a folder written by skflow.export_sentence_transformer"),
     ("[{", "not readable JSON"),
     ({"idx": 0}, "must list exactly two modules"),
-    ([{"idx": 0, "name": "0", "path": ""}, {}], "module 0 must have exactly the keys"),
-    ([{"idx": "0", "name": "0", "path": "", "type": "x"}, {}], "module 0's idx must be of type int, got '0'"),
-    ([{"idx": 0, "name": "0", "path": 0, "type": "x"}, {}], "module 0's path must be of type str, got 0"),
-    ([{"idx": 1, "name": "0", "path": "", "type": "x"}, {}], "module 0 has idx 1"),
+    ([{"idx": 0, "name": "0", "path": ""}, {}], "module 0 must be {'idx': 0, 'name': str, .*, got {'idx': 0, "),
+    ([{"idx": "0", "name": "0", "path": "", "type": "x"}, {}], "module 0 must be .*, got {'idx': '0'"),
+    ([{"idx": 0, "name": "0", "path": 0, "type": "x"}, {}], "module 0 must be .*'path': 0"),
+    ([{"idx": 1, "name": "0", "path": "", "type": "x"}, {}], "module 0 must be {'idx': 0, .*, got {'idx': 1"),
 ]
 
 
@@ -251,7 +252,7 @@ def test_a_missing_or_malformed_modules_json_is_refused(tmp_path, exported, cont
 def test_a_null_byte_in_a_module_path_and_links_into_proc_are_refused(tmp_path, exported):
     folder = _clone(exported[0], tmp_path)
     _edit_json(folder / "modules.json", lambda modules: modules[1].update(path="1_FlowPooling\u0000x"))
-    with pytest.raises(InvalidModelError, match="must be relative"):
+    with pytest.raises(InvalidModelError, match=INSIDE):
         load_sentence_transformer(folder)
     for target in ("/proc/self/status", "/dev/zero"):  # a reader of /proc/kmsg would block; /dev/zero never ends
         folder = _clone(exported[0], tmp_path / target.replace("/", "_"))
@@ -268,7 +269,7 @@ POOLING_CONFIGS = [
     ({"layers": "2"}, r"layers must be null or a non-empty list"),
     ({"layers": [2, 99]}, r"layers \[2, 99\] do not exist; the encoder has hidden_states 0 to 6"),
     ({"normalize": "false"}, "normalize must be true or false"),
-    ({"pooling": "mean"}, "FlowPooling's configuration must have the keys"),
+    ({"pooling": "mean"}, "FlowPooling's configuration is refused: .*unexpected keyword argument 'pooling'"),
 ]
 
 
@@ -276,7 +277,7 @@ POOLING_CONFIGS = [
 def test_a_bad_pooling_configuration_is_refused_never_mean_pooled(tmp_path, exported, change, message):
     folder = _clone(exported[0], tmp_path)
     _edit_json(folder / "1_FlowPooling" / "config.json", lambda c: c.update(change))
-    with pytest.raises(InvalidModelError, match=rf"1_FlowPooling/config.json: {message}"):
+    with pytest.raises(InvalidModelError, match=rf"1_FlowPooling/config.json: (FlowPooling's .* refused: )?{message}"):
         load_sentence_transformer(folder)
     if "do not exist" not in message:  # FlowPooling.load, which plain sentence-transformers calls, refuses it too
         with pytest.raises(InvalidModelError, match=message):
@@ -287,12 +288,12 @@ def test_a_missing_or_foreign_flow_and_other_arguments_are_refused(tmp_path, exp
     folder = _clone(exported[0], tmp_path)
     with pytest.raises(TypeError, match="never runs code from the folder; it takes no trust_remote_code"):
         load_sentence_transformer(folder, trust_remote_code=True)
-    with pytest.raises(ValueError, match="reduction must be one of"):
+    with pytest.raises(ValueError, match="unknown reduction 'weightedmean'"):
         FlowPooling("weightedmean", None, False)
     skflow.dump(StandardScaler().fit(np.eye(3)), tmp_path / "scaler.skops")
     (folder / "1_FlowPooling" / "flow.skops").unlink()
     shutil.copy(tmp_path / "scaler.skops", folder / "1_FlowPooling" / "flow.skops")
-    with pytest.raises(InvalidModelError, match="flow.skops: holds a StandardScaler, not a FlowGaussianizer"):
+    with pytest.raises(InvalidModelError, match="flow.skops: holds a StandardScaler, not a fitted FlowGaussianizer"):
         load_sentence_transformer(folder)
     skflow.dump(FlowGaussianizer(), folder / "1_FlowPooling" / "unfitted.skops")
     os.replace(folder / "1_FlowPooling" / "unfitted.skops", folder / "1_FlowPooling" / "flow.skops")
@@ -442,7 +443,7 @@ def test_array_headers_must_account_for_their_member_exactly(tmp_path):
     with pytest.raises(InvalidModelError, match=f"array {first}: holds Python objects"):
         skflow.load(path)
     _write_archive(path, {**members, first: b"not an array"})
-    with pytest.raises(InvalidModelError, match=f"array {first}: not a readable .npy header"):
+    with pytest.raises(InvalidModelError, match="cannot be read as a skops file .*magic string"):
         skflow.load(path)
     del members[first]
     _write_archive(path, members)
@@ -569,17 +570,19 @@ def _malformed(attribute, value, cls=Pipeline, init=None):
     return make
 
 
-MALFORMED = [
-    (_malformed("steps", [("scale",)]),
-     r"Pipeline.steps must be a list of \(name, estimator\) pairs, got an item a tuple"),
-    (_malformed("steps", "evil"), r"Pipeline.steps must be a non-empty list of \(name, estimator\) pairs, got 'evil'"),
-    (_malformed("steps", [("a", "evil")]), "Pipeline.steps holds 'evil', not an estimator"),
-    (_malformed("steps", [("a", StandardScaler()), ("a", StandardScaler())]), "Pipeline.steps has repeated names"),
-    (_malformed("transformer_list", [("a", 3)], FeatureUnion), "FeatureUnion.transformer_list holds a int"),
+MALFORMED = [  # scikit-learn's own checks of the steps, which its fit makes
+    (_malformed("steps", [("scale",)]), r"the saved Pipeline's steps are invalid: not enough values to unpack"),
+    (_malformed("steps", "evil"), "The 'steps' parameter of Pipeline must be an instance of 'list'"),
+    (_malformed("steps", [("a", "evil")]), "Pipeline's steps are invalid: Last step of Pipeline should implement fit"),
+    (_malformed("steps", [("a", StandardScaler()), ("a", StandardScaler())]), "Names provided are not unique"),
+    (_malformed("transformer_list", [("a", 3)], FeatureUnion),
+     "FeatureUnion's transformer_list are invalid: All estimators should implement fit and transform. '3'"),
     (_malformed("transformers", [("a", StandardScaler())], ColumnTransformer, [("a", StandardScaler(), [0])]),
-     r"ColumnTransformer.transformers must be a list of \(name, transformer, columns\)"),
+     r"ColumnTransformer's transformers are invalid: not enough values to unpack \(expected 3, got 2\)"),
     (_malformed("remainder", 7, ColumnTransformer, [("a", StandardScaler(), [0])]),
-     "ColumnTransformer.remainder must be an estimator, 'drop' or 'passthrough'"),
+     "The 'remainder' parameter of ColumnTransformer must be"),
+    (lambda: _with_fitted_transformers(ColumnTransformer([("a", StandardScaler(), [0])]), [("a", 3, [0])]),
+     r"ColumnTransformer's transformers_ must be a list of \(name, transformer, columns\)"),
 ]
 
 

@@ -1,17 +1,7 @@
 """A restored model checked before it is used: every estimator inside it, however nested.
 
-skops restores a ``Pipeline``, ``FeatureUnion`` or ``ColumnTransformer`` as
-data: a crafted file can give one steps that are not ``(name, estimator)``
-pairs, or hide a ``BertEmbedder`` with invalid parameters three levels down.
-The walk visits every estimator reachable from the model through its
-attributes (parameters and fitted attributes alike: ``steps``,
-``transformer_list``, ``transformers`` and the fitted ``transformers_``,
-``best_estimator_``, ...), through lists, tuples, dicts and object arrays;
-each gets its structure checked if it is one of the composites above, and
-its parameters validated (``_validate_params``, as ``fit`` would, looked up
-on the class) if it is skflow's or scikit-learn's. No estimator may hold an
-instance attribute named like an attribute or method of its class: restored
-state would replace ``transform`` or ``_validate_params`` itself.
+skops restores a ``Pipeline``, ``FeatureUnion`` or ``ColumnTransformer`` as data: its steps may be anything, and
+a ``BertEmbedder`` with invalid parameters may hide three levels down, in a parameter or a fitted attribute.
 """
 
 from collections.abc import Iterator
@@ -23,34 +13,41 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 
 from skflow.utils import InvalidModelError
 
-_PLACEHOLDERS = ("drop", "passthrough")
-_PAIRS, _TRIPLES = "(name, estimator) pairs", "(name, transformer, columns)"
+# scikit-learn's own checks of a composite's steps, which its fit makes
+_STEPS = {Pipeline: ("steps", Pipeline._validate_steps),
+          FeatureUnion: ("transformer_list", FeatureUnion._validate_transformers),
+          ColumnTransformer: ("transformers", ColumnTransformer._validate_transformers)}
 
 
 def check_estimator(estimator: BaseEstimator, validated: tuple[type, ...]) -> None:
-    """Refuse, with an `InvalidModelError`, a malformed composite or invalid parameters (one of `estimators`).
-
-    ``validated``: classes whose parameters are validated besides scikit-learn's.
-    """
+    """Refuse a malformed composite or invalid parameters (of scikit-learn's classes and ``validated``)."""
     name = type(estimator).__name__
-    _check_no_shadowing(estimator, name)
-    _check_composite(estimator, name)
-    ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
-    if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
-        try:
-            type(estimator)._validate_params(estimator)
-        except (ValueError, TypeError) as exc:
-            raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
-
-
-def _check_no_shadowing(estimator, name: str) -> None:
-    """Refuse saved state that would replace a method or class attribute (``transform``, ``_validate_params``)."""
     shadowing = sorted(key for key in vars(estimator) if hasattr(type(estimator), key))
-    if shadowing:
+    if shadowing:  # restored state would replace transform or _validate_params itself
         raise InvalidModelError(
             f"the saved {name} has attributes named like its class's methods or attributes, which they would "
             f"replace: {', '.join(shadowing)}"
         )
+    ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
+    try:
+        if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
+            type(estimator)._validate_params(estimator)
+    except (ValueError, TypeError) as exc:
+        raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
+    for cls, (attribute, validate) in _STEPS.items():
+        try:
+            if isinstance(estimator, cls):
+                validate(estimator)
+        except (ValueError, TypeError) as exc:
+            raise InvalidModelError(f"the saved {name}'s {attribute} are invalid: {exc}") from None
+    fitted = vars(estimator).get("transformers_", []) if isinstance(estimator, ColumnTransformer) else []
+    if not (isinstance(fitted, list) and all(_is_fitted_triple(item) for item in fitted)):
+        raise InvalidModelError(f"the saved {name}'s transformers_ must be a list of (name, transformer, columns)")
+
+
+def _is_fitted_triple(item) -> bool:
+    return isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str) and (
+        isinstance(item[1], BaseEstimator) or item[1] in ("drop", "passthrough") and isinstance(item[1], str))
 
 
 def estimators(model) -> Iterator[BaseEstimator]:
@@ -70,40 +67,3 @@ def estimators(model) -> Iterator[BaseEstimator]:
             stack.extend(reversed(list(value.values())))
         elif isinstance(value, np.ndarray) and value.dtype == object:
             stack.extend(reversed(value.ravel().tolist()))
-
-
-def _check_composite(estimator, name: str) -> None:
-    if isinstance(estimator, Pipeline):
-        _check_items(estimator.steps, f"{name}.steps", _PAIRS, allow_none=True)
-    if isinstance(estimator, FeatureUnion):
-        _check_items(estimator.transformer_list, f"{name}.transformer_list", _PAIRS)
-    if isinstance(estimator, ColumnTransformer):
-        for attribute in ("transformers", "transformers_"):
-            if attribute in vars(estimator):
-                _check_items(getattr(estimator, attribute), f"{name}.{attribute}", _TRIPLES)
-        remainder = estimator.remainder
-        if not (_is_placeholder(remainder) or isinstance(remainder, BaseEstimator)):
-            raise InvalidModelError(f"{name}.remainder must be an estimator, 'drop' or 'passthrough'")
-
-
-def _check_items(items, where: str, form: str, allow_none: bool = False) -> None:
-    """A list of ``form`` tuples (of pairs: not empty), each holding an estimator second, their names unique."""
-    width, pairs = form.count(",") + 1, form == _PAIRS
-    if not isinstance(items, list) or (pairs and not items):
-        raise InvalidModelError(f"{where} must be a {'non-empty ' * pairs}list of {form}, got {_kind(items)}")
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == width and isinstance(item[0], str)):
-            raise InvalidModelError(f"{where} must be a list of {form}, got an item {_kind(item)}")
-        if not (isinstance(item[1], BaseEstimator) or _is_placeholder(item[1]) or (allow_none and item[1] is None)):
-            raise InvalidModelError(f"{where} holds {_kind(item[1])}, not an estimator, 'drop' or 'passthrough'")
-    names = [item[0] for item in items]
-    if len(set(names)) != len(names):
-        raise InvalidModelError(f"{where} has repeated names: {names}")
-
-
-def _is_placeholder(value) -> bool:
-    return isinstance(value, str) and value in _PLACEHOLDERS
-
-
-def _kind(value) -> str:
-    return f"a {type(value).__name__}" if not isinstance(value, str) else repr(value)[:40]
