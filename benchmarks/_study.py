@@ -18,7 +18,6 @@ import transformers
 
 from skflow import BertEmbedder, __version__
 from skflow.datasets import STS_SETS, load_sts
-from skflow.evaluation import SET_LABELS
 from skflow.metrics import sts_report
 
 EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
@@ -53,17 +52,6 @@ def score(latent_pairs: np.ndarray, gold: np.ndarray, subsets: np.ndarray) -> di
 def apply(transform: Callable, pairs: np.ndarray) -> np.ndarray:
     """A row-wise map applied to ``(n, 2, d)`` pairs."""
     return transform(pairs.reshape(-1, pairs.shape[-1])).reshape(*pairs.shape[:2], -1)
-
-
-def table(rows: dict, sets: list[str], protocol: str, columns: list[str]) -> str:
-    """Markdown: one row per key of ``rows`` (a tuple, one label per ``columns``), one column per set, the average."""
-    lines = ["| " + " | ".join([*columns, *(SET_LABELS[s] for s in sets), "Avg"]) + " |",
-             "|" + "---|" * (len(columns) + len(sets) + 1)]
-    for labels, per_set in rows.items():
-        values = [per_set[s][protocol] for s in sets]
-        cells = [*map(str, labels), *map(cell, values), cell(np.mean(values))]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def cell(value: float) -> str:

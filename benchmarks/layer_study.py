@@ -18,7 +18,7 @@ import sys
 import warnings
 
 import numpy as np
-from _study import Clock, environment, present_sets, table
+from _study import Clock, cell, environment, present_sets
 
 from skflow import BertEmbedder
 from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
@@ -90,7 +90,13 @@ def main(argv=None):
         "",
     ]
     for protocol in ("wmean", "all"):
-        lines += [f"### Protocol `{protocol}`", "", table(results, sets, protocol, ["pooling", "layer", "method"]), ""]
+        lines += [f"### Protocol `{protocol}`: Spearman x 100, average of the sets, by hidden layer", "",
+                  "| pooling | method | " + " | ".join(map(str, layers)) + " |", "|---|---|" + "---|" * len(layers)]
+        for pooling in POOLINGS:
+            for method in METHODS:
+                averages = [np.mean([results[(pooling, layer, method)][s][protocol] for s in sets]) for layer in layers]
+                lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
+        lines.append("")
     with open(args.output, "w") as f:
         f.write("\n".join(lines) + "\n")
     figure(results, sets, layers, args.figure)
