@@ -1,0 +1,145 @@
+"""How small can the vectors get: STS Spearman against the number of dimensions K, per method and pooling.
+
+For each pooling and each STS set present (SICK-R too), the embeddings are
+reduced to K dimensions, K in ``KS``, by:
+
+- ``truncate``: the first K coordinates (the baseline);
+- ``pca``: PCA to K without whitening, ``Whitener(power=0, n_components=K)``;
+- ``whiten``: whitening-K, ``Whitener(n_components=K)``;
+- ``soft-whiten``: ``Whitener(power=0.25, n_components=K)``;
+- ``flow+pca``: ``FlowGaussianizer()`` (fitted once per set), then PCA to K.
+
+Each is fitted on the set's sentences without labels and scored as
+``skflow.evaluation.evaluate`` scores (``benchmarks/_study.py``). Writes a
+Markdown report (for both protocols, the average over the sets against K;
+the recommendation), the per-set numbers as JSON, and a figure of the
+average against K.
+
+    python benchmarks/dims_study.py --output docs/dims.md --figure docs/figures/dims.png --cache-dir DIR
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from _study import Clock, apply, cell, embedded, environment, present_sets, score
+
+from skflow import BertEmbedder, FlowGaussianizer, Whitener
+from skflow.evaluation import SET_LABELS
+
+KS = (384, 256, 192, 128, 96, 64, 48, 32)
+POOLINGS = ("cls", "mean")
+METHODS = ("truncate", "pca", "whiten", "soft-whiten", "flow+pca")
+VECTORS = 10**8  # the store size the memory column is given for
+
+
+def reduced(train: np.ndarray, test: np.ndarray, flow: FlowGaussianizer | None) -> dict:
+    """``{method: test pairs mapped to all output columns}``, each fitted once on ``train``.
+
+    The first K columns are the method at K: ``Whitener(n_components=K)``'s
+    output is the first K of ``Whitener()``'s (the same principal directions
+    and scales), and truncation keeps the first K coordinates.
+    """
+    maps = {"truncate": test}
+    for method, power in (("pca", 0), ("whiten", 0.5), ("soft-whiten", 0.25)):
+        maps[method] = apply(Whitener(power=power).fit(train).transform, test)
+    if flow is not None:
+        pca = Whitener(power=0).fit(flow.transform(train))
+        maps["flow+pca"] = apply(lambda X: pca.transform(flow.transform(X)), test)
+    return maps
+
+
+def smallest_within(results: dict, pooling: str, methods, sets: list[str], protocol: str, points: float = 1.0):
+    """The smallest ``(K, method)`` whose average is within ``points`` of the best average at full width."""
+    def average(method, k):
+        return np.mean([results[(pooling, method, k)][s][protocol] for s in sets])
+
+    full = max(average(m, KS[0]) for m in methods)
+    for k in sorted(KS):
+        candidates = [(average(m, k), m) for m in methods if average(m, k) >= full - points]
+        if candidates:
+            return k, max(candidates)[1], max(candidates)[0], full
+    return KS[0], None, full, full
+
+
+def figure(results: dict, sets: list[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(POOLINGS), figsize=(5 * len(POOLINGS), 3.8), sharey=True)
+    for ax, pooling in zip(np.atleast_1d(axes), POOLINGS):
+        for method in [m for m in METHODS if (pooling, m, KS[0]) in results]:
+            ax.plot(KS, [np.mean([results[(pooling, method, k)][s]["wmean"] for s in sets]) for k in KS],
+                    marker="o", label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(KS, [str(k) for k in KS])
+        ax.set_title(f"pooling {pooling}")
+        ax.set_xlabel("dimensions K")
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel(f"Spearman x 100, wmean, average of {len(sets)} sets")
+    np.atleast_1d(axes)[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="dims.md", help="the Markdown report")
+    parser.add_argument("--figure", default="dims.png")
+    parser.add_argument("--json", help="also write the numbers here")
+    parser.add_argument("--cache-dir", help="embedding cache (each set and pooling embedded once)")
+    parser.add_argument("--sets", nargs="+", help="default: every set whose data is present")
+    parser.add_argument("--no-flow", action="store_true", help="leave out flow+pca")
+    args = parser.parse_args(argv)
+    clock = Clock()
+    data, missing = present_sets(*([args.sets] if args.sets else []))
+    sets = list(data)
+    results = {}
+    for pooling in POOLINGS:
+        embedder = BertEmbedder(pooling=pooling, max_length=128, cache_dir=args.cache_dir, show_progress_bar=False)
+        for name, train, test, gold, subsets in embedded(data, embedder):
+            flow = None if args.no_flow else FlowGaussianizer(random_state=0).fit(train)
+            for method, latent in reduced(train, test, flow).items():
+                for k in KS:
+                    results.setdefault((pooling, method, k), {})[name] = score(latent[..., :k], gold, subsets)
+            print(f"[{clock}] {pooling} {SET_LABELS[name]} done", flush=True)
+    methods = [m for m in METHODS if (POOLINGS[0], m, KS[0]) in results]
+    lines = [
+        "## How small can the vectors get?",
+        "",
+        f"Written by `python benchmarks/dims_study.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
+        f"in {clock}. {environment()}.",
+        f"Sets: {', '.join(SET_LABELS[s] for s in sets)}"
+        + (f"; left out, their data not present: {', '.join(SET_LABELS[s] for s in missing)}." if missing else "."),
+        "",
+    ]
+    for protocol in ("wmean", "all"):
+        lines += [f"### Protocol `{protocol}`: Spearman x 100, average of the sets, against K", "",
+                  "| pooling | method | " + " | ".join(map(str, KS)) + " |", "|---|---|" + "---|" * len(KS)]
+        for pooling in POOLINGS:
+            for method in methods:
+                averages = [np.mean([results[(pooling, method, k)][s][protocol] for s in sets]) for k in KS]
+                lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
+        lines.append("")
+    lines += [f"### The smallest K within 1 point of the full-width best (`wmean` average; {VECTORS:.0e} vectors)",
+              "", "| pooling | K | method | average | best at 384 | float32 store | saved |",
+              "|---|---|---|---|---|---|---|"]
+    for pooling in POOLINGS:
+        k, method, value, full = smallest_within(results, pooling, methods, sets, "wmean")
+        size = VECTORS * k * 4 / 1e9
+        saved = VECTORS * (KS[0] - k) * 4 / 1e9
+        lines.append(f"| {pooling} | {k} | {method} | {value:.2f} | {full:.2f} | {size:,.0f} GB | {saved:,.0f} GB |")
+    with open(args.output, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    figure(results, sets, args.figure)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)
+    print(f"wrote {args.output} and {args.figure} in {clock}")
+
+
+if __name__ == "__main__":
+    main()
