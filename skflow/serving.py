@@ -43,11 +43,13 @@ from skflow.saved_models import (
     write_interoperable_configs,
 )
 from skflow.utils import folder_created_atomically
-from skflow.whitening import Whitener
+from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
 FLOW_FILE = "flow.skops"
+LINEAR = (Whitener, MeanDirectionRemover)  # exported as a stock Dense module where the pooling allows
+POST_PROCESSINGS = (FlowGaussianizer, *LINEAR)
 PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
 
 
@@ -62,7 +64,7 @@ class FlowPooling(Module):
         ``hidden_states`` indices to average (0 is the embedding layer); None uses the last layer.
     normalize : bool
         Scale the pooled vector to unit length before the post-processing.
-    flow : FlowGaussianizer or Whitener, optional
+    flow : FlowGaussianizer, Whitener or MeanDirectionRemover, optional
         The fitted post-processing (saved as ``flow.skops``); None passes the pooled vector through.
     """
 
@@ -99,7 +101,7 @@ class FlowPooling(Module):
         return features
 
     def get_embedding_dimension(self) -> int:
-        return int(self.flow.n_components_ if isinstance(self.flow, Whitener) else self.flow.n_features_in_)
+        return int(getattr(self.flow, "n_components_", self.flow.n_features_in_))
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         self.save_config(output_path)
@@ -163,10 +165,11 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     (3, 256)
     """
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
-    kinds = (BertEmbedder, (FlowGaussianizer, Whitener))
+    kinds = (BertEmbedder, POST_PROCESSINGS)
     if len(steps) != 2 or not all(isinstance(step, kind) for step, kind in zip(steps, kinds)):
         raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
-                        "FlowGaussianizer or a Whitener, e.g. make_pipeline(BertEmbedder(), FlowGaussianizer()); "
+                        "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. "
+                        "make_pipeline(BertEmbedder(), FlowGaussianizer()); "
                         f"got {', '.join(type(step).__name__ for step in steps)}")
     embedder, post = steps
     check_is_fitted(post)
@@ -191,7 +194,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
     reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
-    stock = last and isinstance(post, Whitener) and reduction in STOCK_MODES
+    stock = last and isinstance(post, LINEAR) and reduction in STOCK_MODES
     pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
     pinned.update(hub)  # trust_remote_code and token: used to load, never written (sentence-transformers saves neither)
     placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
@@ -298,10 +301,10 @@ def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:
     if not flow.is_file():
         raise persistence.InvalidModelError(f"{flow}: missing; FlowPooling needs its flow")
     pooling.flow = persistence.load(flow)
-    if not isinstance(pooling.flow, (FlowGaussianizer, Whitener)) or not hasattr(pooling.flow, "n_features_in_"):
-        fitted = "an unfitted" if isinstance(pooling.flow, (FlowGaussianizer, Whitener)) else "a"
+    if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
+        fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
         raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
-                                            "FlowGaussianizer or Whitener")
+                                            "FlowGaussianizer, Whitener or MeanDirectionRemover")
     return pooling
 
 

@@ -22,7 +22,7 @@ from sklearn.pipeline import make_pipeline
 from transformers import AutoModel
 
 import skflow
-from skflow import BertEmbedder, EncoderChangedError, Whitener, export_sentence_transformer
+from skflow import BertEmbedder, EncoderChangedError, MeanDirectionRemover, Whitener, export_sentence_transformer
 from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.metrics import sts_spearman
 from skflow.persistence import InvalidModelError, UntrustedTypeError
@@ -114,6 +114,30 @@ def test_a_whitened_pipeline_exports_to_stock_modules_that_load_without_remote_c
     assert plain.get_embedding_dimension() == whitener.n_components_ and plain.max_seq_length == 64
     checked = load_sentence_transformer(folder, device="cpu").encode(list(texts), batch_size=32)
     assert np.abs(checked - encoded).max() <= 1e-5 * np.abs(encoded).max()
+
+
+def test_mean_direction_removal_exports_to_a_stock_dense_and_elsewhere_to_flow_pooling(tmp_path, texts, embedded):
+    embedder, vectors = embedded(pooling="cls")
+    remover = MeanDirectionRemover().fit(vectors)
+    expected = remover.transform(vectors)
+    folder = export_sentence_transformer(make_pipeline(embedder, remover), tmp_path / "model")
+    _assert_stock_only(folder)
+    assert _module_types(folder) == [STOCK + name for name in ("Transformer", "Pooling", "Dense")]
+    weights = load_file(folder / "2_Dense" / "model.safetensors")
+    u = remover.mean_ / np.linalg.norm(remover.mean_)
+    np.testing.assert_allclose(weights["linear.weight"].numpy(), np.eye(384) - np.outer(u, u), atol=1e-7)
+    assert not weights["linear.bias"].numpy().any()
+    encoded = SentenceTransformer(str(folder), device="cpu").encode(list(texts), batch_size=32)
+    assert encoded.shape == (300, 384) and _cosines(encoded, expected).min() >= 0.9999
+    checked = load_sentence_transformer(folder, device="cpu").encode(list(texts), batch_size=32)
+    assert np.abs(checked - encoded).max() <= 1e-5 * np.abs(encoded).max()
+
+    embedder, vectors = embedded(pooling="first_last_avg")  # two layers: no stock Pooling, FlowPooling holds it
+    remover = MeanDirectionRemover().fit(vectors)
+    folder = export_sentence_transformer(make_pipeline(embedder, remover), tmp_path / "flow_pooling")
+    loaded = load_sentence_transformer(folder, device="cpu")
+    assert isinstance(loaded[1].flow, MeanDirectionRemover) and loaded.get_embedding_dimension() == 384
+    assert _cosines(loaded.encode(list(texts), batch_size=32), remover.transform(vectors)).min() >= 0.9999
 
 
 def test_the_stock_export_gives_the_same_stsb_spearman_to_4_decimals(tmp_path, stsb_test_cls, sts_data_home):

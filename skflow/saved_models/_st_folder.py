@@ -1,11 +1,11 @@
 """sentence-transformers folders: written in stock modules, and, from somebody else, checked before use.
 
-A fitted `Whitener` is the affine map ``x -> (x - mean_) @ (components_.T * scale_)``: a ``Dense`` with identity
-activation, ``W = (components_.T * scale_).T`` and ``b = -mean_ @ W.T``, in float32, written in the format every
-sentence-transformers release and Text Embeddings Inference read. A folder from somebody else must hold a layout
-skflow writes, and every setting is honoured or refused; whether some file names code is not checked, on purpose:
-the loader never lets transformers run any (``docs/serving.md``). sentence-transformers (the ``serve`` extra) is
-imported only where modules are built.
+A fitted linear post-processing (`Whitener`, `MeanDirectionRemover`) is the map ``x -> x @ W + b`` of its
+``linear_map()``: a ``Dense`` with identity activation, weight ``W.T`` and bias ``b``, in float32, written in the
+format every sentence-transformers release and Text Embeddings Inference read. A folder from somebody else must
+hold a layout skflow writes, and every setting is honoured or refused; whether some file names code is not
+checked, on purpose: the loader never lets transformers run any (``docs/serving.md``). sentence-transformers (the
+``serve`` extra) is imported only where modules are built.
 """
 
 import json
@@ -22,7 +22,6 @@ import torch
 from skflow.embedding import POOLINGS, check_attention
 from skflow.saved_models._skops import read_regular_file
 from skflow.utils import InvalidModelError, UntrustedTypeError
-from skflow.whitening import Whitener
 
 # sentence-transformers' modules by every name it has given them (sentence_transformers.models.X: every release's)
 MODULE_KINDS = {name: name.rsplit(".", 1)[1] for name in (
@@ -279,14 +278,15 @@ def _module_dir(root: Path, relative: str) -> Path:
     return folder
 
 
-def stock_modules(whitener: Whitener, dimension: int, reduction: str, normalize: bool) -> list[torch.nn.Module]:
-    """``Pooling``, ``Normalize`` when the embedder normalizes (before the whitening, as skflow does), ``Dense``."""
+def stock_modules(linear, dimension: int, reduction: str, normalize: bool) -> list[torch.nn.Module]:
+    """``Pooling``, ``Normalize`` when the embedder normalizes (before the map, as skflow does), and the ``Dense``
+    of a fitted linear post-processing's ``linear_map()`` (a `Whitener`, a `MeanDirectionRemover`)."""
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-    weight = (whitener.components_.T * whitener.scale_).T
-    bias = -(whitener.mean_ @ weight.T)
+    matrix, bias = linear.linear_map()
+    weight = matrix.T
     dense = Dense(
-        whitener.n_features_in_, whitener.n_components_, bias=True, activation_function=torch.nn.Identity(),
+        weight.shape[1], weight.shape[0], bias=True, activation_function=torch.nn.Identity(),
         init_weight=torch.from_numpy(weight.astype(np.float32)), init_bias=torch.from_numpy(bias.astype(np.float32)),
     )
     return [Pooling(dimension, reduction), *([Normalize()] if normalize else []), dense]

@@ -321,6 +321,18 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         check_is_fitted(self)
         return write_affine_onnx(self.mean_, self.components_.T * self.scale_, path)
 
+    def linear_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` with ``transform(x) == x @ W + b``: what an export writes.
+
+        Returns
+        -------
+        W : ndarray of shape (n_features_in_, n_components_)
+        b : ndarray of shape (n_components_,)
+        """
+        check_is_fitted(self)
+        weights = self.components_.T * self.scale_
+        return weights, -(self.mean_ @ weights)
+
     # -------------------------------------------------------------- helpers
     def _transform_rows(self, X2d: np.ndarray) -> np.ndarray:
         return affine_rows(X2d, self.components_.T * self.scale_, shift_in=self.mean_)
