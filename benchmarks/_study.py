@@ -54,6 +54,27 @@ def apply(transform: Callable, pairs: np.ndarray) -> np.ndarray:
     return transform(pairs.reshape(-1, pairs.shape[-1])).reshape(*pairs.shape[:2], -1)
 
 
+def write_section(path: str, text: str, before: str = "## Anisotropy") -> None:
+    """Put ``text`` (a ``## `` section) into the Markdown file ``path``: in place of the section with its heading,
+    else before the ``before`` heading, else at the end; the rest of the file is kept."""
+    heading = text.split("\n", 1)[0]
+    try:
+        old = open(path, encoding="utf-8").read()
+    except FileNotFoundError:
+        old = ""
+    text = text.rstrip() + "\n\n"
+    start = old.find(heading + "\n")
+    if start >= 0:
+        end = old.find("\n## ", start + 1)
+        new = old[:start] + text + (old[end + 1 :] if end >= 0 else "")
+    elif (anchor := old.find(before + "\n")) >= 0:
+        new = old[:anchor] + text + old[anchor:]
+    else:
+        new = old + ("\n" if old and not old.endswith("\n\n") else "") + text
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
+
+
 def cell(value: float) -> str:
     """A Spearman x 100 for a table: two decimals, n/a where undefined."""
     return "n/a" if np.isnan(value) else f"{value:.2f}"

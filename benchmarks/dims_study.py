@@ -15,7 +15,7 @@ Markdown report (for both protocols, the average over the sets against K;
 the recommendation), the per-set numbers as JSON, and a figure of the
 average against K.
 
-    python benchmarks/dims_study.py --output docs/dims.md --figure docs/figures/dims.png --cache-dir DIR
+    python benchmarks/dims_study.py --output docs/results.md --figure docs/figures/dims.png --cache-dir DIR
 """
 
 import argparse
@@ -23,7 +23,7 @@ import json
 import sys
 
 import numpy as np
-from _study import Clock, apply, cell, embedded, environment, present_sets, score
+from _study import Clock, apply, cell, embedded, environment, present_sets, score, write_section
 
 from skflow import BertEmbedder, FlowGaussianizer, Whitener
 from skflow.evaluation import SET_LABELS
@@ -87,7 +87,8 @@ def figure(results: dict, sets: list[str], path: str) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="dims.md", help="the Markdown report")
+    parser.add_argument("--output", default="docs/results.md",
+                        help="the Markdown file whose section this study writes (the rest is kept)")
     parser.add_argument("--figure", default="dims.png")
     parser.add_argument("--json", help="also write the numbers here")
     parser.add_argument("--cache-dir", help="embedding cache (each set and pooling embedded once)")
@@ -132,8 +133,7 @@ def main(argv=None):
         size = VECTORS * k * 4 / 1e9
         saved = VECTORS * (KS[0] - k) * 4 / 1e9
         lines.append(f"| {pooling} | {k} | {method} | {value:.2f} | {full:.2f} | {size:,.0f} GB | {saved:,.0f} GB |")
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_section(args.output, "\n".join(lines))
     figure(results, sets, args.figure)
     if args.json:
         with open(args.json, "w") as f:

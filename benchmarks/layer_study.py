@@ -9,7 +9,7 @@ vectors against the layer, one line per method (seven-set average, wmean).
 A method that cannot be fitted (every vector equal: ``cls`` at layer 0 is
 the [CLS] input embedding, the same for every sentence) reads n/a.
 
-    python benchmarks/layer_study.py --output docs/layers.md --figure docs/figures/layers.png --cache-dir DIR
+    python benchmarks/layer_study.py --output docs/results.md --figure docs/figures/layers.png --cache-dir DIR
 """
 
 import argparse
@@ -18,7 +18,7 @@ import sys
 import warnings
 
 import numpy as np
-from _study import Clock, cell, environment, present_sets
+from _study import Clock, cell, environment, present_sets, write_section
 
 from skflow import BertEmbedder
 from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
@@ -52,7 +52,8 @@ def figure(results: dict, sets: list[str], layers: list[int], path: str) -> None
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="layers.md", help="the Markdown report")
+    parser.add_argument("--output", default="docs/results.md",
+                        help="the Markdown file whose section this study writes (the rest is kept)")
     parser.add_argument("--figure", default="layers.png")
     parser.add_argument("--json", help="also write the numbers here")
     parser.add_argument("--cache-dir", help="embedding cache (each set, layer and pooling embedded once)")
@@ -97,8 +98,7 @@ def main(argv=None):
                 averages = [np.mean([results[(pooling, layer, method)][s][protocol] for s in sets]) for layer in layers]
                 lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
         lines.append("")
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_section(args.output, "\n".join(lines))
     figure(results, sets, layers, args.figure)
     if args.json:
         with open(args.json, "w") as f:
