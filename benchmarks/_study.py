@@ -23,15 +23,24 @@ from skflow.metrics import sts_report
 EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 
 
-def present_sets(sets=STS_SETS) -> tuple[dict, list[str]]:
-    """``({name: STS data}, [names whose data is missing])``, nothing downloaded."""
+def present_sets(sets=None) -> tuple[dict, list[str]]:
+    """``({name: STS data}, [names left out])``, nothing downloaded: every set whose data is present, or exactly
+    the ``sets`` named (one missing is an error, as in ``evaluate``)."""
     data, missing = {}, []
-    for name in sets:
+    for name in sets or STS_SETS:
         try:
             data[name] = load_sts(name, download_if_missing=False)
         except FileNotFoundError:
+            if sets:
+                raise
             missing.append(name)
     return data, missing
+
+
+def add_set_arguments(parser) -> None:
+    parser.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
+                        help=f"among {', '.join(STS_SETS)} (default: every set whose data is present; a set named "
+                        "here must be there)")
 
 
 def embedded(data: dict, embedder: BertEmbedder) -> Iterator[tuple]:

@@ -23,7 +23,7 @@ import json
 import sys
 
 import numpy as np
-from _study import Clock, apply, cell, embedded, environment, present_sets, score, write_section
+from _study import Clock, add_set_arguments, apply, cell, embedded, environment, present_sets, score, write_section
 
 from skflow import BertEmbedder, FlowGaussianizer, Whitener
 from skflow.evaluation import SET_LABELS
@@ -92,11 +92,14 @@ def main(argv=None):
     parser.add_argument("--figure", default="dims.png")
     parser.add_argument("--json", help="also write the numbers here")
     parser.add_argument("--cache-dir", help="embedding cache (each set and pooling embedded once)")
-    parser.add_argument("--sets", nargs="+", help="default: every set whose data is present")
+    add_set_arguments(parser)
     parser.add_argument("--no-flow", action="store_true", help="leave out flow+pca")
     args = parser.parse_args(argv)
     clock = Clock()
-    data, missing = present_sets(*([args.sets] if args.sets else []))
+    try:
+        data, missing = present_sets(args.sets)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
     sets = list(data)
     results = {}
     for pooling in POOLINGS:

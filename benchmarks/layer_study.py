@@ -18,7 +18,7 @@ import sys
 import warnings
 
 import numpy as np
-from _study import Clock, cell, environment, present_sets, write_section
+from _study import Clock, add_set_arguments, cell, environment, present_sets, write_section
 
 from skflow import BertEmbedder
 from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
@@ -57,16 +57,22 @@ def main(argv=None):
     parser.add_argument("--figure", default="layers.png")
     parser.add_argument("--json", help="also write the numbers here")
     parser.add_argument("--cache-dir", help="embedding cache (each set, layer and pooling embedded once)")
-    parser.add_argument("--sets", nargs="+", help="default: every set whose data is present")
+    add_set_arguments(parser)
     parser.add_argument("--layers", nargs="+", type=int, help="default: every hidden state")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # constant features and undefined Spearman: the tables say n/a
     clock = Clock()
-    data, missing = present_sets(*([args.sets] if args.sets else []))
+    try:
+        data, missing = present_sets(args.sets)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
     sets = list(data)
     model = BertEmbedder().model_name_or_path
     config = load_config(*resolve_model_source(model, None, None), hub_kwargs(False, None))
-    layers = args.layers or list(range(n_hidden_layers(config) + 1))
+    every = list(range(n_hidden_layers(config) + 1))
+    if args.layers and not set(args.layers) <= set(every):
+        parser.error(f"--layers: the encoder's hidden states are {every[0]} to {every[-1]}, got {args.layers}")
+    layers = args.layers or every
     results = {}
     for pooling in POOLINGS:
         for layer in layers:

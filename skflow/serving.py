@@ -1,4 +1,5 @@
-"""A fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers folder.
+"""A fitted ``BertEmbedder ->`` post-processing pipeline (a ``FlowGaussianizer``, ``Whitener`` or
+``MeanDirectionRemover``) as a sentence-transformers folder.
 
 :func:`export_sentence_transformer` writes it, in sentence-transformers' stock modules where they can express
 the pipeline, else with skflow's :class:`FlowPooling`; :func:`load_sentence_transformer` loads either without
@@ -118,20 +119,21 @@ class FlowPooling(Module):
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
-    """Write a fitted ``BertEmbedder -> FlowGaussianizer`` or ``-> Whitener`` pipeline as a sentence-transformers model.
+    """Write a fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers model.
 
     The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit (a hub
-    model at the commit of fit). A `Whitener` after ``cls``, ``mean``, ``last_token`` or ``max`` pooling of the
-    last layer is written in sentence-transformers' own modules (``Pooling``, ``Normalize``, a linear ``Dense``),
-    which ``SentenceTransformer(path)`` loads without ``trust_remote_code``; anything else uses :class:`FlowPooling`
-    (load it with :func:`load_sentence_transformer`). The embedder's ``prompt`` becomes the folder's default
-    prompt; ``token`` is written nowhere. See ``docs/serving.md``.
+    model at the commit of fit). A `Whitener` or a `MeanDirectionRemover` (linear maps) after ``cls``, ``mean``,
+    ``last_token`` or ``max`` pooling of the last layer is written in sentence-transformers' own modules
+    (``Pooling``, ``Normalize``, a linear ``Dense``), which ``SentenceTransformer(path)`` loads without
+    ``trust_remote_code``; anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`).
+    The embedder's ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See
+    ``docs/serving.md``.
 
     Parameters
     ----------
     pipeline : Pipeline
         A fitted pipeline of two steps: a `BertEmbedder`, then a fitted
-        `FlowGaussianizer` or `Whitener`.
+        `FlowGaussianizer`, `Whitener` or `MeanDirectionRemover`.
     path : str or path-like
         The folder to write (``~`` expanded); it must not exist or be empty.
 

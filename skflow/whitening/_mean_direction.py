@@ -1,5 +1,6 @@
 """MeanDirectionRemover: each embedding projected off the corpus mean direction, without centring."""
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -7,11 +8,15 @@ from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, 
 from sklearn.utils.validation import check_is_fitted
 
 from skflow.utils import InvalidModelError, row_chunks, unchanged_on_failure, validate_embeddings
-from skflow.whitening._covariance import MAGNITUDE_LIMIT, affine_rows, write_affine_onnx
+from skflow.whitening._covariance import MAGNITUDE_LIMIT, write_affine_onnx
 
 __all__ = ["MeanDirectionRemover"]
 
-_FITTED = ("mean_", "n_samples_seen_", "n_features_in_")
+_FITTED = ("mean_", "max_abs_", "n_samples_seen_", "n_features_in_")
+# A mean whose largest entry is at most this fraction of the largest |x| is rounding: the rows are centred
+# (float32 centring leaves about 1e-8, float64 about 1e-15), and its "direction" is noise.
+ROUNDING_RELATIVE_MEAN = 1e-6
+MAX_SAMPLES = 2**63 - 1
 _OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
 
 
@@ -32,7 +37,15 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
     The mean is a running sum in float64: ``partial_fit`` over chunks gives
     ``fit`` on their concatenation (to float64 rounding), and ``fit`` reads
     a ``numpy.memmap`` a chunk of rows at a time. The output has the input's
-    dtype (float32 or float64).
+    dtype (float32 or float64); ``transform`` costs ``O(n d)``. The map does
+    not depend on the data's scale, from 1e-300 to a mean below 1e300. A
+    mean that is zero to rounding (its largest entry at most 1e-6 of the
+    largest ``|x|``: centred rows) has no direction: the map is then the
+    identity, and ``fit`` says so with a ``UserWarning`` (removing the
+    direction of rounding noise would drop an arbitrary one).
+
+    It has no ``score``: select it by STS Spearman with
+    :func:`skflow.metrics.make_sts_scorer` as ``scoring=``.
 
     Attributes
     ----------
@@ -44,7 +57,9 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
     n_samples_seen_ : int
         Rows the mean was computed from.
     mean_ : ndarray of shape (n_features_in_,)
-        Their mean, float64; never the zero vector.
+        Their mean, float64.
+    max_abs_ : float
+        The largest ``|x|`` seen, the scale the mean is compared with.
 
     See Also
     --------
@@ -97,7 +112,7 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
         """
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=True)
-            self._fit_sum(0, np.zeros(X2d.shape[1]), X2d)
+            self._fit_sum(0, np.zeros(X2d.shape[1]), 0.0, X2d)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -120,9 +135,9 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
         with unchanged_on_failure(self):
             X2d, _ = validate_embeddings(self, X, reset=first)
             if first:
-                self._fit_sum(0, np.zeros(X2d.shape[1]), X2d)
+                self._fit_sum(0, np.zeros(X2d.shape[1]), 0.0, X2d)
             else:
-                self._fit_sum(self.n_samples_seen_, self.mean_ * self.n_samples_seen_, X2d)
+                self._fit_sum(self.n_samples_seen_, self.mean_ * self.n_samples_seen_, self.max_abs_, X2d)
         return self
 
     def transform(self, X):
@@ -139,7 +154,12 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
         """
         check_is_fitted(self)
         X2d, shape = validate_embeddings(self, X, reset=False)
-        return affine_rows(X2d, self._projection()).reshape(shape)
+        u = self._direction()
+        out = X2d.copy()
+        if u is not None:
+            for start, part in row_chunks(X2d, np.float64):
+                out[start : start + len(part)] = part - np.outer(part @ u, u)
+        return out.reshape(shape)
 
     def to_onnx(self, path) -> Path:
         """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
@@ -172,27 +192,41 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
         return self._projection(), np.zeros(self.n_features_in_)
 
     def _projection(self) -> np.ndarray:
-        direction = self.mean_ / np.linalg.norm(self.mean_)
-        return np.eye(self.n_features_in_) - np.outer(direction, direction)
+        u = self._direction()
+        return np.eye(self.n_features_in_) - (0 if u is None else np.outer(u, u))
 
-    def _fit_sum(self, n_samples: int, total: np.ndarray, X2d: np.ndarray) -> None:
-        """The mean of ``n_samples`` earlier rows summing to ``total`` and the rows of ``X2d``; raises before
-        changing anything."""
+    def _direction(self) -> np.ndarray | None:
+        """The unit mean direction, scaled first so that the norm neither overflows nor underflows; None when the
+        mean is zero to rounding."""
+        largest = np.abs(self.mean_).max()
+        if not largest > ROUNDING_RELATIVE_MEAN * self.max_abs_:
+            return None
+        scaled = self.mean_ / largest
+        return scaled / np.linalg.norm(scaled)
+
+    def _fit_sum(self, n_samples: int, total: np.ndarray, max_abs: float, X2d: np.ndarray) -> None:
+        """The mean of ``n_samples`` earlier rows summing to ``total`` (largest ``|x|``: ``max_abs``) and the rows
+        of ``X2d``; raises before changing anything."""
         total = total.copy()
         with np.errstate(over="ignore", invalid="ignore"):
             for _, part in row_chunks(X2d, np.float64):
                 total += part.sum(axis=0)
+                max_abs = max(max_abs, float(np.abs(part).max(initial=0.0)))
         n_samples += X2d.shape[0]
         mean = total / n_samples
         if not np.abs(mean).max() < MAGNITUDE_LIMIT:
             raise ValueError(f"X has values too large for a mean in float64 (at or above {MAGNITUDE_LIMIT:g}); "
-                             "divide X by a constant: the output's directions do not depend on the scale.")
-        if not np.linalg.norm(mean) > 0:
-            raise ValueError("The mean of the rows of X is the zero vector: it has no direction to remove.")
-        self.n_samples_seen_, self.mean_ = n_samples, mean
+                             "divide X by a constant: the output does not depend on the scale.")
+        self.n_samples_seen_, self.mean_, self.max_abs_ = n_samples, mean, max_abs
+        if self._direction() is None:
+            warnings.warn(f"MeanDirectionRemover: the mean of the rows is zero to rounding (its largest entry is at "
+                          f"most {ROUNDING_RELATIVE_MEAN:g} of the largest |x|): the rows are centred, there is no "
+                          "mean direction to remove, and the map is the identity.", UserWarning, stacklevel=4)
 
     def __setstate__(self, state):
         _check_state(state)  # it may be somebody else's file
+        if "n_samples_seen_" in state:
+            state = {**state, "n_samples_seen_": int(state["n_samples_seen_"]), "max_abs_": float(state["max_abs_"])}
         super().__setstate__(state)
 
     def __sklearn_tags__(self):
@@ -204,7 +238,7 @@ class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator
 
 def _check_state(state: dict) -> None:
     """Refuse, with an `InvalidModelError`, a saved state with unknown keys, some fitted attributes only, or
-    a mean that is not a finite, non-zero float64 vector of ``n_features_in_`` entries."""
+    fitted values that `fit` could not have made."""
     unknown = sorted(str(key)[:40] for key in state if key not in (*_FITTED, *_OPTIONAL))[:5]
     if unknown:
         raise InvalidModelError(f"the saved MeanDirectionRemover has unknown attributes: {', '.join(unknown)}")
@@ -214,12 +248,15 @@ def _check_state(state: dict) -> None:
     if len(present) != len(_FITTED):
         missing = ", ".join(sorted(set(_FITTED) - set(present)))
         raise InvalidModelError(f"the saved MeanDirectionRemover has some fitted attributes only: lacks {missing}")
-    mean, n_samples = state["mean_"], state["n_samples_seen_"]
+    mean, max_abs, n_samples = state["mean_"], state["max_abs_"], state["n_samples_seen_"]
     if not (isinstance(mean, np.ndarray) and mean.dtype == np.float64 and mean.ndim == 1 and mean.size >= 1):
         raise InvalidModelError("mean_ must be a 1-D float64 array")
-    if not (np.isfinite(mean).all() and np.abs(mean).max() < MAGNITUDE_LIMIT and np.linalg.norm(mean) > 0):
-        raise InvalidModelError(f"mean_ must be finite, below {MAGNITUDE_LIMIT:g} and not the zero vector")
+    if not isinstance(max_abs, (float, np.floating)) or not 0 <= max_abs < np.inf:
+        raise InvalidModelError(f"max_abs_ must be a finite float >= 0, got {max_abs!r}")
+    if not (np.isfinite(mean).all() and np.abs(mean).max() < MAGNITUDE_LIMIT
+            and np.abs(mean).max() <= max_abs * (1 + 1e-12)):
+        raise InvalidModelError(f"mean_ must be finite, below {MAGNITUDE_LIMIT:g} and at most max_abs_")
     if not isinstance(state["n_features_in_"], (int, np.integer)) or state["n_features_in_"] != mean.size:
         raise InvalidModelError(f"n_features_in_ must be {mean.size}, the length of mean_")
-    if not isinstance(n_samples, (int, np.integer)) or isinstance(n_samples, bool) or n_samples < 1:
-        raise InvalidModelError(f"n_samples_seen_ must be a positive int, got {n_samples!r}")
+    if not isinstance(n_samples, (int, np.integer)) or isinstance(n_samples, bool) or not 1 <= n_samples <= MAX_SAMPLES:
+        raise InvalidModelError(f"n_samples_seen_ must be an int from 1 to {MAX_SAMPLES}, got {n_samples!r}")
