@@ -20,6 +20,7 @@ average against K.
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -128,6 +129,8 @@ def main(argv=None):
                 averages = [np.mean([results[(pooling, method, k)][s][protocol] for s in sets]) for k in KS]
                 lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
         lines.append("")
+    figure_path = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.output)))
+    lines += [f"![Spearman against the number of dimensions K, per method and pooling]({figure_path})", ""]
     lines += [f"### The smallest K within 1 point of the full-width best (`wmean` average; {VECTORS:.0e} vectors)",
               "", "| pooling | K | method | average | best at 384 | float32 store | saved |",
               "|---|---|---|---|---|---|---|"]

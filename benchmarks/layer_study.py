@@ -14,6 +14,7 @@ the [CLS] input embedding, the same for every sentence) reads n/a.
 
 import argparse
 import json
+import os
 import sys
 import warnings
 
@@ -104,6 +105,8 @@ def main(argv=None):
                 averages = [np.mean([results[(pooling, layer, method)][s][protocol] for s in sets]) for layer in layers]
                 lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
         lines.append("")
+    figure_path = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.output)))
+    lines += [f"![gain over the raw vectors against the hidden layer, per method and pooling]({figure_path})", ""]
     write_section(args.output, "\n".join(lines))
     figure(results, sets, layers, args.figure)
     if args.json:
