@@ -7,6 +7,7 @@ every pair, under "wmean" and "all". Every set whose data is present is
 used, SICK-R included.
 """
 
+import os
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -37,10 +38,46 @@ def present_sets(sets=None) -> tuple[dict, list[str]]:
     return data, missing
 
 
-def add_set_arguments(parser) -> None:
+def study_parser(description: str, figure: str):
+    """The options every study takes: ``--output``, ``--figure``, ``--json``, ``--cache-dir`` and ``--sets``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--output", default="docs/results.md",
+                        help="the Markdown file whose section this study writes (the rest is kept)")
+    parser.add_argument("--figure", default=figure)
+    parser.add_argument("--json", help="also write the numbers here")
+    parser.add_argument("--cache-dir", help="embedding cache (each set and setting embedded once)")
     parser.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
                         help=f"among {', '.join(STS_SETS)} (default: every set whose data is present; a set named "
                         "here must be there)")
+    return parser
+
+
+def line_figure(panels: dict, xs: list, xlabel: str, ylabel: str, path: str, *, log_x: bool = False,
+                zero_line: bool = False) -> None:
+    """One panel per key of ``panels`` (a pooling), one line per ``{label: values at xs}`` in it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), sharey=True)
+    for ax, (pooling, lines) in zip(np.atleast_1d(axes), panels.items()):
+        for label, values in lines.items():
+            ax.plot(xs, values, marker="o", label=label)
+        if log_x:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [str(x) for x in xs])
+        if zero_line:
+            ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_title(f"pooling {pooling}")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel(ylabel)
+    np.atleast_1d(axes)[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def embedded(data: dict, embedder: BertEmbedder) -> Iterator[tuple]:
@@ -61,6 +98,31 @@ def score(latent_pairs: np.ndarray, gold: np.ndarray, subsets: np.ndarray) -> di
 def apply(transform: Callable, pairs: np.ndarray) -> np.ndarray:
     """A row-wise map applied to ``(n, 2, d)`` pairs."""
     return transform(pairs.reshape(-1, pairs.shape[-1])).reshape(*pairs.shape[:2], -1)
+
+
+def section(heading: str, script: str, argv, clock, sets: list[str], missing: list[str], xs: list, rows: list,
+            average, columns: str, figure: tuple[str, str, str]) -> str:
+    """A study's Markdown section: how it was made, then per protocol a table of ``average(pooling, method, x,
+    protocol)`` over ``rows`` (``(pooling, method)``) and ``xs`` (``columns`` says what they are), then the figure
+    ``(alt text, its path, the Markdown file's path)``."""
+    import sys
+
+    from skflow.evaluation import SET_LABELS
+
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    left_out = f"; left out, their data not present: {', '.join(SET_LABELS[s] for s in missing)}." if missing else "."
+    lines = [heading, "", f"Written by `python benchmarks/{script} {command}` in {clock}. {environment()}.",
+             f"Sets: {', '.join(SET_LABELS[s] for s in sets)}{left_out}", ""]
+    for protocol in ("wmean", "all"):
+        lines += [f"### Protocol `{protocol}`: Spearman x 100, average of the sets, {columns}", "",
+                  "| pooling | method | " + " | ".join(map(str, xs)) + " |", "|---|---|" + "---|" * len(xs)]
+        for pooling, method in rows:
+            values = [average(pooling, method, x, protocol) for x in xs]
+            lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, values)) + " |")
+        lines.append("")
+    alt, path, output = figure
+    lines += [f"![{alt}]({os.path.relpath(path, os.path.dirname(os.path.abspath(output)))})", ""]
+    return "\n".join(lines)
 
 
 def write_section(path: str, text: str, before: str = "## Anisotropy") -> None:

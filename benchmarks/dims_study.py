@@ -18,13 +18,20 @@ average against K.
     python benchmarks/dims_study.py --output docs/results.md --figure docs/figures/dims.png --cache-dir DIR
 """
 
-import argparse
 import json
-import os
-import sys
 
 import numpy as np
-from _study import Clock, add_set_arguments, apply, cell, embedded, environment, present_sets, score, write_section
+from _study import (
+    Clock,
+    apply,
+    embedded,
+    line_figure,
+    present_sets,
+    score,
+    section,
+    study_parser,
+    write_section,
+)
 
 from skflow import BertEmbedder, FlowGaussianizer, Whitener
 from skflow.evaluation import SET_LABELS
@@ -64,36 +71,8 @@ def smallest_within(results: dict, pooling: str, methods, sets: list[str], proto
     return KS[0], None, full, full
 
 
-def figure(results: dict, sets: list[str], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(POOLINGS), figsize=(5 * len(POOLINGS), 3.8), sharey=True)
-    for ax, pooling in zip(np.atleast_1d(axes), POOLINGS):
-        for method in [m for m in METHODS if (pooling, m, KS[0]) in results]:
-            ax.plot(KS, [np.mean([results[(pooling, method, k)][s]["wmean"] for s in sets]) for k in KS],
-                    marker="o", label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(KS, [str(k) for k in KS])
-        ax.set_title(f"pooling {pooling}")
-        ax.set_xlabel("dimensions K")
-        ax.grid(alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel(f"Spearman x 100, wmean, average of {len(sets)} sets")
-    np.atleast_1d(axes)[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="docs/results.md",
-                        help="the Markdown file whose section this study writes (the rest is kept)")
-    parser.add_argument("--figure", default="dims.png")
-    parser.add_argument("--json", help="also write the numbers here")
-    parser.add_argument("--cache-dir", help="embedding cache (each set and pooling embedded once)")
-    add_set_arguments(parser)
+    parser = study_parser(__doc__.splitlines()[0], "dims.png")
     parser.add_argument("--no-flow", action="store_true", help="leave out flow+pca")
     args = parser.parse_args(argv)
     clock = Clock()
@@ -112,25 +91,13 @@ def main(argv=None):
                     results.setdefault((pooling, method, k), {})[name] = score(latent[..., :k], gold, subsets)
             print(f"[{clock}] {pooling} {SET_LABELS[name]} done", flush=True)
     methods = [m for m in METHODS if (POOLINGS[0], m, KS[0]) in results]
-    lines = [
-        "## How small can the vectors get?",
-        "",
-        f"Written by `python benchmarks/dims_study.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
-        f"in {clock}. {environment()}.",
-        f"Sets: {', '.join(SET_LABELS[s] for s in sets)}"
-        + (f"; left out, their data not present: {', '.join(SET_LABELS[s] for s in missing)}." if missing else "."),
-        "",
-    ]
-    for protocol in ("wmean", "all"):
-        lines += [f"### Protocol `{protocol}`: Spearman x 100, average of the sets, against K", "",
-                  "| pooling | method | " + " | ".join(map(str, KS)) + " |", "|---|---|" + "---|" * len(KS)]
-        for pooling in POOLINGS:
-            for method in methods:
-                averages = [np.mean([results[(pooling, method, k)][s][protocol] for s in sets]) for k in KS]
-                lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
-        lines.append("")
-    figure_path = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.output)))
-    lines += [f"![Spearman against the number of dimensions K, per method and pooling]({figure_path})", ""]
+    def average(pooling, method, k, protocol):
+        return np.mean([results[(pooling, method, k)][s][protocol] for s in sets])
+
+    rows = [(pooling, method) for pooling in POOLINGS for method in methods]
+    alt = "Spearman against the number of dimensions K, per method and pooling"
+    lines = [section("## How small can the vectors get?", "dims_study.py", argv, clock, sets, missing, list(KS), rows,
+                     average, "against K", (alt, args.figure, args.output))]
     lines += [f"### The smallest K within 1 point of the full-width best (`wmean` average; {VECTORS:.0e} vectors)",
               "", "| pooling | K | method | average | best at 384 | float32 store | saved |",
               "|---|---|---|---|---|---|---|"]
@@ -140,7 +107,9 @@ def main(argv=None):
         saved = VECTORS * (KS[0] - k) * 4 / 1e9
         lines.append(f"| {pooling} | {k} | {method} | {value:.2f} | {full:.2f} | {size:,.0f} GB | {saved:,.0f} GB |")
     write_section(args.output, "\n".join(lines))
-    figure(results, sets, args.figure)
+    line_figure({p: {m: [np.mean([results[(p, m, k)][s]["wmean"] for s in sets]) for k in KS] for m in methods}
+                 for p in POOLINGS}, list(KS), "dimensions K", f"Spearman x 100, wmean, average of {len(sets)} sets",
+                args.figure, log_x=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)

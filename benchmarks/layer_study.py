@@ -12,53 +12,22 @@ the [CLS] input embedding, the same for every sentence) reads n/a.
     python benchmarks/layer_study.py --output docs/results.md --figure docs/figures/layers.png --cache-dir DIR
 """
 
-import argparse
 import json
-import os
-import sys
 import warnings
 
 import numpy as np
-from _study import Clock, add_set_arguments, cell, environment, present_sets, write_section
+from _study import Clock, line_figure, present_sets, section, study_parser, write_section
 
 from skflow import BertEmbedder
 from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
-from skflow.evaluation import SET_LABELS, evaluate
+from skflow.evaluation import evaluate
 
 POOLINGS = ("mean", "cls")
 METHODS = ("none", "center", "renorm", "whiten", "soft-whiten", "abtt-4", "flow")
 
 
-def figure(results: dict, sets: list[str], layers: list[int], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(POOLINGS), figsize=(5 * len(POOLINGS), 3.8), sharey=True)
-    for ax, pooling in zip(np.atleast_1d(axes), POOLINGS):
-        raw = [np.mean([results[(pooling, layer, "none")][s]["wmean"] for s in sets]) for layer in layers]
-        for method in METHODS[1:]:
-            values = [np.mean([results[(pooling, layer, method)][s]["wmean"] for s in sets]) for layer in layers]
-            ax.plot(layers, np.subtract(values, raw), marker="o", label=method)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_title(f"pooling {pooling}")
-        ax.set_xlabel("hidden layer (0: embeddings)")
-        ax.grid(alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel(f"gain over raw, Spearman x 100 (wmean, {len(sets)} sets)")
-    np.atleast_1d(axes)[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="docs/results.md",
-                        help="the Markdown file whose section this study writes (the rest is kept)")
-    parser.add_argument("--figure", default="layers.png")
-    parser.add_argument("--json", help="also write the numbers here")
-    parser.add_argument("--cache-dir", help="embedding cache (each set, layer and pooling embedded once)")
-    add_set_arguments(parser)
+    parser = study_parser(__doc__.splitlines()[0], "layers.png")
     parser.add_argument("--layers", nargs="+", type=int, help="default: every hidden state")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # constant features and undefined Spearman: the tables say n/a
@@ -88,27 +57,17 @@ def main(argv=None):
                     values = {s: {"wmean": np.nan, "all": np.nan} for s in sets}
                 results[(pooling, layer, method)] = values
             print(f"[{clock}] {pooling} layer {layer} done", flush=True)
-    lines = [
-        "## Where post-processing pays: every hidden layer",
-        "",
-        f"Written by `python benchmarks/layer_study.py {' '.join(sys.argv[1:] if argv is None else argv)}` "
-        f"in {clock}. {environment()}.",
-        f"Sets: {', '.join(SET_LABELS[s] for s in sets)}"
-        + (f"; left out, their data not present: {', '.join(SET_LABELS[s] for s in missing)}." if missing else "."),
-        "",
-    ]
-    for protocol in ("wmean", "all"):
-        lines += [f"### Protocol `{protocol}`: Spearman x 100, average of the sets, by hidden layer", "",
-                  "| pooling | method | " + " | ".join(map(str, layers)) + " |", "|---|---|" + "---|" * len(layers)]
-        for pooling in POOLINGS:
-            for method in METHODS:
-                averages = [np.mean([results[(pooling, layer, method)][s][protocol] for s in sets]) for layer in layers]
-                lines.append(f"| {pooling} | {method} | " + " | ".join(map(cell, averages)) + " |")
-        lines.append("")
-    figure_path = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.output)))
-    lines += [f"![gain over the raw vectors against the hidden layer, per method and pooling]({figure_path})", ""]
-    write_section(args.output, "\n".join(lines))
-    figure(results, sets, layers, args.figure)
+    def average(pooling, method, layer, protocol="wmean"):
+        return np.mean([results[(pooling, layer, method)][s][protocol] for s in sets])
+
+    rows = [(pooling, method) for pooling in POOLINGS for method in METHODS]
+    alt = "gain over the raw vectors against the hidden layer, per method and pooling"
+    text = section("## Where post-processing pays: every hidden layer", "layer_study.py", argv, clock, sets, missing,
+                   layers, rows, average, "by hidden layer", (alt, args.figure, args.output))
+    write_section(args.output, text)
+    gains = {p: {m: [average(p, m, x) - average(p, "none", x) for x in layers] for m in METHODS[1:]} for p in POOLINGS}
+    ylabel = f"gain over raw, Spearman x 100 (wmean, {len(sets)} sets)"
+    line_figure(gains, layers, "hidden layer (0: embeddings)", ylabel, args.figure, zero_line=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)
