@@ -125,6 +125,15 @@ def section(heading: str, script: str, argv, clock, sets: list[str], missing: li
     return "\n".join(lines)
 
 
+def write_numbers(path: str | None, results: dict) -> None:
+    """Write ``results`` (keyed by tuples) as JSON to ``path``, keys joined by ``|``; nothing if ``path`` is None."""
+    import json
+
+    if path:
+        with open(path, "w") as f:
+            json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)
+
+
 def write_section(path: str, text: str, before: str = "## Anisotropy") -> None:
     """Put ``text`` (a ``## `` section) into the Markdown file ``path``: in place of the section with its heading,
     else before the ``before`` heading, else at the end; the rest of the file is kept."""

@@ -18,7 +18,6 @@ average against K.
     python benchmarks/dims_study.py --output docs/results.md --figure docs/figures/dims.png --cache-dir DIR
 """
 
-import json
 
 import numpy as np
 from _study import (
@@ -30,6 +29,7 @@ from _study import (
     score,
     section,
     study_parser,
+    write_numbers,
     write_section,
 )
 
@@ -107,12 +107,10 @@ def main(argv=None):
         saved = VECTORS * (KS[0] - k) * 4 / 1e9
         lines.append(f"| {pooling} | {k} | {method} | {value:.2f} | {full:.2f} | {size:,.0f} GB | {saved:,.0f} GB |")
     write_section(args.output, "\n".join(lines))
-    line_figure({p: {m: [np.mean([results[(p, m, k)][s]["wmean"] for s in sets]) for k in KS] for m in methods}
-                 for p in POOLINGS}, list(KS), "dimensions K", f"Spearman x 100, wmean, average of {len(sets)} sets",
+    averages = {p: {m: [average(p, m, k, "wmean") for k in KS] for m in methods} for p in POOLINGS}
+    line_figure(averages, list(KS), "dimensions K", f"Spearman x 100, wmean, average of {len(sets)} sets",
                 args.figure, log_x=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)
+    write_numbers(args.json, results)
     print(f"wrote {args.output} and {args.figure} in {clock}")
 
 

@@ -12,11 +12,10 @@ the [CLS] input embedding, the same for every sentence) reads n/a.
     python benchmarks/layer_study.py --output docs/results.md --figure docs/figures/layers.png --cache-dir DIR
 """
 
-import json
 import warnings
 
 import numpy as np
-from _study import Clock, line_figure, present_sets, section, study_parser, write_section
+from _study import Clock, line_figure, present_sets, section, study_parser, write_numbers, write_section
 
 from skflow import BertEmbedder
 from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
@@ -68,9 +67,7 @@ def main(argv=None):
     gains = {p: {m: [average(p, m, x) - average(p, "none", x) for x in layers] for m in METHODS[1:]} for p in POOLINGS}
     ylabel = f"gain over raw, Spearman x 100 (wmean, {len(sets)} sets)"
     line_figure(gains, layers, "hidden layer (0: embeddings)", ylabel, args.figure, zero_line=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"|".join(map(str, key)): value for key, value in results.items()}, f)
+    write_numbers(args.json, results)
     print(f"wrote {args.output} and {args.figure} in {clock}")
 
 
