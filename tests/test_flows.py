@@ -121,6 +121,28 @@ def test_actnorm_data_init_keeps_constant_features_finite():
     assert torch.isfinite(norm(x)[1])
 
 
+def test_coupling_net_init_does_not_blow_up_a_nearly_constant_hidden_unit():
+    # Seen in CI: a 1-feature coupling whose second hidden layer had a unit with
+    # std 1e-4 of the median on the init sample; 1 / std scaled it 10^4-fold and
+    # two optimiser steps later a row outside the sample was 8,000 nats away.
+    from skflow.flows.couplings import CouplingNet
+
+    gen = torch.Generator().manual_seed(0)
+    net = CouplingNet(1, 1, 4, generator=gen).double()
+    with torch.no_grad():
+        net.hidden1.weight.copy_(torch.tensor([[1.0], [-1.0], [0.5], [2.0]]))
+        # unit 0 of hidden2 has weights 1e-5: nearly constant on any sample
+        net.hidden2.weight.copy_(torch.tensor([[1e-5, 1e-5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]))
+    sample = torch.randn(200, 1, dtype=torch.float64, generator=gen)
+    net.data_init(sample)
+    scales = net.hidden2.scale()
+    assert scales.max() < 200 * scales.median()  # was 10^5 times
+    with torch.no_grad():
+        net.out.weight.fill_(1e-3)  # a few optimiser steps away from zero
+        far = net(torch.tensor([[4.0]], dtype=torch.float64))
+    assert far.abs().max() < 1.0
+
+
 @pytest.mark.parametrize("permutation", ["reverse", "lu"])
 def test_data_init_normalises_every_actnorm_input_in_one_pass(permutation):
     gen = torch.Generator().manual_seed(0)

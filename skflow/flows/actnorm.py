@@ -39,14 +39,19 @@ def scale_shift_backward(
 
 
 @torch.no_grad()
-def normalizing_init(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def normalizing_init(x: torch.Tensor, *, min_relative_std: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(bias, logs)`` that give the rows of ``x`` zero mean and unit variance per feature.
 
     A constant feature (or a dead ReLU unit in a coupling network) keeps
-    scale 1 instead of being blown up by ``1 / std``.
+    scale 1 instead of being blown up by ``1 / std``. A feature whose
+    standard deviation is below ``min_relative_std`` times the median one is
+    scaled as if it had that much, so that no feature is amplified more than
+    ``1 / min_relative_std`` times the typical one.
     """
     mean = x.mean(dim=0)
     std = x.std(dim=0, unbiased=False) if x.shape[0] > 1 else torch.ones_like(mean)
+    if min_relative_std:
+        std = std.clamp_min(min_relative_std * std.median())
     std = torch.where(std > MIN_INIT_STD, std, torch.ones_like(std))
     return -mean, -torch.log(std) / LOGSCALE_FACTOR
 

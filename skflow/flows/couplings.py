@@ -8,6 +8,12 @@ from skflow.flows.base import FlowLayer
 
 # Hidden layers start as N(0, 0.05), as in tensor2tensor's Glow.
 HIDDEN_INIT_STD = 0.05
+# A hidden unit that is nearly constant on the initialisation sample is not
+# scaled up more than 100x the layer's typical unit: 1 / std alone amplified
+# such a unit 10^4-fold, and rows outside the sample then left the first
+# steps of training thousands of nats away (a coupling that sees one or two
+# features, in the last level of a small flow).
+HIDDEN_MIN_RELATIVE_STD = 1e-2
 
 _relu_backward = torch.ops.aten.threshold_backward
 
@@ -100,7 +106,7 @@ class ScaledLinear(nn.Module):
     @torch.no_grad()
     def data_init(self, h: torch.Tensor) -> torch.Tensor:
         if not self.zero_init:
-            bias, logs = normalizing_init(torch.mm(h, self.weight.T))
+            bias, logs = normalizing_init(torch.mm(h, self.weight.T), min_relative_std=HIDDEN_MIN_RELATIVE_STD)
             self.bias.copy_(bias)
             self.logs.copy_(logs)
         return self(h)
