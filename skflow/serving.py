@@ -43,7 +43,7 @@ from skflow.saved_models import (
     stock_modules,
     write_interoperable_configs,
 )
-from skflow.utils import folder_created_atomically
+from skflow.utils import temporary_sibling
 from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
@@ -214,12 +214,15 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
             modules = stock_modules(post, width, STOCK_MODES[reduction], embedder.normalize)
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
-        with folder_created_atomically(out) as staging:  # never a half-written model folder at ``out``
+        with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
             prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), embedder.prompt)  # every encode_*
             settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
             SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
             if stock:
                 write_interoperable_configs(staging, STOCK_MODES[reduction], width, embedder.max_length)
+            if out.is_dir():
+                out.rmdir()  # empty, or this fails and nothing is replaced
+            os.rename(staging, out)
     return out
 
 

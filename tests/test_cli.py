@@ -150,9 +150,9 @@ def _one_line_error(capsys) -> str:
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--output", "{tmp}/missing/r"], "missing: the folder of the output does not exist"),
-        (["--output", "{tmp}/file/r"], "file: the folder of the output is a file, not a folder"),
-        (["--output", "{tmp}/folder.json"], "folder.json: is a folder; give a file name"),
+        (["--output", "{tmp}/missing/r"], "missing: the folder of the output cannot be written (No such file"),
+        (["--output", "{tmp}/file/r"], "file: the folder of the output cannot be written (Not a directory)"),
+        (["--output", "{tmp}/folder.json"], "folder.json: exists and is not a results file"),
         (["--output", "/proc/skflow-r"], "/proc: the folder of the output cannot be written"),
         (["--cache-dir", "{tmp}/file"], "file' is a file, not a folder"),
         (["--cache-dir", "{tmp}/file/sub"], "cannot be used: Not a directory"),

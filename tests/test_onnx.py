@@ -45,7 +45,7 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
     "make", [lambda: FlowGaussianizer(random_state=0), lambda: Whitener()], ids=["flow", "whitener"]
 )
 def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path, rows, make, monkeypatch):
-    from skflow.utils import _atomic as _atomic
+    import os
 
     model = make().fit(rows[:2000])
     path = model.to_onnx(tmp_path / "model.onnx")
@@ -54,7 +54,7 @@ def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_pat
     def crash(_path):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(_atomic, "_fsync", crash)  # the new file is written whole, then the flush fails
+    monkeypatch.setattr(os, "fsync", crash)  # the new file is written whole, then the flush fails
     with pytest.raises(OSError, match="simulated"):
         make().fit(rows[2000:4000]).to_onnx(path)
     assert path.read_bytes() == old and sorted(tmp_path.iterdir()) == [path]

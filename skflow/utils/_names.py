@@ -1,9 +1,5 @@
-"""Names skflow is given (paths, folders, columns): one check for all, and how one-line messages show them.
-
-A name is refused when it is empty, is not UTF-8 (a byte ``os.fsdecode`` could not decode reaches Python as a lone
-surrogate) or holds a line break or another control character: Arrow, Ray and JSON carry names as UTF-8 text, and
-a message naming it must stay one line. The check runs before any work.
-"""
+"""Names skflow is given (paths, folders, columns): one check for all, before any work, and how one-line messages
+show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming one must stay one line."""
 
 import os
 import unicodedata
@@ -50,3 +46,8 @@ def check_given_name(option: str, value, error: type[Exception] = ValueError, *,
     wrong: checked before any work, so that nothing is written."""
     if problem := name_problem(value, file=file):
         raise error(f"{option} {problem}")
+
+
+def some_names(names: list[str], limit: int = 5) -> str:
+    """The first ``limit`` of ``names``, then how many more: a list in a one-line message."""
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -1,0 +1,117 @@
+"""What skflow's estimators share: input checks, the score protocol, chunks of rows, the device, progress bars, and
+fitting that fails leaving the estimator as it was."""
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_array, validate_data
+
+from skflow.metrics import sts_spearman
+
+FLOAT_DTYPES = [np.float64, np.float32]
+# A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
+# copies of one row gave at most 1.5e-13 (float64 centred moments, 2,000,000 rows); 1e-11 keeps a margin and fits
+# rows that differ by 1 around a common offset of 1e10 (docs/reliability.md, Whitener on equal rows).
+ROUNDING_RELATIVE_STD = 1e-11
+# Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
+# 8192 rows x 384 features in float64 are 25 MB.
+CHUNK_ROWS = 8192
+
+
+def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape. ``reset=True``
+    (fit) records ``n_features_in_`` and feature names on the estimator, and needs at least two rows."""
+    is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
+    min_samples = 2 if reset else 1
+    if not is_frame and _ndim(X) == 3:
+        X3 = check_array(X, dtype=FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
+        rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
+        X2d = validate_data(estimator, rows, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
+        return X2d, X3.shape
+    X2d = validate_data(estimator, X, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
+    return X2d, X2d.shape
+
+
+def _ndim(X) -> int:
+    shape = getattr(X, "shape", None)
+    if shape is not None:
+        return len(shape)
+    try:
+        return np.ndim(np.asarray(X, dtype=object))
+    except (ValueError, TypeError):
+        return -1
+
+
+def pairs_or_likelihood_score(
+    name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable, log_prob_rows: Callable
+) -> float:
+    """The ``score`` of skflow's post-processings: STS Spearman for pairs with gold scores, else mean log-likelihood
+    (``X2d`` and ``shape`` from :func:`validate_embeddings`; the callables map rows to vectors and log-likelihoods)."""
+    if len(shape) == 3 and y is not None:
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
+        if shape[1] != 2:
+            raise ValueError(f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), got "
+                             f"shape {shape}.")
+        return sts_spearman(transform_rows(X2d).reshape(*shape[:-1], -1), y)
+    if y is not None:
+        warnings.warn(f"{name}.score: y is ignored for input of shape {shape}; gold scores apply to sentence pairs of "
+                      "shape (n_pairs, 2, n_features). Returning the mean log-likelihood.", UserWarning, stacklevel=3)
+    return float(np.mean(log_prob_rows(X2d)))
+
+
+def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, rows)``: the rows of ``X`` at most ``CHUNK_ROWS`` at a time (a memory map is never read whole), as
+    ``dtype`` if given."""
+    for start in range(0, X.shape[0], CHUNK_ROWS):
+        rows = X[start : start + CHUNK_ROWS]
+        yield start, rows if dtype is None else np.asarray(rows, dtype=dtype)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` is CUDA when available, else the CPU; anything else must exist."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):  # meta, mps, xpu...: nowhere skflow can work
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")
+    return resolved
+
+
+@contextlib.contextmanager
+def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[..., None]]:
+    """A tqdm bar on stderr when ``enabled``; yields ``update(n=1, **postfix)``, a no-op otherwise."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
+
+        def update(n: int = 1, **postfix) -> None:
+            bar.update(n)
+            if postfix:
+                bar.set_postfix(postfix)
+
+        yield update
+
+
+@contextlib.contextmanager
+def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
+    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), exactly as they
+    were if the block raises or is interrupted (Ctrl-C too): validation records ``n_features_in_`` before anything
+    can fail, and ``partial_fit`` trains a kept trainer in place."""
+    before = estimator.__dict__.copy()
+    saved = None if also is None else also.snapshot()
+    try:
+        yield
+    except BaseException:
+        estimator.__dict__.clear()
+        estimator.__dict__.update(before)
+        if also is not None:
+            also.rollback(saved)
+        raise

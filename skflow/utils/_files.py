@@ -1,0 +1,244 @@
+"""Files skflow writes, whole or not at all, and never over a file it did not write; the errors of files.
+
+A file is written under a hidden temporary sibling, ``.skflow-tmp-<pid>@<host>-<hex>-<name>`` (it ends with the
+target's name: joblib picks its compressor by the name), flushed, then renamed onto the target; the next write of
+the target removes the siblings that dead processes of this host left. An existing target is replaced only if it
+is a regular file of the kind being written, recognised by its content (a link, a folder, a FIFO never is).
+"""
+
+import bz2
+import contextlib
+import gzip
+import json
+import lzma
+import os
+import re
+import secrets
+import shutil
+import socket
+import stat
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from skflow.utils._names import printable
+
+
+class InvalidModelError(ValueError):
+    """A saved model whose state is inconsistent or not what skflow writes."""
+
+    __module__ = "skflow.persistence"  # where users import it from, and what tracebacks show
+
+
+class UntrustedTypeError(InvalidModelError):
+    """The file holds a type that skflow does not trust; nothing in it was built."""
+
+    __module__ = "skflow.persistence"
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot or must not be written: found before any work is done, or at the write."""
+
+
+class FileKind(NamedTuple):
+    name: str  # for messages
+    test: Callable[[BinaryIO], bool]  # on a regular file's bytes from the start; may raise on a file of another kind
+
+    def recognises(self, stream: BinaryIO) -> bool:
+        try:
+            stream.seek(0)
+            return self.test(stream)
+        except (OSError, ValueError, EOFError, RecursionError, lzma.LZMAError, zlib.error, zipfile.BadZipFile):
+            return False
+
+
+def _is_joblib(stream: BinaryIO) -> bool:
+    """A pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz, lzma)."""
+    head = stream.read(4096)
+    if head[:1] == b"x":
+        head = zlib.decompressobj().decompress(head, 2)
+    for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
+        if head.startswith(magic):
+            stream.seek(0)
+            head = opener(stream, "rb").read(2)
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def _is_onnx(stream: BinaryIO) -> bool:
+    import onnx  # every ONNX writer needs it (protobuf parses no text, pickle or zip as a model with a graph)
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.ModelProto.FromString(stream.read())
+    except DecodeError:
+        return False
+    return model.ir_version >= 1 and model.HasField("graph")
+
+
+def _small_text(stream: BinaryIO) -> str:
+    data = stream.read(2**26 + 1)  # results and manifests are small: a bigger file is none of them
+    if len(data) > 2**26:
+        raise ValueError("too big")
+    return data.decode("utf-8")
+
+
+# Every line of a results table evaluate writes: a heading, a table row, or empty.
+_HEADING = ", Spearman x 100"
+_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
+
+
+def _is_results_table(stream: BinaryIO) -> bool:
+    lines = _small_text(stream).splitlines()
+    return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
+
+
+def _is_results_json(stream: BinaryIO) -> bool:
+    results = json.loads(_small_text(stream))
+    return (isinstance(results, dict) and isinstance(results.get("config"), dict) and "sets" in results
+            and "skflow" in results["config"])
+
+
+def _is_manifest(stream: BinaryIO) -> bool:
+    manifest = json.loads(_small_text(stream))
+    return isinstance(manifest, dict) and isinstance(manifest.get("files"), list)
+
+
+SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
+JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
+MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognises(stream) or JOBLIB.recognises(stream))
+ONNX = FileKind("an ONNX model", _is_onnx)
+RESULTS_JSON = FileKind("a results file that skflow evaluate wrote", _is_results_json)
+RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote", _is_results_table)
+MANIFEST = FileKind("an skflow output manifest", _is_manifest)
+NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
+
+
+def check_replaceable(path: Path, kind: FileKind) -> None:
+    """Refuse, with a one-line :class:`OutputPathError` naming ``path``, an existing ``path`` that is not a regular
+    file of ``kind`` (a link is not followed, a FIFO not blocked on): skflow never replaces a file it did not write."""
+    if not os.path.lexists(path):
+        return
+    shown = printable(str(path))
+    if os.path.islink(path):
+        raise OutputPathError(f"{shown}: is a link; skflow never replaces one: give another name, or remove the link")
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)), "rb") as stream:
+            recognised = stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream)
+    except OSError:
+        recognised = False
+    if not recognised:
+        raise OutputPathError(f"{shown}: exists and is not {kind.name}; it is never replaced: give another name, or "
+                              "move it away")
+
+
+def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
+    """``path`` with ``~`` expanded, once :func:`check_replaceable` passes and its folder takes files; nothing is
+    written. Else a one-line :class:`OutputPathError`."""
+    out = Path(path).expanduser()
+    check_replaceable(out, kind)
+    try:
+        prove_writable(out.parent)
+    except OSError as exc:  # missing, a file, read-only
+        raise OutputPathError(f"{printable(str(out.parent))}: the folder of the output cannot be written "
+                              f"({exc.strerror or type(exc).__name__})") from None
+    return out
+
+
+def prove_writable(folder: Path) -> None:
+    """Create and delete a hidden file in ``folder``: the OSError of the attempt if it does not take files."""
+    probe = folder / f".skflow-probe-{secrets.token_hex(8)}"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    os.unlink(probe)
+
+
+# [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
+_TMP = re.compile(r"^\.skflow-tmp-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def run_tag() -> str:
+    """``PID@HOST-HEX``: unique to this process and call; names what a process writes, to clean it up once it died."""
+    return f"{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
+
+
+def left_by_a_dead_process(tag: re.Match) -> bool:
+    """Whether what the process of a :func:`run_tag` (its ``pid`` and ``host`` groups) wrote is left over: it ran
+    here and died."""
+    if tag["host"] != _host():
+        return False
+    try:
+        os.kill(int(tag["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process; no pid at all
+        pass
+    return False
+
+
+@contextlib.contextmanager
+def temporary_sibling(path: str | os.PathLike, *, folder: bool = False) -> Iterator[Path]:
+    """A hidden sibling of ``path`` (a new empty folder with ``folder``), removed if it is still there at the end;
+    the siblings of ``path`` left by dead processes of this host are removed first."""
+    path = Path(path)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            match = _TMP.match(entry.name)
+            if match and match["name"] == path.name and left_by_a_dead_process(match):
+                _remove(entry.path)
+    tmp = path.parent / f".skflow-tmp-{run_tag()}-{path.name}"
+    if folder:
+        tmp.mkdir()
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
+
+
+def _remove(path: str | os.PathLike) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync,
+    ``os.replace``); on any exception (Ctrl-C too) it is deleted and ``path`` is left as it was.
+
+    With ``overwrite``, an existing ``path`` is replaced only if :func:`check_replaceable` passes (before the block
+    and at the rename); without it, ``path`` is given the new file only if nothing is there (a hard link fails if a
+    file appeared since the caller's check).
+    """
+    path = Path(path)
+    if overwrite:
+        check_replaceable(path, kind)
+    with temporary_sibling(path) as tmp:
+        yield tmp
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())
+        if overwrite:
+            check_replaceable(path, kind)
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+            return
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links: the check and the rename are two steps there
+            if not os.path.lexists(path):
+                os.replace(tmp, path)
+                return
+        raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and was not "
+                              "replaced; pass --overwrite (overwrite=True) to replace it")
+
+
+def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
+                          overwrite: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` with :func:`replaced_atomically`: the old text or the whole new one."""
+    with replaced_atomically(path, kind=kind, overwrite=overwrite) as tmp:
+        tmp.write_text(text, encoding="utf-8")
