@@ -1,9 +1,6 @@
-"""A fitted ``BertEmbedder ->`` post-processing pipeline (a ``FlowGaussianizer``, ``Whitener`` or
-``MeanDirectionRemover``) as a sentence-transformers folder.
-
-:func:`export_sentence_transformer` writes it, in sentence-transformers' stock modules where they can express
-the pipeline, else with skflow's :class:`FlowPooling`; :func:`load_sentence_transformer` loads either without
-running code from the folder. See ``docs/serving.md``. Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
+"""A fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers folder, written by
+:func:`export_sentence_transformer` and loaded, without running code from the folder, by
+:func:`load_sentence_transformer` (see ``docs/serving.md``). Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
 """
 
 import os
@@ -177,10 +174,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     check_is_fitted(post)
     embedder._validate_params()
     out = Path(path).expanduser()
-    if out.is_symlink():  # the folder is renamed into place: a link would be replaced, not written through
-        raise FileExistsError(f"{out}: is a symbolic link; give a new folder, or an empty one that is not a link")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out}: exists and is not an empty folder")
+    if out.is_symlink() or out.exists() and (not out.is_dir() or any(out.iterdir())):  # a link would be replaced
+        raise FileExistsError(f"{out}: exists and is not an empty folder (a link never is): give a new folder")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
     source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
@@ -209,7 +204,13 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
             processor_kwargs=dict(pinned),
             config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})},
         )
-        _pad_on_the_right(transformer.tokenizer)
+        tokenizer = transformer.tokenizer
+        tokenizer.padding_side = "right"  # every real token keeps its unpadded position
+        if tokenizer.pad_token is None:
+            if tokenizer.eos_token is None:
+                raise ValueError("the tokenizer has neither a padding token nor an EOS token, so sentence-transformers "
+                                 "cannot pad batches: give it one (tokenizer.pad_token = ...; save it) and refit")
+            tokenizer.pad_token = tokenizer.eos_token
         if stock:
             modules = stock_modules(post, width, STOCK_MODES[reduction], embedder.normalize)
         else:
@@ -285,16 +286,6 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         raise persistence.InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder "
                                             f"gives {width}")
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)
-
-
-def _pad_on_the_right(tokenizer) -> None:
-    """Pad on the right (every real token keeps its unpadded position), with EOS if there is no pad token."""
-    tokenizer.padding_side = "right"
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError("the tokenizer has neither a padding token nor an EOS token, so sentence-transformers "
-                             "cannot pad batches: give it one (tokenizer.pad_token = ...; save it) and refit")
-        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:

@@ -73,7 +73,7 @@ def test_what_cannot_be_exported_is_a_clear_error(tmp_path, stsb_test):
     (tmp_path / "empty").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "empty")  # said "Not a directory", naming no path of the user's
     before = sorted(tmp_path.rglob("*"))
-    with pytest.raises(FileExistsError, match=f"^{tmp_path / 'link'}: is a symbolic link; give a new folder"):
+    with pytest.raises(FileExistsError, match=f"^{tmp_path / 'link'}: exists and is not an empty folder"):
         export_sentence_transformer(fitted, tmp_path / "link")
     with pytest.raises(FileNotFoundError, match=f"the folder to write it in, {tmp_path / 'missing'}, does not exist"):
         export_sentence_transformer(fitted, tmp_path / "missing" / "model")

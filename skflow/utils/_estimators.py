@@ -11,6 +11,11 @@ from sklearn.utils.validation import check_array, validate_data
 
 from skflow.metrics import sts_spearman
 
+__all__ = [
+    "CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "pairs_or_likelihood_score", "progress_bar",
+    "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings",
+]
+
 FLOAT_DTYPES = [np.float64, np.float32]
 # A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
 # copies of one row gave at most 1.5e-13 (float64 centred moments, 2,000,000 rows); 1e-11 keeps a margin and fits
@@ -36,12 +41,9 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
 
 
 def _ndim(X) -> int:
-    shape = getattr(X, "shape", None)
-    if shape is not None:
-        return len(shape)
     try:
-        return np.ndim(np.asarray(X, dtype=object))
-    except (ValueError, TypeError):
+        return np.ndim(X)  # an array's or a tensor's own; nested lists made into an array
+    except (ValueError, TypeError):  # ragged lists: the validation names the problem
         return -1
 
 

@@ -25,6 +25,12 @@ from typing import BinaryIO, NamedTuple
 
 from skflow.utils._names import printable
 
+__all__ = [
+    "JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
+    "OutputPathError", "UntrustedTypeError", "check_output_file", "check_replaceable", "left_by_a_dead_process",
+    "prove_writable", "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically",
+]
+
 
 class InvalidModelError(ValueError):
     """A saved model whose state is inconsistent or not what skflow writes."""
@@ -50,7 +56,7 @@ class FileKind(NamedTuple):
         try:
             stream.seek(0)
             return self.test(stream)
-        except (OSError, ValueError, EOFError, RecursionError, lzma.LZMAError, zlib.error, zipfile.BadZipFile):
+        except Exception:  # noqa: BLE001  (a parser's error, whatever its type: the file is not of this kind)
             return False
 
 
@@ -68,12 +74,8 @@ def _is_joblib(stream: BinaryIO) -> bool:
 
 def _is_onnx(stream: BinaryIO) -> bool:
     import onnx  # every ONNX writer needs it (protobuf parses no text, pickle or zip as a model with a graph)
-    from google.protobuf.message import DecodeError
 
-    try:
-        model = onnx.ModelProto.FromString(stream.read())
-    except DecodeError:
-        return False
+    model = onnx.ModelProto.FromString(stream.read())
     return model.ir_version >= 1 and model.HasField("graph")
 
 
@@ -207,12 +209,8 @@ def _remove(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync,
-    ``os.replace``); on any exception (Ctrl-C too) it is deleted and ``path`` is left as it was.
-
-    With ``overwrite``, an existing ``path`` is replaced only if :func:`check_replaceable` passes (before the block
-    and at the rename); without it, ``path`` is given the new file only if nothing is there (a hard link fails if a
-    file appeared since the caller's check).
-    """
+    ``os.replace``), else it is deleted. With ``overwrite``, :func:`check_replaceable` before the block and at the
+    rename; without, only where nothing is (a hard link fails if a file appeared since the caller's check)."""
     path = Path(path)
     if overwrite:
         check_replaceable(path, kind)

@@ -4,6 +4,8 @@ show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming o
 import os
 import unicodedata
 
+__all__ = ["check_given_name", "check_name", "name_problem", "printable", "some_names"]
+
 
 def printable(text: str) -> str:
     """``text`` with unprintable characters (a line break, a tab, a byte that was not UTF-8) escaped."""
