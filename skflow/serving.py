@@ -84,12 +84,11 @@ class FlowPooling(Module):
         self.flow = flow
 
     def forward(self, features: dict, **kwargs) -> dict:
-        mask = features["attention_mask"]
         if self.layers is None:
             hidden = features["token_embeddings"].float()
         else:
             hidden = mean_of_layers(features["all_layer_embeddings"], self.layers)
-        vectors = pool(hidden, mask, self.reduction)
+        vectors = pool(hidden, features["attention_mask"], self.reduction)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
         if self.flow is not None:
@@ -230,10 +229,9 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
 def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTransformer:
     """Load a folder written by :func:`export_sentence_transformer` without running any code from it.
 
-    The folder must hold one of the layouts skflow writes, at paths inside it; the modules are built here and
-    handed to ``SentenceTransformer(modules=[...])``, transformers told never to run remote code and to read
-    safetensors only. Every setting of the folder is honoured as ``SentenceTransformer(path)`` honours it, or
-    refused; ``kwargs`` win over them. See ``docs/serving.md`` for every check.
+    The folder must hold a layout skflow writes; the modules are built here (no remote code, safetensors only) and
+    handed to ``SentenceTransformer(modules=[...])``. Every setting of the folder is honoured as
+    ``SentenceTransformer(path)`` honours it, or refused; ``kwargs`` win. See ``docs/serving.md`` for every check.
 
     Parameters
     ----------

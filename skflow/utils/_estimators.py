@@ -2,6 +2,7 @@
 fitting that fails leaving the estimator as it was."""
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -29,22 +30,18 @@ CHUNK_ROWS = 8192
 def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
     """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape. ``reset=True``
     (fit) records ``n_features_in_`` and feature names on the estimator, and needs at least two rows."""
-    is_frame = hasattr(X, "iloc") or hasattr(X, "columns")
     min_samples = 2 if reset else 1
-    if not is_frame and _ndim(X) == 3:
+    try:
+        ndim = np.ndim(X)  # an array's, a tensor's or a frame's own; nested lists made into an array
+    except (ValueError, TypeError):  # ragged lists: the validation names the problem
+        ndim = -1
+    if ndim == 3:
         X3 = check_array(X, dtype=FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
         rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
         X2d = validate_data(estimator, rows, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
         return X2d, X3.shape
     X2d = validate_data(estimator, X, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
     return X2d, X2d.shape
-
-
-def _ndim(X) -> int:
-    try:
-        return np.ndim(X)  # an array's or a tensor's own; nested lists made into an array
-    except (ValueError, TypeError):  # ragged lists: the validation names the problem
-        return -1
 
 
 def pairs_or_likelihood_score(
@@ -75,16 +72,12 @@ def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` is CUDA when available, else the CPU; anything else must exist."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError):
-        resolved = None
-    if resolved is None or resolved.type not in ("cpu", "cuda"):  # meta, mps, xpu...: nowhere skflow can work
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):  # meta, mps, xpu...: nowhere skflow can work
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if resolved.type == "cuda" and not torch.cuda.is_available():
+    if device != "cpu" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")
-    return resolved
+    return torch.device(device)
 
 
 @contextlib.contextmanager

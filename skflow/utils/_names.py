@@ -18,7 +18,6 @@ def _problem(text: str) -> str | None:
         return "must be valid UTF-8"
     if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") and c != "\t" for c in text):  # a tab is carried
         return "must not hold a line break or another control character"
-    return None
 
 
 def check_name(shown: str, error: type[Exception] = ValueError) -> None:
@@ -40,7 +39,6 @@ def name_problem(value, *, file: bool = False) -> str | None:
         return f"{problem}, got {shown}"
     if file and (os.path.basename(text) in ("", ".", "..") or text.endswith(("/", os.sep))):
         return f"must name a file, not a folder, got {shown}"
-    return None
 
 
 def check_given_name(option: str, value, error: type[Exception] = ValueError, *, file: bool = False) -> None:
