@@ -16,30 +16,9 @@ from sentence_transformers.util import check_version_requirements
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
-from skflow import persistence
+from skflow import embedding, persistence, saved_models
 from skflow.embedder import BertEmbedder
-from skflow.embedding import (
-    check_model_kwargs,
-    check_prompt,
-    hidden_size,
-    hub_kwargs,
-    load_config,
-    mean_of_layers,
-    n_hidden_layers,
-    pinned_model_source,
-    pool,
-    quiet_transformers,
-    resolve_pooling,
-)
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.saved_models import (
-    REDUCTIONS,
-    STOCK_MODES,
-    check_folder,
-    load_stock_modules,
-    stock_modules,
-    write_interoperable_configs,
-)
 from skflow.utils import temporary_sibling
 from skflow.whitening import MeanDirectionRemover, Whitener
 
@@ -70,8 +49,8 @@ class FlowPooling(Module):
 
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
-        if reduction not in REDUCTIONS:  # pool would mean-pool anything but "cls"
-            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {REDUCTIONS}")
+        if reduction not in saved_models.REDUCTIONS:  # pool would mean-pool anything but "cls"
+            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {saved_models.REDUCTIONS}")
         if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
                 isinstance(layer, Integral) and not isinstance(layer, bool) and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
@@ -87,8 +66,8 @@ class FlowPooling(Module):
         if self.layers is None:
             hidden = features["token_embeddings"].float()
         else:
-            hidden = mean_of_layers(features["all_layer_embeddings"], self.layers)
-        vectors = pool(hidden, features["attention_mask"], self.reduction)
+            hidden = embedding.mean_of_layers(features["all_layer_embeddings"], self.layers)
+        vectors = embedding.pool(hidden, features["attention_mask"], self.reduction)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
         if self.flow is not None:
@@ -177,25 +156,26 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise FileExistsError(f"{out}: exists and is not an empty folder (a link never is): give a new folder")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
-    source = pinned_model_source(embedder.model_name_or_path, embedder.revision,
+    source = embedding.pinned_model_source(embedder.model_name_or_path, embedder.revision,
                                  getattr(embedder, "encoder_identity_", None), embedder.token)
-    check_prompt(embedder.prompt)
+    embedding.check_prompt(embedder.prompt)
     if embedder.trust_remote_code:
         raise ValueError("the encoder needs remote code (trust_remote_code=True): loaders of the folder would build "
                          "transformers' own class, giving other vectors; serve the pipeline with skflow.dump instead")
-    hub = dict(hub_kwargs(embedder.trust_remote_code, embedder.token))
-    config = load_config(*source, tuple(hub.items()))
-    n_hidden, width = n_hidden_layers(config), hidden_size(config)
+    hub = dict(embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
+    config = embedding.load_config(*source, tuple(hub.items()))
+    n_hidden, width = embedding.n_hidden_layers(config), embedding.hidden_size(config)
     if post.n_features_in_ != width:
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
-    reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
+    reduction, layers = embedding.resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
     last = layers == (n_hidden,)
-    stock = last and isinstance(post, LINEAR) and reduction in STOCK_MODES
+    mode = saved_models.STOCK_MODES.get(reduction)  # sentence-transformers' Pooling mode, where it has one
+    stock = last and isinstance(post, LINEAR) and mode is not None
     pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
     pinned.update(hub)  # trust_remote_code and token: used to load, never written (sentence-transformers saves neither)
     placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
-    loading = {k: v for k, v in check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
-    with quiet_transformers():
+    loading = {k: v for k, v in embedding.check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
+    with embedding.quiet_transformers():
         transformer = Transformer(
             source.path_or_id,
             max_seq_length=embedder.max_length,
@@ -211,7 +191,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
                                  "cannot pad batches: give it one (tokenizer.pad_token = ...; save it) and refit")
             tokenizer.pad_token = tokenizer.eos_token
         if stock:
-            modules = stock_modules(post, width, STOCK_MODES[reduction], embedder.normalize)
+            modules = saved_models.stock_modules(post, width, mode, embedder.normalize)
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
         with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
@@ -219,7 +199,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
             settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
             SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
             if stock:
-                write_interoperable_configs(staging, STOCK_MODES[reduction], width, embedder.max_length)
+                saved_models.write_interoperable_configs(staging, mode, width, embedder.max_length)
             if out.is_dir():
                 out.rmdir()  # empty, or this fails and nothing is replaced
             os.rename(staging, out)
@@ -264,19 +244,19 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     if refused:
         raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
                         f"it takes no {', '.join(refused)}")
-    folder = check_folder(path)
+    folder = saved_models.check_folder(path)
     settings = dict(folder.model_settings)
     check_version_requirements(settings.pop("requirements", None), source=str(path))
     kwargs = {**settings, **kwargs}  # the caller's arguments first, as sentence-transformers has them
     config_file = folder.pooling / "config.json"
     if folder.dense is not None:
-        modules, layers = load_stock_modules(folder), None
+        modules, layers = saved_models.load_stock_modules(folder), None
         where, takes = config_file, modules[0].embedding_dimension
     else:
         modules = [_flow_pooling(folder.pooling_config, config_file, folder.pooling / FLOW_FILE)]
         where, takes, layers = folder.pooling / FLOW_FILE, modules[0].flow.n_features_in_, modules[0].layers
     transformer = _load_transformer(folder, hidden_states=layers is not None)
-    n_hidden, width = n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
+    n_hidden, width = embedding.n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
     if layers is not None and max(layers) > n_hidden:
         raise persistence.InvalidModelError(f"{config_file}: layers {layers} do not exist; the encoder has "
                                             f"hidden_states 0 to {n_hidden}")
@@ -307,7 +287,7 @@ def _load_transformer(exported, hidden_states: bool) -> Transformer:
     never = {"trust_remote_code": False, "local_files_only": True}
     folder = exported.transformer
     try:
-        with quiet_transformers():
+        with embedding.quiet_transformers():
             return Transformer(
                 str(folder),
                 **exported.transformer_settings,  # max_seq_length, do_lower_case, ...: applied as for any folder

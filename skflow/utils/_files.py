@@ -1,10 +1,6 @@
-"""Files skflow writes, whole or not at all, and never over a file it did not write; the errors of files.
-
-A file is written under a hidden temporary sibling, ``.skflow-tmp-<pid>@<host>-<hex>-<name>`` (it ends with the
-target's name: joblib picks its compressor by the name), flushed, then renamed onto the target; the next write of
-the target removes the siblings that dead processes of this host left. An existing target is replaced only if it
-is a regular file of the kind being written, recognised by its content (a link, a folder, a FIFO never is).
-"""
+"""Files skflow writes, whole or not at all, never over a file it did not write: written under a hidden temporary
+sibling (named after the target: joblib picks its compressor by the name), flushed, renamed onto the target. An
+existing target is replaced only if it is a regular file of the kind written, recognised by its content."""
 
 import bz2
 import contextlib
@@ -154,26 +150,21 @@ def prove_writable(folder: Path) -> None:
 
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 _TMP = re.compile(r"^\.skflow-tmp-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-(?P<name>.+)$")
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
 def run_tag() -> str:
     """``PID@HOST-HEX``: unique to this process and call; names what a process writes, to clean it up once it died."""
-    return f"{os.getpid()}@{_host()}-{secrets.token_hex(4)}"
+    return f"{os.getpid()}@{_HOST}-{secrets.token_hex(4)}"
 
 
 def left_by_a_dead_process(tag: re.Match) -> bool:
     """Whether what the process of a :func:`run_tag` (its ``pid`` and ``host`` groups) wrote is left over: it ran
     here and died."""
-    if tag["host"] != _host():
-        return False
     try:
-        os.kill(int(tag["pid"]), 0)
+        os.kill(int(tag["pid"]), 0)  # signal 0: only whether the process exists
     except ProcessLookupError:
-        return True
+        return tag["host"] == _HOST
     except (PermissionError, OverflowError):  # another user's process; no pid at all
         pass
     return False
