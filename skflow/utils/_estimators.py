@@ -12,10 +12,8 @@ from sklearn.utils.validation import check_array, validate_data
 
 from skflow.metrics import sts_spearman
 
-__all__ = [
-    "CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "pairs_or_likelihood_score", "progress_bar",
-    "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings",
-]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "pairs_or_likelihood_score", "progress_bar",
+           "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
@@ -44,9 +42,8 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
     return X2d, X2d.shape
 
 
-def pairs_or_likelihood_score(
-    name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable, log_prob_rows: Callable
-) -> float:
+def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable,
+                              log_prob_rows: Callable) -> float:
     """The ``score`` of skflow's post-processings: STS Spearman for pairs with gold scores, else mean log-likelihood
     (``X2d`` and ``shape`` from :func:`validate_embeddings`; the callables map rows to vectors and log-likelihoods)."""
     if len(shape) == 3 and y is not None:
@@ -86,12 +83,10 @@ def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[.
     from tqdm.auto import tqdm
 
     with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
-
         def update(n: int = 1, **postfix) -> None:
             bar.update(n)
             if postfix:
                 bar.set_postfix(postfix)
-
         yield update
 
 

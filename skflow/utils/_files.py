@@ -21,11 +21,9 @@ from typing import BinaryIO, NamedTuple
 
 from skflow.utils._names import printable
 
-__all__ = [
-    "JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-    "OutputPathError", "UntrustedTypeError", "check_output_file", "check_replaceable", "left_by_a_dead_process",
-    "prove_writable", "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically",
-]
+__all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
+           "OutputPathError", "UntrustedTypeError", "check_output_file", "check_replaceable", "left_by_a_dead_process",
+           "prove_writable", "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):

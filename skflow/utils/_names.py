@@ -42,8 +42,7 @@ def name_problem(value, *, file: bool = False) -> str | None:
 
 
 def check_given_name(option: str, value, error: type[Exception] = ValueError, *, file: bool = False) -> None:
-    """Refuse, as ``error`` in one line naming ``option`` and the value, a name that :func:`name_problem` finds
-    wrong: checked before any work, so that nothing is written."""
+    """Refuse, as ``error`` in one line naming ``option`` and the value, a name :func:`name_problem` finds wrong."""
     if problem := name_problem(value, file=file):
         raise error(f"{option} {problem}")
 
