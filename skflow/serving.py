@@ -145,9 +145,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     kinds = (BertEmbedder, POST_PROCESSINGS)
     if len(steps) != 2 or not all(isinstance(step, kind) for step, kind in zip(steps, kinds)):
         raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
-                        "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. "
-                        "make_pipeline(BertEmbedder(), FlowGaussianizer()); "
-                        f"got {', '.join(type(step).__name__ for step in steps)}")
+                        "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. make_pipeline(BertEmbedder(), "
+                        f"FlowGaussianizer()); got {', '.join(type(step).__name__ for step in steps)}")
     embedder, post = steps
     check_is_fitted(post)
     embedder._validate_params()
@@ -157,7 +156,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     if not out.parent.is_dir():
         raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
     source = embedding.pinned_model_source(embedder.model_name_or_path, embedder.revision,
-                                 getattr(embedder, "encoder_identity_", None), embedder.token)
+                                           getattr(embedder, "encoder_identity_", None), embedder.token)
     embedding.check_prompt(embedder.prompt)
     if embedder.trust_remote_code:
         raise ValueError("the encoder needs remote code (trust_remote_code=True): loaders of the folder would build "

@@ -157,8 +157,7 @@ def run_tag() -> str:
 
 
 def left_by_a_dead_process(tag: re.Match) -> bool:
-    """Whether what the process of a :func:`run_tag` (its ``pid`` and ``host`` groups) wrote is left over: it ran
-    here and died."""
+    """Whether the process of a :func:`run_tag` (a match with ``pid`` and ``host`` groups) ran here and died."""
     try:
         os.kill(int(tag["pid"]), 0)  # signal 0: only whether the process exists
     except ProcessLookupError:
