@@ -1,30 +1,24 @@
 """Corpora beyond one machine, on Ray Data: embed text files, fit the flow on the embeddings, transform them.
 
-Each step reads sharded files with Ray Data's readers, runs the model inside
-Ray actors (loaded once per actor, not per batch) and writes Parquet shards
-that keep every input column. The flow is fitted on the driver by streaming
-the embeddings into :meth:`FlowGaussianizer.partial_fit`. A local Ray
-instance is started (and shut down) unless one is running or an address is
-given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
-
-Everything that can be checked is checked on the driver before Ray starts
-(options, model, every input file but the rows of Parquet files on object
-storage, the output); those rows are checked where they are processed
-(:class:`skflow.ray_jobs.RowChecks`). An output folder is written once, in
-place, and is complete when its manifest, written last, lists its files; it
-replaces only what skflow wrote (:class:`skflow.ray_jobs.OutputFolder`).
-Inputs, outputs and models may be local paths or object-store URIs
-(``s3://``, ``gs://``, ...), read and written through one filesystem layer.
-See ``docs/scale.md`` for what is read and how actors share the CPUs.
+Each step reads sharded files (local paths or object-store URIs) with Ray
+Data's readers, runs the model in Ray actors (loaded once per actor) and
+writes Parquet shards that keep every input column; the flow is fitted on
+the driver by streaming the embeddings into
+:meth:`FlowGaussianizer.partial_fit`. Everything that can be checked is
+checked on the driver before Ray starts; an output is complete or not
+there (:class:`skflow.ray_jobs.OutputFolder`). Needs the ``ray`` extra:
+``pip install "skflow[ray]"``; see ``docs/scale.md``.
 """
 
 import dataclasses
 import gc
-import numbers
+import inspect
 import os
 from collections.abc import Sequence
+from numbers import Integral, Real
 
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
 from skflow.embedder import BertEmbedder
 from skflow.embedding import (
@@ -66,92 +60,51 @@ EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192
 ROWS_PER_PARTIAL_FIT = 8192
 SHUFFLE_BUFFER_ROWS = 32768
+# The actors' options, checked by sklearn (an InvalidParameterError, a ValueError, before any work); the command
+# line reads its ranges from here.
+ACTOR_OPTIONS = {
+    "workers": [Interval(Integral, 1, None, closed="left")],
+    "gpus_per_worker": [Interval(Real, 0, None, closed="left")],
+    "threads_per_worker": [Interval(Integral, 1, None, closed="left"), None],
+}
 
 
-# --------------------------------------------------------------------- actors
-def _set_threads(threads: int | None) -> None:
-    import torch
+class _MapBatches:
+    """Ray actor: applies a model (loaded once per actor) to the input column of each batch, adds the output column."""
 
-    # Called in the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
-    # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread (torch.get_num_threads does not show it), so
-    # setting it once in __init__ left oneDNN's matrix products single-threaded when Ray ran a call in another
-    # thread (22% slower).
-    if threads:
-        torch.set_num_threads(threads)
-
-
-class _EmbedBatches:
-    """Ray actor: loads the encoder once, then adds an embedding column to each batch."""
-
-    def __init__(self, embedder: BertEmbedder, text_column: str, threads: int | None,
-                 checks: RowChecks | None = None) -> None:
-        _set_threads(threads)
-        self.embedder, self.text_column, self.threads, self.checks = embedder, text_column, threads, checks
-        self.embedder.transform(["warm-up"])  # load the encoder now, once per actor
-
-    def __call__(self, table):
-        _set_threads(self.threads)
-        if self.checks is not None:
-            self.checks(table)
-        vectors = self.embedder.transform(table.column(self.text_column).to_pylist())
-        return table.append_column(EMBEDDING_COLUMN, vectors_column(vectors))
-
-
-class _TransformBatches:
-    """Ray actor: applies a fitted model to the input column of each batch, adds the output column."""
-
-    def __init__(self, model, input_column: str, output_column: str, threads: int | None,
-                 checks: RowChecks | None = None):
-        _set_threads(threads)
+    def __init__(self, model, input_column: str, output_column: str, threads: int, checks: RowChecks | None):
         self.model, self.input_column, self.output_column = model, input_column, output_column
         self.threads, self.checks = threads, checks
+        if isinstance(model, BertEmbedder):
+            self.set_threads()
+            model.transform(["warm-up"])  # load the encoder now, once per actor
+
+    def set_threads(self) -> None:
+        import torch
+
+        # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
+        # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
+        # matrix products single-threaded when Ray ran a call in another thread (22% slower).
+        torch.set_num_threads(self.threads)
 
     def __call__(self, table):
-        _set_threads(self.threads)
+        self.set_threads()
         if self.checks is not None:
             self.checks(table)
         values = table.column(self.input_column)
-        if isinstance(self.model, FlowGaussianizer):
-            X = vectors_array(values)
-        else:
-            X = values.to_pylist()
+        X = vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
         return table.append_column(self.output_column, vectors_column(self.model.transform(X)))
 
 
 def _actor_pool(workers: int):
-    import inspect
-
     import ray
 
-    # By default Ray Data runs each call in a helper thread of the actor, beside the thread that slices
-    # and formats batches; the encoder then ran 10% slower than in process (24.6 s against 22.0 s for
-    # 8,192 sentences on 2 cores, measured). With true multi-threading and one call at a time per actor
-    # (Ray's default), the call runs in the actor's own task thread. Older Ray lacks the option.
-    # Ray Data restarts an actor that dies and retries its batch, without limit (its actor-pool
-    # default: max_restarts=-1, max_task_retries=-1); the tests kill one to check.
+    # By default Ray Data runs each call in a helper thread of the actor: the encoder ran 10% slower than in
+    # process (measured). With true multi-threading and one call at a time per actor, the call runs in the actor's
+    # own task thread; older Ray lacks the option. Ray Data restarts an actor that dies and retries its batch.
     if "enable_true_multi_threading" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
         return ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
     return ray.data.ActorPoolStrategy(size=workers)
-
-
-def _threads(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // workers)
-
-
-# ------------------------------------------------------------ checks before any work
-def _check_count(name: str, value, *, minimum: float, integer: bool, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or not value >= minimum or value == float("inf"):
-        what = "an integer" if integer else "a number"
-        raise InputError(f"{name} must be {what} >= {minimum:g}, got {value!r}")
-
-
-def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
-    _check_count("--workers", workers, minimum=1, integer=True)
-    _check_count("--gpus-per-worker", gpus_per_worker, minimum=0, integer=False)
-    _check_count("--threads-per-worker", threads_per_worker, minimum=1, integer=True, optional=True)
 
 
 def _check_encoder(embedder: BertEmbedder) -> None:
@@ -168,20 +121,20 @@ def _check_encoder(embedder: BertEmbedder) -> None:
     max_positions = getattr(config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and embedder.max_length > max_positions:
         raise InputError(f"--max-length {embedder.max_length} exceeds what the model supports ({max_positions})")
-    if embedder.device not in ("auto", "cpu"):
-        resolve_device(embedder.device)
+    resolve_device(embedder.device)
 
 
-def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
-                   address, quiet, command) -> int:
-    """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
+def _map_in_actors(corpus, n_rows, target, actor, *, workers, gpus_per_worker, threads_per_worker, address, quiet,
+                   command) -> int:
+    """Read ``corpus``, run :class:`_MapBatches` in ``workers`` actors, make ``target`` hold all ``n_rows`` rows."""
+    actor["threads"] = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
     with ray_session(address, quiet=quiet):
         options = actor_resources(workers, gpus_per_worker)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
-                dataset = read_dataset(corpus, text_column).map_batches(
-                    actor_class,
-                    fn_constructor_kwargs=actor_kwargs,
+                dataset = read_dataset(corpus, actor["input_column"]).map_batches(
+                    _MapBatches,
+                    fn_constructor_kwargs=actor,
                     batch_size=ROWS_PER_CALL,
                     batch_format="pyarrow",
                     compute=_actor_pool(workers),
@@ -190,7 +143,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
                 dataset.write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                failure = job_failure(exc, actor_kwargs.get("checks"))
+                failure = job_failure(exc, actor["checks"])
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
@@ -254,20 +207,18 @@ def embed(
     JobFailedError
         The Ray job failed or wrote another number of rows; nothing is written.
     """
+    validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
-    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     _check_encoder(embedder)
     corpus = input_files(inputs)
     text_column = "text" if corpus.kind == "text" else text_column
     n_rows = check_rows(corpus, text_column, new_column=EMBEDDING_COLUMN)[0]
     checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
     target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
-    threads = threads_per_worker or _threads(workers)
-    actor = {"embedder": embedder, "text_column": text_column, "threads": threads, "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column,
-                          workers=workers, gpus_per_worker=gpus_per_worker,
-                          address=address, quiet=quiet, command="embed")
+    actor = {"model": embedder, "input_column": text_column, "output_column": EMBEDDING_COLUMN, "checks": checks}
+    return _map_in_actors(corpus, n_rows, target, actor, workers=workers, gpus_per_worker=gpus_per_worker,
+                          threads_per_worker=threads_per_worker, address=address, quiet=quiet, command="embed")
 
 
 def fit(
@@ -300,9 +251,10 @@ def fit(
     memory holds) is a ValueError before Ray starts when the footers give the
     vectors' length.
     """
+    epochs_range = {"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}
+    validate_parameter_constraints(epochs_range, {"epochs": epochs}, caller_name="fit")
     check_given_name("--output", output, OutputPathError, file=True)
     flow = FlowGaussianizer() if flow is None else flow
-    _check_count("--epochs", epochs, minimum=1, integer=True)
     flow._validate_params()
     resolve_device(flow.device)
     corpus = input_files([input_dir])
@@ -362,9 +314,9 @@ def transform(
     (reads ``text_column`` of any input format). ``output`` is written as in
     :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
+    validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="transform")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
-    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     check_new_column("--output-column", output_column)
     fitted = load_model(model)
     corpus = input_files([input_dir])
@@ -381,9 +333,6 @@ def transform(
         n_rows = check_rows(corpus, input_column, new_column=output_column)[0]
         checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
     target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
-    threads = threads_per_worker or _threads(workers)
-    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads,
-             "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column,
-                          workers=workers, gpus_per_worker=gpus_per_worker,
-                          address=address, quiet=quiet, command="transform")
+    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "checks": checks}
+    return _map_in_actors(corpus, n_rows, target, actor, workers=workers, gpus_per_worker=gpus_per_worker,
+                          threads_per_worker=threads_per_worker, address=address, quiet=quiet, command="transform")
