@@ -117,10 +117,6 @@ _OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absen
 _INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
 
 
-def _flag(param: str) -> str:
-    return "--" + param.replace("_", "-")
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
@@ -130,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     encoder.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
                          help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
     for param, what in _ENCODER_OPTIONS.items():
-        _option(encoder, _flag(param), what, *_ENCODER)
+        _option(encoder, "--" + param.replace("_", "-"), what, *_ENCODER)
     flow = argparse.ArgumentParser(add_help=False)
     _option(flow, "--epochs", "passes over the data (the paper: 1)", *_FLOW, param="max_epochs")
     _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
@@ -200,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
     for param, what in _FIT_OPTIONS.items():
-        _option(fi, _flag(param), what, *_FLOW)
+        _option(fi, "--" + param.replace("_", "-"), what, *_FLOW)
 
     tr = commands.add_parser("transform", parents=[actors, scale],
                              help="apply a fitted model to Parquet shards with Ray",
@@ -247,49 +243,44 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     _one_line("warning", message, file)
 
 
-def _user_error(exc) -> int:
-    _one_line("error", exc)
-    return 2
+def _error(what, status: int = 2) -> int:
+    _one_line("error", what)
+    return status
 
 
 @contextlib.contextmanager
-def _silenced(quiet: bool):
-    """With ``--quiet``, stdout and stderr go nowhere: the file descriptors (Ray's processes and C++ log lines write
-    there) and Python's streams (a caller's redirection, pytest's capture)."""
-    if not quiet:
-        yield
-        return
-    for stream in (sys.stdout, sys.stderr):
+def _silenced():
+    """stdout and stderr go nowhere: the file descriptors (Ray's processes and C++ log lines write there) and
+    Python's streams (a caller's redirection, pytest's capture)."""
+    streams = (sys.stdout, sys.stderr)
+    for stream in streams:
         stream.flush()
     saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            for fd in (1, 2):
+                os.dup2(sink.fileno(), fd)
             yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        for fd, copy in zip((1, 2), saved):
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(null)
+        finally:
+            for stream in streams:  # what was written to them while they were silenced goes nowhere too
+                stream.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def _scale_command(args) -> int:
     try:
-        with _silenced(args.quiet):  # errors are printed below, once the streams are back
+        with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
             done = _scale_step(args)
     except ModuleNotFoundError as exc:
         if exc.name not in ("ray", "pyarrow"):
             raise
-        return _user_error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
+        return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
     except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
-        return _user_error(exc)
+        return _error(exc)
     except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
-        _one_line("error", exc)
-        return 1
+        return _error(exc, status=1)
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
@@ -327,7 +318,7 @@ def _evaluate_command(args) -> int:
                            flow_params={"max_epochs": args.epochs, "device": args.device},
                            log=None if args.quiet else stderr_log)
     except (OSError, ValueError) as exc:  # missing data, encoder, cache_dir or output folder; bad options
-        return _user_error(exc)
+        return _error(exc)
     if not results["sets"]:
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
@@ -348,7 +339,7 @@ def _evaluate_command(args) -> int:
         for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
             write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
-        return _user_error(f"the results are printed above, but writing them failed: {exc}")
+        return _error(f"the results are printed above, but writing them failed: {exc}")
     if not args.quiet:
         stderr_log(f"wrote {outputs[0]} and {outputs[1]}")
     return 0

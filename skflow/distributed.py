@@ -124,15 +124,27 @@ def _check_encoder(embedder: BertEmbedder) -> None:
     resolve_device(embedder.device)
 
 
-def _map_in_actors(corpus, n_rows, target, actor, *, workers, gpus_per_worker, threads_per_worker, address, quiet,
-                   command) -> int:
-    """Read ``corpus``, run :class:`_MapBatches` in ``workers`` actors, make ``target`` hold all ``n_rows`` rows."""
-    actor["threads"] = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
+def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected: list,
+           workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
+           command: str) -> int:
+    """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
+    make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
+    corpus = input_files(inputs)
+    vectors = isinstance(model, FlowGaussianizer)
+    if vectors and corpus.kind != "parquet":
+        raise InputError(f"{inputs[0]}: a FlowGaussianizer reads the embedding column of Parquet shards")
+    input_column = column if vectors else "text" if corpus.kind == "text" else text_column
+    length = model.n_features_in_ if vectors else None
+    n_rows = check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
+    checks = RowChecks.needed(corpus, input_column, vectors=vectors, length=length, new_column=output_column)
+    target = OutputFolder(output, overwrite=overwrite, inputs=[*protected, *corpus.files])
+    actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
+             "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
         options = actor_resources(workers, gpus_per_worker)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
-                dataset = read_dataset(corpus, actor["input_column"]).map_batches(
+                dataset = read_dataset(corpus, input_column).map_batches(
                     _MapBatches,
                     fn_constructor_kwargs=actor,
                     batch_size=ROWS_PER_CALL,
@@ -143,7 +155,7 @@ def _map_in_actors(corpus, n_rows, target, actor, *, workers, gpus_per_worker, t
                 dataset.write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                failure = job_failure(exc, actor["checks"])
+                failure = job_failure(exc, checks)
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
@@ -211,14 +223,10 @@ def embed(
     check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
     _check_encoder(embedder)
-    corpus = input_files(inputs)
-    text_column = "text" if corpus.kind == "text" else text_column
-    n_rows = check_rows(corpus, text_column, new_column=EMBEDDING_COLUMN)[0]
-    checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
-    actor = {"model": embedder, "input_column": text_column, "output_column": EMBEDDING_COLUMN, "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, actor, workers=workers, gpus_per_worker=gpus_per_worker,
-                          threads_per_worker=threads_per_worker, address=address, quiet=quiet, command="embed")
+    return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
+                  protected=list(inputs), workers=workers, gpus_per_worker=gpus_per_worker,
+                  threads_per_worker=threads_per_worker, overwrite=overwrite, address=address, quiet=quiet,
+                  command="embed")
 
 
 def fit(
@@ -318,21 +326,7 @@ def transform(
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
     check_new_column("--output-column", output_column)
-    fitted = load_model(model)
-    corpus = input_files([input_dir])
-    if isinstance(fitted, FlowGaussianizer):
-        if corpus.kind != "parquet":
-            raise InputError(f"{input_dir}: a FlowGaussianizer reads the embedding column of Parquet shards")
-        n_rows, length = check_rows(corpus, column, vectors=True, new_column=output_column)
-        if length is not None and length != fitted.n_features_in_:
-            raise InputError(f"{input_dir}: vectors of length {length}; the model expects {fitted.n_features_in_}")
-        input_column = column
-        checks = RowChecks.needed(corpus, column, vectors=True, length=fitted.n_features_in_, new_column=output_column)
-    else:
-        input_column = "text" if corpus.kind == "text" else text_column
-        n_rows = check_rows(corpus, input_column, new_column=output_column)[0]
-        checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
-    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, actor, workers=workers, gpus_per_worker=gpus_per_worker,
-                          threads_per_worker=threads_per_worker, address=address, quiet=quiet, command="transform")
+    return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
+                  output_column=output_column, protected=[input_dir, model], workers=workers,
+                  gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,
+                  address=address, quiet=quiet, command="transform")
