@@ -17,26 +17,17 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from skflow import __version__, distributed
+from skflow import __version__, distributed, utils
 from skflow.datasets import STS_SETS
 from skflow.embedder import BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import (
-    RESULTS_JSON,
-    RESULTS_TABLE,
-    check_output_file,
-    check_replaceable,
-    name_problem,
-    write_text_atomically,
-)
 
-_DEVICES = "auto, cpu, cuda, cuda:N"  # what skflow.utils.resolve_device takes
 SEEDS = Interval(Integral, 0, 2**32 - 1, closed="both")  # numpy's RandomState takes seeds 0 to 2**32 - 1
 # What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
 # (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
-_RESULTS = {".json": RESULTS_JSON, ".md": RESULTS_TABLE}
+_RESULTS = {".json": utils.RESULTS_JSON, ".md": utils.RESULTS_TABLE}
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -48,12 +39,9 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 def _name(text: str, file: bool = False) -> str:
     """An argparse type: a name :func:`skflow.utils.name_problem` passes (the check of every name skflow is given)."""
-    if (problem := name_problem(text, file=file)) is not None:
+    if (problem := utils.name_problem(text, file=file)) is not None:
         raise argparse.ArgumentTypeError(problem)
     return text
-
-
-_file_name = functools.partial(_name, file=True)
 
 
 def _range(interval: Interval) -> str:
@@ -132,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
             {"seed": 0})
     flow.add_argument("--device", default=_FLOW[1]["device"],
-                      help=f"where the flow trains (and evaluate's encoder runs): {_DEVICES} (default: %(default)s)")
+                      help="where the flow trains (and evaluate's encoder runs): auto, cpu, cuda, cuda:N "
+                      "(default: %(default)s)")
     scale = argparse.ArgumentParser(add_help=False)
     scale.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
     scale.add_argument("--overwrite", action="store_true",
@@ -145,15 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
             shown="this machine's cores shared among the workers")
 
-    ev = commands.add_parser(
-        "evaluate", parents=[encoder, flow],
-        help="STS Spearman of raw, whitened and flow-transformed embeddings",
-        description=(
-            "For each STS set, embed its sentences, fit each post-processing on them without labels "
-            "(BERT-flow's 'target' setting), and report the Spearman correlation x100 of cosine "
-            "similarities with the gold scores (STS-B and SICK-R: test split)."
-        ),
-    )
+    ev = commands.add_parser("evaluate", parents=[encoder, flow],
+                             help="STS Spearman of raw, whitened and flow-transformed embeddings",
+                             description="For each STS set, embed its sentences, fit each post-processing on them "
+                             "without labels (BERT-flow's 'target' setting), and report the Spearman correlation x100 "
+                             "of cosine similarities with the gold scores (STS-B and SICK-R: test split).")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
                     "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
@@ -164,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
                     "is missing; a set named here must be there)")
     ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
                     help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
-    ev.add_argument("--output", default="skflow_results", metavar="FILE", type=_file_name,
+    ev.add_argument("--output", default="skflow_results", metavar="FILE", type=functools.partial(_name, file=True),
                     help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
                     "(default: %(default)s)")
     ev.add_argument("--data-home", type=_name,
@@ -192,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
                              "with skops (safe to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
-    fi.add_argument("--output", required=True, metavar="MODEL", type=_file_name,
+    fi.add_argument("--output", required=True, metavar="MODEL", type=functools.partial(_name, file=True),
                     help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
     for param, what in _FIT_OPTIONS.items():
@@ -309,7 +294,7 @@ def _evaluate_command(args) -> int:
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
-        outputs = [check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
+        outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
         embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
                                 device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
         results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
@@ -334,10 +319,10 @@ def _evaluate_command(args) -> int:
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
         for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
-            check_replaceable(path, kind)  # have appeared, or been changed, during the run
+            utils.check_replaceable(path, kind)  # have appeared, or been changed, during the run
         replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
         for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
-            write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
+            utils.write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _error(f"the results are printed above, but writing them failed: {exc}")
     if not args.quiet:
