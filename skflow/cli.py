@@ -2,40 +2,32 @@
 
 import argparse
 import contextlib
+import functools
+import inspect
 import json
-import math
 import os
 import platform
-import re
 import signal
 import sys
 import threading
 import warnings
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
-from skflow import __version__
+from skflow import __version__, distributed, utils
 from skflow.datasets import STS_SETS
-from skflow.embedder import DTYPES, POOLINGS, BertEmbedder
+from skflow.embedder import BertEmbedder
 from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
-from skflow.flows import COUPLINGS, PERMUTATIONS
-from skflow.gaussianizer import MAX_EPOCHS, FlowGaussianizer
+from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
-from skflow.utils import (
-    RESULTS_JSON,
-    RESULTS_TABLE,
-    check_output_file,
-    check_replaceable,
-    name_problem,
-    write_text_atomically,
-)
 
-# The defaults the commands show and pass on are the estimators' own, read once.
-_EMBEDDER = BertEmbedder().get_params()
-_FLOW = FlowGaussianizer().get_params()
-_DEVICES = "auto, cpu, cuda, cuda:N"  # what skflow.utils.resolve_device takes
-MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds 0 to 2**32 - 1
+SEEDS = Interval(Integral, 0, 2**32 - 1, closed="both")  # numpy's RandomState takes seeds 0 to 2**32 - 1
+# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
+# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
+_RESULTS = {".json": utils.RESULTS_JSON, ".md": utils.RESULTS_TABLE}
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -45,20 +37,108 @@ class _OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def _name(text: str, file: bool = False) -> str:
+    """An argparse type: a name :func:`skflow.utils.name_problem` passes (the check of every name skflow is given)."""
+    if (problem := utils.name_problem(text, file=file)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _range(interval: Interval) -> str:
+    """An sklearn Interval in the words of the help texts ("an integer from 1 to 10000", "a number > 0")."""
+    kind = "an integer" if interval.type is Integral else "a number"
+    if interval.right is not None:
+        return f"{kind} from {interval.left} to {interval.right}"
+    return f"{kind} {'>=' if interval.closed == 'left' else '>'} {interval.left:g}"
+
+
+def _within(interval: Interval):
+    """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
+
+    def parse(text: str):
+        try:
+            value = int(text) if interval.type is Integral else float(text)
+        except ValueError:
+            value = None
+        if not text.isascii() or not interval.is_satisfied_by(value):
+            raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param: str = "", shown="%(default)s"):
+    """``flag`` for ``param``: its default, and its values (the parser's check and the help text alike) from its
+    sklearn constraint, read from the estimator (or function) it is passed to, not copied."""
+    param = param or flag.removeprefix("--").replace("-", "_")
+    constraint = constraints[param][0]
+    if isinstance(constraint, StrOptions):
+        kwargs = {"choices": sorted(constraint.options), "metavar": param.upper()}
+        what = f"{what}: {', '.join(kwargs['choices'])}"
+    else:
+        kwargs = {"type": _within(constraint)}
+        what = f"{what}, {_range(constraint)}"
+    sub.add_argument(flag, default=defaults[param], help=f"{what} (default: {shown})", **kwargs)
+
+
+_ENCODER = BertEmbedder._parameter_constraints, BertEmbedder().get_params()
+_FLOW = FlowGaussianizer._parameter_constraints, FlowGaussianizer().get_params()
+_ACTORS = distributed.ACTOR_OPTIONS, {p: v.default for p, v in inspect.signature(distributed.embed).parameters.items()}
+_ENCODER_OPTIONS = {
+    "pooling": "how tokens are pooled (first_last_avg is the paper's 'last2avg', last2avg a deprecated alias of "
+    "last_two_avg)",
+    "max_length": "tokens per sentence (at most what the model supports)",
+    "batch_size": "texts per forward pass",
+    "dtype": "the encoder's dtype",
+}
+_FIT_OPTIONS = {
+    "batch_size": "rows per training step",
+    "learning_rate": "AdamWeightDecay's learning rate",
+    "weight_decay": "AdamWeightDecay's decoupled weight decay",
+    "n_levels": "levels of the Glow",
+    "depth": "steps per level (depth x levels at most 1000)",
+    "hidden_channels": "width of the coupling networks (the flow's weights must fit in this machine's memory)",
+    "coupling": "the coupling layers",
+    "permutation": "the channel permutation between steps",
+}
+_OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absent or empty, or pass --overwrite"
+_INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
-    ev = commands.add_parser(
-        "evaluate",
-        help="STS Spearman of raw, whitened and flow-transformed embeddings",
-        description=(
-            "For each STS set, embed its sentences, fit each post-processing on them without labels "
-            "(BERT-flow's 'target' setting), and report the Spearman correlation x100 of cosine "
-            "similarities with the gold scores (STS-B and SICK-R: test split)."
-        ),
-    )
-    _add_encoder_arguments(ev)
+    # The options that several commands share, each built once (argparse parents).
+    encoder = argparse.ArgumentParser(add_help=False)
+    encoder.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
+                         help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
+    for param, what in _ENCODER_OPTIONS.items():
+        _option(encoder, "--" + param.replace("_", "-"), what, *_ENCODER)
+    flow = argparse.ArgumentParser(add_help=False)
+    _option(flow, "--epochs", "passes over the data (the paper: 1)", *_FLOW, param="max_epochs")
+    _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
+            {"seed": 0})
+    flow.add_argument("--device", default=_FLOW[1]["device"],
+                      help="where the flow trains (and evaluate's encoder runs): auto, cpu, cuda, cuda:N "
+                      "(default: %(default)s)")
+    scale = argparse.ArgumentParser(add_help=False)
+    scale.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
+    scale.add_argument("--overwrite", action="store_true",
+                       help="replace an existing output that skflow wrote, once the new one is complete")
+    scale.add_argument("--quiet", action="store_true", help="print nothing unless the command fails")
+    actors = argparse.ArgumentParser(add_help=False)
+    _option(actors, "--workers", "Ray actors, each with its own model; together they reserve all but one of the "
+            "cluster's CPUs, at most one each, so more workers than cores share the cores", *_ACTORS)
+    _option(actors, "--gpus-per-worker", "GPUs per actor", *_ACTORS)
+    _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
+            shown="this machine's cores shared among the workers")
+
+    ev = commands.add_parser("evaluate", parents=[encoder, flow],
+                             help="STS Spearman of raw, whitened and flow-transformed embeddings",
+                             description="For each STS set, embed its sentences, fit each post-processing on them "
+                             "without labels (BERT-flow's 'target' setting), and report the Spearman correlation x100 "
+                             "of cosine similarities with the gold scores (STS-B and SICK-R: test split).")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
                     "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
@@ -69,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
                     "is missing; a set named here must be there)")
     ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
                     help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
-    ev.add_argument("--output", default="skflow_results", metavar="FILE", type=_file_name,
+    ev.add_argument("--output", default="skflow_results", metavar="FILE", type=functools.partial(_name, file=True),
                     help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
                     "(default: %(default)s)")
     ev.add_argument("--data-home", type=_name,
@@ -77,105 +157,12 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
                     help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
-    ev.add_argument("--device", default="auto",
-                    help=f"where the encoder runs and the flow trains: {_DEVICES} (default: %(default)s)")
     ev.add_argument("--cache-dir", type=_name,
                     help="embedding cache folder, reused across runs, a non-empty path (default: no cache)")
-    ev.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=1,
-                    help=f"flow epochs, an integer from 1 to {MAX_EPOCHS} (default: %(default)s, as the paper)")
-    ev.add_argument("--seed", type=_count(0, MAX_SEED), default=0,
-                    help=f"flow seed, an integer from 0 to {MAX_SEED} (default: %(default)s)")
     ev.add_argument("--quiet", action="store_true", help="no progress output")
-    _add_scale_commands(commands)
-    return parser
 
-
-def _count(minimum: int, maximum: int | None = None):
-    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``), in the digits 0-9 (``int``
-    also reads other scripts' digits, '٣' or '３', and underscores)."""
-
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
-            raise argparse.ArgumentTypeError(f"expected an integer in the digits 0-9, got {text!r}")
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-        return value
-
-    return parse
-
-
-def _name(text: str) -> str:
-    """An argparse type: a path or name that is not empty, is UTF-8 and holds no line break or control character
-    (:func:`skflow.utils.name_problem`, the check every name skflow is given passes)."""
-    if (problem := name_problem(text)) is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def _file_name(text: str) -> str:
-    """An argparse type: a :func:`_name` that names a file (not ``.``, ``..`` or ending with a separator)."""
-    if (problem := name_problem(text, file=True)) is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def _number(minimum: float, *, above: bool = False):
-    """An argparse type: a finite number >= ``minimum`` (> with ``above``), in ASCII (``float`` also reads other
-    scripts' digits)."""
-    relation = ">" if above else ">="
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text) if text.isascii() else math.nan
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < minimum or (above and value == minimum):
-            raise argparse.ArgumentTypeError(f"must be a finite number {relation} {minimum:g}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _add_encoder_arguments(sub) -> None:
-    """The BertEmbedder options that ``evaluate`` and ``embed`` share."""
-    sub.add_argument("--model", default=_EMBEDDER["model_name_or_path"],
-                     help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
-    sub.add_argument("--pooling", default=_EMBEDDER["pooling"], choices=sorted(POOLINGS), metavar="POOLING",
-                     help=f"{', '.join(sorted(POOLINGS))} (default: %(default)s; first_last_avg is the paper's "
-                     "'last2avg', and skflow's last2avg a deprecated alias of last_two_avg)")
-    sub.add_argument("--max-length", type=_count(2), default=_EMBEDDER["max_length"],
-                     help="tokens per sentence, an integer >= 2 and at most what the model supports "
-                     "(default: %(default)s)")
-    sub.add_argument("--batch-size", type=_count(1), default=_EMBEDDER["batch_size"],
-                     help="texts per forward pass, an integer >= 1 (default: %(default)s)")
-    sub.add_argument("--dtype", default=_EMBEDDER["dtype"], choices=["auto", *DTYPES], metavar="DTYPE",
-                     help=f"the encoder's dtype: {', '.join(['auto', *DTYPES])} (default: %(default)s)")
-
-
-_OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absent or empty, or pass --overwrite"
-_INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
-
-
-def _add_scale_commands(commands) -> None:
-    def common(sub, workers: bool = True):
-        if workers:
-            sub.add_argument("--workers", type=_count(1), default=1,
-                             help="Ray actors, an integer >= 1, each with its own model (default: 1); together they "
-                             "reserve all but one of the cluster's CPUs, at most one each, so more workers than cores "
-                             "share the cores")
-            sub.add_argument("--gpus-per-worker", type=_number(0), default=0,
-                             help="GPUs per actor, a number >= 0 (default: 0)")
-            sub.add_argument("--threads-per-worker", type=_count(1), help="torch threads per actor, an integer >= 1 "
-                             "(default: this machine's cores shared among the workers)")
-        sub.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
-        sub.add_argument("--overwrite", action="store_true",
-                         help="replace an existing output that skflow wrote, once the new one is complete")
-        sub.add_argument("--quiet", action="store_true", help="print nothing unless the command fails")
-
-    em = commands.add_parser("embed", help="embed text files into Parquet shards with Ray",
+    em = commands.add_parser("embed", parents=[encoder, actors, scale],
+                             help="embed text files into Parquet shards with Ray",
                              description="Read Parquet, CSV, JSON lines or text files (one text a line), embed their "
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
@@ -183,43 +170,21 @@ def _add_scale_commands(commands) -> None:
     em.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
     em.add_argument("--text-column", default="text",
                     help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
-    _add_encoder_arguments(em)
-    common(em)
 
-    fi = commands.add_parser("fit", help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
+    fi = commands.add_parser("fit", parents=[flow, scale],
+                             help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
                              description="Stream the embeddings of Parquet shards (random block order, local "
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
-                             "with skops (safe "
-                             "to share; skflow.load reads it), any other name with joblib.")
+                             "with skops (safe to share; skflow.load reads it), any other name with joblib.")
     fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
-    fi.add_argument("--output", required=True, metavar="MODEL", type=_file_name,
+    fi.add_argument("--output", required=True, metavar="MODEL", type=functools.partial(_name, file=True),
                     help="the model file: .skops (recommended) or joblib")
     fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
-    fi.add_argument("--epochs", type=_count(1, MAX_EPOCHS), default=_FLOW["max_epochs"],
-                    help=f"passes over the input, an integer from 1 to {MAX_EPOCHS} (default: %(default)s)")
-    for flag, kind, what in (
-        ("batch-size", _count(1), "rows per training step, an integer >= 1"),
-        ("learning-rate", _number(0, above=True), "AdamWeightDecay's learning rate, a number > 0"),
-        ("weight-decay", _number(0), "AdamWeightDecay's decoupled weight decay, a number >= 0"),
-        ("n-levels", _count(1), "levels of the Glow, an integer >= 1"),
-        ("depth", _count(1), "steps per level, an integer >= 1; depth x levels at most 1000"),
-        ("hidden-channels", _count(1), "width of the coupling networks, an integer >= 1; the flow's weights must "
-         "fit in this machine's memory"),
-    ):
-        fi.add_argument(f"--{flag}", type=kind, default=_FLOW[flag.replace("-", "_")],
-                        help=f"{what} (default: %(default)s)")
-    fi.add_argument("--coupling", default=_FLOW["coupling"], choices=sorted(COUPLINGS), metavar="COUPLING",
-                    help=f"{', '.join(sorted(COUPLINGS))} (default: %(default)s)")
-    fi.add_argument("--permutation", default=_FLOW["permutation"], choices=PERMUTATIONS, metavar="PERMUTATION",
-                    help=f"{', '.join(PERMUTATIONS)} (default: %(default)s)")
-    fi.add_argument("--device", default=_FLOW["device"], help=f"where the flow trains: {_DEVICES} "
-                    "(default: %(default)s)")
-    fi.add_argument("--seed", type=_count(0, MAX_SEED), default=0,
-                    help=f"an integer from 0 to {MAX_SEED}: the same input and seed give the same model "
-                    "(default: %(default)s)")
-    common(fi, workers=False)
+    for param, what in _FIT_OPTIONS.items():
+        _option(fi, "--" + param.replace("_", "-"), what, *_FLOW)
 
-    tr = commands.add_parser("transform", help="apply a fitted model to Parquet shards with Ray",
+    tr = commands.add_parser("transform", parents=[actors, scale],
+                             help="apply a fitted model to Parquet shards with Ray",
                              description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
@@ -234,97 +199,24 @@ def _add_scale_commands(commands) -> None:
                     "(default: %(default)s)")
     tr.add_argument("--output-column", default="z", type=_name,
                     help="the name of the column added, not one the input has (default: %(default)s)")
-    common(tr)
+    return parser
 
 
-def _run_scale_command(args) -> int:
-    # SIGTERM ends the command like Ctrl-C: unwinding, so that the staging folder and Ray are cleaned up.
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        return _scale_command(args)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _silenced(quiet: bool):
-    """With ``--quiet``, the process's stdout and stderr go nowhere while the command runs; its error line follows.
-
-    Both the file descriptors (Ray's processes and the driver's C++ log lines,
-    such as core_worker's, write there) and Python's streams (which need not be
-    those descriptors: a caller's redirection, pytest's capture).
-    """
-    if not quiet:
-        yield
-        return
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        for fd, copy in zip((1, 2), saved):
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(null)
-
-
-def _scale_command(args) -> int:
-    from skflow import distributed
-
-    try:
-        with _silenced(args.quiet):  # errors are printed below, once the streams are back
-            done = _scale_step(args)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("ray", "pyarrow"):
-            raise
-        print(f"error: skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
-        return _user_error(exc)
-    except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
-        _one_line("error", exc)
-        return 1
-    if not args.quiet:
-        print(done, file=sys.stderr)
-    return 0
-
-
-def _scale_step(args) -> str:
-    """Run ``skflow embed | fit | transform``; returns what it did, in words."""
-    from skflow import distributed
-
-    if args.command == "embed":
-        embedder = BertEmbedder(args.model, pooling=args.pooling, dtype=args.dtype, batch_size=args.batch_size,
-                                max_length=args.max_length, show_progress_bar=False)
-        n = distributed.embed(args.inputs, args.output, embedder=embedder, text_column=args.text_column,
-                              workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                              threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
-                              address=args.address, quiet=args.quiet)
-        return f"embedded {n:,} rows into {args.output}"
-    if args.command == "fit":
-        flow = FlowGaussianizer(batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                weight_decay=args.weight_decay, n_levels=args.n_levels, depth=args.depth,
-                                hidden_channels=args.hidden_channels, coupling=args.coupling,
-                                permutation=args.permutation, device=args.device, random_state=args.seed)
-        flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs,
-                               overwrite=args.overwrite, address=args.address, quiet=args.quiet)
-        return f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
-    n = distributed.transform(args.input_dir, args.model, args.output, column=args.column,
-                              text_column=args.text_column, output_column=args.output_column,
-                              workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                              threads_per_worker=args.threads_per_worker, overwrite=args.overwrite,
-                              address=args.address, quiet=args.quiet)
-    return f"transformed {n:,} rows into {args.output}"
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        if args.command == "evaluate":
+            return _evaluate_command(args)
+        # SIGTERM ends the command like Ctrl-C: unwinding, so that the staging folder and Ray are cleaned up.
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        try:
+            return _scale_command(args)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line(label: str, what, file=None) -> None:
@@ -332,94 +224,107 @@ def _one_line(label: str, what, file=None) -> None:
     print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr if file is None else file)
 
 
-def _user_error(exc: BaseException) -> int:
-    """One line on stderr, exit status 2: how every user error ends."""
-    _one_line("error", exc)
-    return 2
-
-
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A warning as the command line shows it: one line, like its errors (no source file, no code line)."""
     _one_line("warning", message, file)
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
-        if args.command != "evaluate":
-            return _run_scale_command(args)
-        return _evaluate_command(args)
+def _error(what, status: int = 2) -> int:
+    _one_line("error", what)
+    return status
+
+
+@contextlib.contextmanager
+def _silenced():
+    """stdout and stderr go nowhere: the file descriptors (Ray's processes and C++ log lines write there) and
+    Python's streams (a caller's redirection, pytest's capture)."""
+    streams = (sys.stdout, sys.stderr)
+    for stream in streams:
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            for fd in (1, 2):
+                os.dup2(sink.fileno(), fd)
+            yield
+        finally:
+            for stream in streams:  # what was written to them while they were silenced goes nowhere too
+                stream.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _scale_command(args) -> int:
+    try:
+        with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
+            done = _scale_step(args)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("ray", "pyarrow"):
+            raise
+        return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
+    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
+        return _error(exc)
+    except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
+        return _error(exc, status=1)
+    if not args.quiet:
+        print(done, file=sys.stderr)
+    return 0
+
+
+def _scale_step(args) -> str:
+    """Run ``skflow embed | fit | transform``; returns what it did, in words."""
+    ray = {"overwrite": args.overwrite, "address": args.address, "quiet": args.quiet}
+    if args.command == "fit":
+        flow = FlowGaussianizer(**{param: vars(args)[param] for param in _FIT_OPTIONS}, device=args.device,
+                                random_state=args.seed)
+        flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs, **ray)
+        return f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
+    ray.update(workers=args.workers, gpus_per_worker=args.gpus_per_worker, threads_per_worker=args.threads_per_worker)
+    if args.command == "embed":
+        embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
+                                show_progress_bar=False)
+        n = distributed.embed(args.inputs, args.output, embedder=embedder, text_column=args.text_column, **ray)
+        return f"embedded {n:,} rows into {args.output}"
+    n = distributed.transform(args.input_dir, args.model, args.output, column=args.column,
+                              text_column=args.text_column, output_column=args.output_column, **ray)
+    return f"transformed {n:,} rows into {args.output}"
 
 
 def _evaluate_command(args) -> int:
-    log = None if args.quiet else stderr_log
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
     try:
-        outputs = [check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
-        embedder = BertEmbedder(
-            args.model,
-            pooling=args.pooling,
-            max_length=args.max_length,
-            batch_size=args.batch_size,
-            dtype=args.dtype,
-            device=args.device,
-            cache_dir=args.cache_dir,
-            show_progress_bar=not args.quiet,
-        )
-        results = _run(args, embedder, log)
+        outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
+        embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
+                                device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
+        results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
+                           download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
+                           skip_missing=args.sets is None, random_state=args.seed,
+                           flow_params={"max_epochs": args.epochs, "device": args.device},
+                           log=None if args.quiet else stderr_log)
     except (OSError, ValueError) as exc:  # missing data, encoder, cache_dir or output folder; bad options
-        return _user_error(exc)
+        return _error(exc)
     if not results["sets"]:
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
-    title = f"{args.model}, pooling {args.pooling}"
-    tables = markdown_tables(results, args.protocol, title=title)
+    tables = markdown_tables(results, args.protocol, title=f"{args.model}, pooling {args.pooling}")
     print(tables)
     for name in results["skipped"]:
         print(f"(skipped {name}: data not found)")
     results["config"] = {
-        "model": args.model,
-        "pooling": args.pooling,
-        "methods": args.method,
-        "max_length": args.max_length,
-        "dtype": args.dtype,
-        "flow_epochs": args.epochs,
-        "seed": args.seed,
-        "skflow": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
+        "model": args.model, "pooling": args.pooling, "methods": args.method, "max_length": args.max_length,
+        "dtype": args.dtype, "flow_epochs": args.epochs, "seed": args.seed, "skflow": __version__,
+        "python": platform.python_version(), "numpy": np.__version__,
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
     try:
         for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
-            check_replaceable(path, kind)  # have appeared, or been changed, during the run
+            utils.check_replaceable(path, kind)  # have appeared, or been changed, during the run
         replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
         for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
-            write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
+            utils.write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
-        return _user_error(f"the results are printed above, but writing them failed: {exc}")
-    if log:
-        log(f"wrote {outputs[0]} and {outputs[1]}")
+        return _error(f"the results are printed above, but writing them failed: {exc}")
+    if not args.quiet:
+        stderr_log(f"wrote {outputs[0]} and {outputs[1]}")
     return 0
-
-
-# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
-# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
-_RESULTS = {".json": RESULTS_JSON, ".md": RESULTS_TABLE}
-
-
-def _run(args, embedder, log) -> dict:
-    return evaluate(
-        embedder,
-        methods=args.method,
-        sets=args.sets or STS_SETS,
-        data_home=args.data_home,
-        download_if_missing=not args.no_download,
-        allow_modified=args.allow_modified_data,
-        skip_missing=args.sets is None,
-        random_state=args.seed,
-        flow_params={"max_epochs": args.epochs, "device": args.device},
-        log=log,
-    )

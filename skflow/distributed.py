@@ -1,62 +1,28 @@
 """Corpora beyond one machine, on Ray Data: embed text files, fit the flow on the embeddings, transform them.
 
-Each step reads sharded files with Ray Data's readers, runs the model inside
-Ray actors (loaded once per actor, not per batch) and writes Parquet shards
-that keep every input column. The flow is fitted on the driver by streaming
-the embeddings into :meth:`FlowGaussianizer.partial_fit`. A local Ray
-instance is started (and shut down) unless one is running or an address is
-given. Needs the ``ray`` extra: ``pip install "skflow[ray]"``.
-
-Everything that can be checked is checked on the driver before Ray starts
-(options, model, every input file but the rows of Parquet files on object
-storage, the output); those rows are checked where they are processed
-(:class:`skflow.ray_jobs.RowChecks`). An output folder is written once, in
-place, and is complete when its manifest, written last, lists its files; it
-replaces only what skflow wrote (:class:`skflow.ray_jobs.OutputFolder`).
-Inputs, outputs and models may be local paths or object-store URIs
-(``s3://``, ``gs://``, ...), read and written through one filesystem layer.
-See ``docs/scale.md`` for what is read and how actors share the CPUs.
+Each step reads sharded files (local paths or object-store URIs) with Ray
+Data's readers, runs the model in Ray actors (loaded once per actor) and
+writes Parquet shards that keep every input column; the flow is fitted on
+the driver by streaming the embeddings into
+:meth:`FlowGaussianizer.partial_fit`. Everything that can be checked is
+checked on the driver before Ray starts; an output is complete or not
+there (:class:`skflow.ray_jobs.OutputFolder`). Needs the ``ray`` extra:
+``pip install "skflow[ray]"``; see ``docs/scale.md``.
 """
 
 import dataclasses
 import gc
-import numbers
 import os
 from collections.abc import Sequence
+from numbers import Integral, Real
 
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
+from skflow import embedding, ray_jobs
 from skflow.embedder import BertEmbedder
-from skflow.embedding import (
-    check_hub_options,
-    hub_kwargs,
-    load_config,
-    n_hidden_layers,
-    resolve_model_source,
-    resolve_pooling,
-)
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
-from skflow.ray_jobs import (
-    InputError,
-    JobFailedError,
-    OutputFolder,
-    RayClusterError,
-    RowChecks,
-    actor_resources,
-    check_model_output,
-    check_new_column,
-    check_rows,
-    input_files,
-    is_remote,
-    job_failure,
-    load_model,
-    ray_session,
-    read_dataset,
-    save_model,
-    scrub,
-    vectors_array,
-    vectors_column,
-)
+from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
 from skflow.utils import OutputPathError, check_given_name, resolve_device
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
@@ -66,131 +32,95 @@ EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192
 ROWS_PER_PARTIAL_FIT = 8192
 SHUFFLE_BUFFER_ROWS = 32768
+# The actors' options, checked by sklearn (an InvalidParameterError, a ValueError, before any work); the command
+# line reads its ranges from here.
+ACTOR_OPTIONS = {
+    "workers": [Interval(Integral, 1, None, closed="left")],
+    "gpus_per_worker": [Interval(Real, 0, None, closed="left")],
+    "threads_per_worker": [Interval(Integral, 1, None, closed="left"), None],
+}
 
 
-# --------------------------------------------------------------------- actors
-def _set_threads(threads: int | None) -> None:
-    import torch
+class _MapBatches:
+    """Ray actor: applies a model (loaded once per actor) to the input column of each batch, adds the output column."""
 
-    # Called in the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
-    # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread (torch.get_num_threads does not show it), so
-    # setting it once in __init__ left oneDNN's matrix products single-threaded when Ray ran a call in another
-    # thread (22% slower).
-    if threads:
-        torch.set_num_threads(threads)
-
-
-class _EmbedBatches:
-    """Ray actor: loads the encoder once, then adds an embedding column to each batch."""
-
-    def __init__(self, embedder: BertEmbedder, text_column: str, threads: int | None,
-                 checks: RowChecks | None = None) -> None:
-        _set_threads(threads)
-        self.embedder, self.text_column, self.threads, self.checks = embedder, text_column, threads, checks
-        self.embedder.transform(["warm-up"])  # load the encoder now, once per actor
-
-    def __call__(self, table):
-        _set_threads(self.threads)
-        if self.checks is not None:
-            self.checks(table)
-        vectors = self.embedder.transform(table.column(self.text_column).to_pylist())
-        return table.append_column(EMBEDDING_COLUMN, vectors_column(vectors))
-
-
-class _TransformBatches:
-    """Ray actor: applies a fitted model to the input column of each batch, adds the output column."""
-
-    def __init__(self, model, input_column: str, output_column: str, threads: int | None,
-                 checks: RowChecks | None = None):
-        _set_threads(threads)
+    def __init__(self, model, input_column: str, output_column: str, threads: int, checks: ray_jobs.RowChecks | None):
         self.model, self.input_column, self.output_column = model, input_column, output_column
         self.threads, self.checks = threads, checks
+        if isinstance(model, BertEmbedder):
+            self.set_threads()
+            model.transform(["warm-up"])  # load the encoder now, once per actor
+
+    def set_threads(self) -> None:
+        import torch
+
+        # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
+        # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
+        # matrix products single-threaded when Ray ran a call in another thread (22% slower).
+        torch.set_num_threads(self.threads)
 
     def __call__(self, table):
-        _set_threads(self.threads)
+        self.set_threads()
         if self.checks is not None:
             self.checks(table)
         values = table.column(self.input_column)
-        if isinstance(self.model, FlowGaussianizer):
-            X = vectors_array(values)
-        else:
-            X = values.to_pylist()
-        return table.append_column(self.output_column, vectors_column(self.model.transform(X)))
-
-
-def _actor_pool(workers: int):
-    import inspect
-
-    import ray
-
-    # By default Ray Data runs each call in a helper thread of the actor, beside the thread that slices
-    # and formats batches; the encoder then ran 10% slower than in process (24.6 s against 22.0 s for
-    # 8,192 sentences on 2 cores, measured). With true multi-threading and one call at a time per actor
-    # (Ray's default), the call runs in the actor's own task thread. Older Ray lacks the option.
-    # Ray Data restarts an actor that dies and retries its batch, without limit (its actor-pool
-    # default: max_restarts=-1, max_task_retries=-1); the tests kill one to check.
-    if "enable_true_multi_threading" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
-        return ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-    return ray.data.ActorPoolStrategy(size=workers)
-
-
-def _threads(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // workers)
-
-
-# ------------------------------------------------------------ checks before any work
-def _check_count(name: str, value, *, minimum: float, integer: bool, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or not value >= minimum or value == float("inf"):
-        what = "an integer" if integer else "a number"
-        raise InputError(f"{name} must be {what} >= {minimum:g}, got {value!r}")
-
-
-def _check_actor_options(workers, gpus_per_worker, threads_per_worker) -> None:
-    _check_count("--workers", workers, minimum=1, integer=True)
-    _check_count("--gpus-per-worker", gpus_per_worker, minimum=0, integer=False)
-    _check_count("--threads-per-worker", threads_per_worker, minimum=1, integer=True, optional=True)
+        X = ray_jobs.vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
+        return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 
 def _check_encoder(embedder: BertEmbedder) -> None:
     """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
     embedder._validate_params()
-    check_hub_options(embedder)
-    if is_remote(str(embedder.model_name_or_path)):
-        shown = scrub(str(embedder.model_name_or_path).split("?", 1)[0])
+    embedding.check_hub_options(embedder)
+    if ray_jobs.is_remote(str(embedder.model_name_or_path)):
+        shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
                          "a local path (or give a Hugging Face hub id)")
-    source = resolve_model_source(embedder.model_name_or_path, embedder.revision, embedder.token)
-    config = load_config(*source, hub_kwargs(embedder.trust_remote_code, embedder.token))
-    resolve_pooling(embedder.pooling, embedder.layers, n_hidden_layers(config))
+    source = embedding.resolve_model_source(embedder.model_name_or_path, embedder.revision, embedder.token)
+    config = embedding.load_config(*source, embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
+    embedding.resolve_pooling(embedder.pooling, embedder.layers, embedding.n_hidden_layers(config))
     max_positions = getattr(config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and embedder.max_length > max_positions:
         raise InputError(f"--max-length {embedder.max_length} exceeds what the model supports ({max_positions})")
-    if embedder.device not in ("auto", "cpu"):
-        resolve_device(embedder.device)
+    resolve_device(embedder.device)
 
 
-def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_column, workers, gpus_per_worker,
-                   address, quiet, command) -> int:
-    """Read ``corpus``, run ``actor_class`` in ``workers`` actors, and make ``target`` hold all ``n_rows`` rows."""
+def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected: list,
+           workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
+           command: str) -> int:
+    """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
+    make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
+    corpus = ray_jobs.input_files(inputs)
+    vectors = isinstance(model, FlowGaussianizer)
+    if vectors and corpus.kind != "parquet":
+        raise InputError(f"{inputs[0]}: a FlowGaussianizer reads the embedding column of Parquet shards")
+    input_column = column if vectors else "text" if corpus.kind == "text" else text_column
+    length = model.n_features_in_ if vectors else None
+    n_rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
+    checks = ray_jobs.RowChecks.needed(corpus, input_column, vectors=vectors, length=length, new_column=output_column)
+    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*protected, *corpus.files])
+    actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
+             "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
-        options = actor_resources(workers, gpus_per_worker)
+        import ray
+
+        options = ray_jobs.actor_resources(workers, gpus_per_worker)
+        # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
+        # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
+        options["compute"] = ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
-                dataset = read_dataset(corpus, text_column).map_batches(
-                    actor_class,
-                    fn_constructor_kwargs=actor_kwargs,
+                dataset = ray_jobs.read_dataset(corpus, input_column).map_batches(
+                    _MapBatches,
+                    fn_constructor_kwargs=actor,
                     batch_size=ROWS_PER_CALL,
                     batch_format="pyarrow",
-                    compute=_actor_pool(workers),
                     **options,
                 )
                 dataset.write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                failure = job_failure(exc, actor_kwargs.get("checks"))
+                failure = ray_jobs.job_failure(exc, checks)
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
@@ -199,7 +129,7 @@ def _map_in_actors(corpus, n_rows, target, actor_class, actor_kwargs, *, text_co
             try:
                 target.commit(sink, command=command)
             except OSError as exc:  # the store failed while the manifest was written: the output is as it was
-                raise JobFailedError(f"{scrub(' '.join(str(exc).split()))}; nothing was written") from None
+                raise JobFailedError(f"{ray_jobs.scrub(' '.join(str(exc).split()))}; nothing was written") from None
     return n_rows
 
 
@@ -222,26 +152,19 @@ def embed(
     Parameters
     ----------
     inputs : sequence of paths
-        Parquet, CSV, JSON lines (``.jsonl``) or plain text files (one text
-        a line, column ``text``; CSV, JSON lines and text optionally
-        compressed), or folders of them (read recursively, hidden names
-        skipped); one format.
+        Parquet, CSV, JSON lines (``.jsonl``) or plain text files (one text a line, column ``text``; all but
+        Parquet optionally compressed), or folders of them (read recursively, hidden names skipped); one format.
     output : path
-        A folder that does not exist or is empty; receives Parquet shards with
-        every input column plus ``embedding`` (fixed-length float32), and the
-        manifest ``.skflow-output`` that lists them, written last.
+        An absent or empty folder: receives Parquet shards with every input column plus ``embedding``
+        (fixed-length float32), then the manifest ``.skflow-output`` that lists them, written last.
     embedder : BertEmbedder, default=None
         The encoder and its settings (default: ``BertEmbedder()``).
     text_column : str, default="text"
-    workers : int, default=1
-        Ray actors, each with its own copy of the encoder; together they
-        reserve all but one of the cluster's CPUs (at most one each).
-    gpus_per_worker : float, default=0
-    threads_per_worker : int, default=None
-        torch threads per actor; None shares this machine's cores among the workers.
+    workers, gpus_per_worker, threads_per_worker : int, float, int or None, default=1, 0, None
+        Ray actors, each with its own copy of the encoder (together they reserve all but one of the cluster's
+        CPUs, at most one each); GPUs and torch threads per actor (None: this machine's cores shared among them).
     overwrite : bool, default=False
-        Replace ``output`` if it is a folder that skflow wrote (the old files
-        are deleted once the new manifest is in place).
+        Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in).
     address : str, default=None
         A Ray cluster to join (else ``RAY_ADDRESS``, else a local instance).
     quiet : bool, default=False
@@ -249,25 +172,19 @@ def embed(
 
     Raises
     ------
-    InputError, OutputPathError, EncoderNotFoundError, RayClusterError
+    InputError, OutputPathError, EncoderNotFoundError, RayClusterError, ValueError
         Found before any work; nothing is written.
     JobFailedError
         The Ray job failed or wrote another number of rows; nothing is written.
     """
+    validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
-    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
     _check_encoder(embedder)
-    corpus = input_files(inputs)
-    text_column = "text" if corpus.kind == "text" else text_column
-    n_rows = check_rows(corpus, text_column, new_column=EMBEDDING_COLUMN)[0]
-    checks = RowChecks.needed(corpus, text_column, vectors=False, new_column=EMBEDDING_COLUMN)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *corpus.files])
-    threads = threads_per_worker or _threads(workers)
-    actor = {"embedder": embedder, "text_column": text_column, "threads": threads, "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, _EmbedBatches, actor, text_column=text_column,
-                          workers=workers, gpus_per_worker=gpus_per_worker,
-                          address=address, quiet=quiet, command="embed")
+    return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
+                  protected=list(inputs), workers=workers, gpus_per_worker=gpus_per_worker,
+                  threads_per_worker=threads_per_worker, overwrite=overwrite, address=address, quiet=quiet,
+                  command="embed")
 
 
 def fit(
@@ -283,40 +200,34 @@ def fit(
 ) -> FlowGaussianizer:
     """Fit a flow on the embeddings of the Parquet shards in ``input_dir`` and save it to ``output``.
 
-    ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe
-    to share, read with :func:`skflow.load`); any other name with joblib.
-    Either way the file holds the old model or the whole new one, never a
-    part (:func:`skflow.ray_jobs.save_model`). With ``overwrite``, only a model
-    file (skops or joblib) is replaced; without it, a file that appeared at
-    ``output`` while the fit ran is not replaced (OutputPathError).
+    ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe to share, read with
+    :func:`skflow.load`), any other name with joblib: the old model or the whole new one, never a part. With
+    ``overwrite``, only a model file is replaced; without it, not even one that appeared while the fit ran.
 
-    Ray streams the vectors in blocks of a random order through a local
-    shuffle buffer of 32,768 rows into :meth:`FlowGaussianizer.partial_fit`,
-    8,192 rows a call; ``epochs`` passes. The driver never holds more than
-    the buffer. Every vector is checked to be finite before training. The
-    block order and the shuffle follow ``flow.random_state``: with an
-    integer, the same input gives the same model every run. A flow this
-    machine cannot train (more than 1,000 steps, or more weights than its
-    memory holds) is a ValueError before Ray starts when the footers give the
-    vectors' length.
+    Ray streams the vectors, checked finite, in blocks of a random order through a local shuffle buffer of
+    32,768 rows (all the driver holds) into :meth:`FlowGaussianizer.partial_fit`, 8,192 rows a call; ``epochs``
+    passes. The order and the shuffle follow ``flow.random_state``: with an integer, the same input gives the same
+    model every run. A flow this machine cannot train is a ValueError before Ray starts when the Parquet footers
+    give the vectors' length. See ``docs/scale.md``.
     """
+    epochs_range = {"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}
+    validate_parameter_constraints(epochs_range, {"epochs": epochs}, caller_name="fit")
     check_given_name("--output", output, OutputPathError, file=True)
     flow = FlowGaussianizer() if flow is None else flow
-    _check_count("--epochs", epochs, minimum=1, integer=True)
     flow._validate_params()
     resolve_device(flow.device)
-    corpus = input_files([input_dir])
+    corpus = ray_jobs.input_files([input_dir])
     if corpus.kind != "parquet":
         raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
-    _, length = check_rows(corpus, column, vectors=True)
+    _, length = ray_jobs.check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
-    checks = RowChecks.needed(corpus, column, vectors=True, length=length)
-    out = check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
+    checks = ray_jobs.RowChecks.needed(corpus, column, vectors=True, length=length)
+    out = ray_jobs.check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
-        actor_resources(1)  # a cluster without a CPU would never read
-        dataset = read_dataset(corpus).select_columns([column])
+        ray_jobs.actor_resources(1)  # a cluster without a CPU would never read
+        dataset = ray_jobs.read_dataset(corpus).select_columns([column])
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):
@@ -326,17 +237,17 @@ def fit(
                                                 local_shuffle_seed=int(seeds.randint(2**31))):
                     if checks is not None:  # every batch holds vectors of the first batch's length
                         checks = dataclasses.replace(checks, length=checks(batch))
-                    flow.partial_fit(vectors_array(batch.column(column)))
+                    flow.partial_fit(ray_jobs.vectors_array(batch.column(column)))
             failure = None
         except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line
-            failure = job_failure(exc, checks)
+            failure = ray_jobs.job_failure(exc, checks)
         if failure is not None:
             raise failure
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
-    save_model(flow, out, overwrite=overwrite)
+    ray_jobs.save_model(flow, out, overwrite=overwrite)
     return flow
 
 
@@ -362,28 +273,11 @@ def transform(
     (reads ``text_column`` of any input format). ``output`` is written as in
     :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
+    validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="transform")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
-    _check_actor_options(workers, gpus_per_worker, threads_per_worker)
-    check_new_column("--output-column", output_column)
-    fitted = load_model(model)
-    corpus = input_files([input_dir])
-    if isinstance(fitted, FlowGaussianizer):
-        if corpus.kind != "parquet":
-            raise InputError(f"{input_dir}: a FlowGaussianizer reads the embedding column of Parquet shards")
-        n_rows, length = check_rows(corpus, column, vectors=True, new_column=output_column)
-        if length is not None and length != fitted.n_features_in_:
-            raise InputError(f"{input_dir}: vectors of length {length}; the model expects {fitted.n_features_in_}")
-        input_column = column
-        checks = RowChecks.needed(corpus, column, vectors=True, length=fitted.n_features_in_, new_column=output_column)
-    else:
-        input_column = "text" if corpus.kind == "text" else text_column
-        n_rows = check_rows(corpus, input_column, new_column=output_column)[0]
-        checks = RowChecks.needed(corpus, input_column, vectors=False, new_column=output_column)
-    target = OutputFolder(output, overwrite=overwrite, inputs=[input_dir, model, *corpus.files])
-    threads = threads_per_worker or _threads(workers)
-    actor = {"model": fitted, "input_column": input_column, "output_column": output_column, "threads": threads,
-             "checks": checks}
-    return _map_in_actors(corpus, n_rows, target, _TransformBatches, actor, text_column=input_column,
-                          workers=workers, gpus_per_worker=gpus_per_worker,
-                          address=address, quiet=quiet, command="transform")
+    ray_jobs.check_new_column("--output-column", output_column)
+    return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
+                  output_column=output_column, protected=[input_dir, model], workers=workers,
+                  gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,
+                  address=address, quiet=quiet, command="transform")

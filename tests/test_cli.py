@@ -156,12 +156,12 @@ def _one_line_error(capsys) -> str:
         (["--output", "/proc/skflow-r"], "/proc: the folder of the output cannot be written"),
         (["--cache-dir", "{tmp}/file"], "file' is a file, not a folder"),
         (["--cache-dir", "{tmp}/file/sub"], "cannot be used: Not a directory"),
-        (["--epochs", "0"], "argument --epochs: must be at least 1, got 0"),  # the parser, as its help says
-        (["--epochs", "100000000000"], "argument --epochs: must be at most 10000, got 100000000000"),
-        (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
-        (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
-        (["--seed", "4294967296"], "argument --seed: must be at most 4294967295, got 4294967296"),
-        (["--max-length", "١٢٨"], "argument --max-length: expected an integer in the digits 0-9, got '١٢٨'"),
+        (["--epochs", "0"], "argument --epochs: must be an integer from 1 to 10000, got '0'"),  # as its help says
+        (["--epochs", "100000000000"], "argument --epochs: must be an integer from 1 to 10000, got '100000000000'"),
+        (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+        (["--seed", "-1"], "argument --seed: must be an integer from 0 to 4294967295, got '-1'"),
+        (["--seed", "4294967296"], "argument --seed: must be an integer from 0 to 4294967295, got '4294967296'"),
+        (["--max-length", "١٢٨"], "argument --max-length: must be an integer >= 2, got '١٢٨'"),
         (["--model", ""], "the model path is empty"),
     ],
 )

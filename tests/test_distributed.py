@@ -156,14 +156,14 @@ def _openmp():
 def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(corpus):
     import threading
 
-    from skflow.distributed import _TransformBatches
+    from skflow.distributed import _MapBatches
 
     omp = _openmp()
     folder, _ = corpus
     table = pq.read_table(folder / "part-0.parquet")
     X = np.random.RandomState(0).normal(size=(200, 4)).astype(np.float32)
     table = table.append_column("embedding", pa.array(X[: table.num_rows].tolist(), pa.list_(pa.float32(), 4)))
-    actor = _TransformBatches(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), "embedding", "z", threads=2)
+    actor = _MapBatches(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), "embedding", "z", threads=2, checks=None)
     seen = []
 
     def ray_call():
