@@ -132,7 +132,9 @@ def test_coupling_net_init_does_not_blow_up_a_nearly_constant_hidden_unit():
     with torch.no_grad():
         net.hidden1.weight.copy_(torch.tensor([[1.0], [-1.0], [0.5], [2.0]]))
         # unit 0 of hidden2 has weights 1e-5: nearly constant on any sample
-        net.hidden2.weight.copy_(torch.tensor([[1e-5, 1e-5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]))
+        net.hidden2.weight.copy_(
+            torch.tensor([[1e-5, 1e-5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+        )
     sample = torch.randn(200, 1, dtype=torch.float64, generator=gen)
     net.data_init(sample)
     scales = net.hidden2.scale()
