@@ -167,20 +167,21 @@ def check_dense_config(where: Path) -> dict:
         raise InvalidModelError(f"{where}: Dense's configuration must have the keys {', '.join(required)}")
     if not isinstance(config["bias"], bool):
         raise InvalidModelError(f"{where}: Dense's bias must be true or false, got {config['bias']!r}")
-    n_in, n_out = (_positive_int(config[key], key, where) for key in ("in_features", "out_features"))
+    n_in, n_out = config["in_features"], config["out_features"]
+    if not all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out)):
+        raise InvalidModelError(f"{where}: in_features and out_features must be positive ints (at most 2**20), got "
+                                f"{n_in!r} and {n_out!r}")
     if n_out > n_in:  # a linear map of the pooled vector: skflow's keeps or drops directions, never adds
         raise InvalidModelError(f"{where}: out_features ({n_out}) must be at most in_features ({n_in})")
-    return {"in_features": n_in, "out_features": n_out, "bias": config["bias"]}
+    return {"in_features": int(n_in), "out_features": int(n_out), "bias": config["bias"]}
 
 
-def read_dense_weights(folder: Path, config: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+def read_dense_weights(folder: Path, n_in: int, n_out: int, bias: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A checked ``Dense``'s weight and bias, from ``model.safetensors`` only, sizes checked before reading."""
     from safetensors.torch import load
 
     path = folder / "model.safetensors"
-    shapes = {"linear.weight": (config["out_features"], config["in_features"])}
-    if config["bias"]:
-        shapes["linear.bias"] = (config["out_features"],)
+    shapes = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {})}
     limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
     try:
         data = read_regular_file(path, limit)
@@ -205,12 +206,6 @@ def _check_normalize(folder: Path) -> None:
     path = folder / "config.json"
     config = read_json(path) if path.exists() else {}  # releases before 3 wrote none
     _check_settings(config, path, {"module_input_name": EMBEDDING, "module_output_name": EMBEDDING})
-
-
-def _positive_int(value, key: str, where) -> int:
-    if not isinstance(value, Integral) or isinstance(value, bool) or not 0 < value <= 2**20:
-        raise InvalidModelError(f"{where}: {key} must be a positive int (at most 2**20), got {value!r}")
-    return int(value)
 
 
 def read_json(path: Path):
@@ -265,7 +260,7 @@ def stock_modules(linear, dimension: int, reduction: str, normalize: bool) -> li
 
 
 def write_interoperable_configs(folder: Path, reduction: str, dimension: int, max_seq_length: int) -> None:
-    """Rewrite what sentence-transformers saved in the format every reader knows (see the module docstring)."""
+    """Rewrite what sentence-transformers saved in the format before 5.4, which every release and TEI read."""
     modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
     for module in modules:
         module["type"] = "sentence_transformers.models." + module["type"].rsplit(".", 1)[1]
@@ -299,9 +294,9 @@ def load_stock_modules(folder: ExportedFolder) -> list[torch.nn.Module]:
     if pooling.embedding_dimension != dense["in_features"]:
         raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {dense['in_features']}, the pooling "
                                 f"gives {pooling.embedding_dimension!r}")
-    weight, bias = read_dense_weights(folder.dense, dense)
-    linear = Dense(dense["in_features"], dense["out_features"], bias=dense["bias"],
-                   activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
+    sizes = dense["in_features"], dense["out_features"], dense["bias"]
+    weight, bias = read_dense_weights(folder.dense, *sizes)
+    linear = Dense(*sizes, activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
     return [pooling, *([Normalize()] if folder.normalize else []), linear]
 
 
