@@ -1,8 +1,4 @@
-"""Saving fitted models safely: skops files that load without running code from the file.
-
-``skflow.load`` trusts exactly skflow's estimators and skops' default types, bounds the file's declared sizes
-before skops reads an array, and checks what is restored once (`skflow.saved_models`). See ``docs/serving.md``.
-"""
+"""Saving fitted models safely: skops files that load without running code from the file (``docs/serving.md``)."""
 
 import os
 from pathlib import Path
@@ -18,7 +14,6 @@ from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
-# skflow's classes that a .skops file may hold, and their names as skops gives them.
 _SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, MeanDirectionRemover, Whitener)
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
@@ -116,8 +111,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(path).expanduser()
     try:
         data = read_skops_file(path)
-        untrusted = skops.io.get_untrusted_types(data=data)
-        refused = [name for name in untrusted if name not in SKFLOW_TYPES]
+        refused = sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES))
         if refused:
             raise UntrustedTypeError(
                 f"refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
@@ -125,7 +119,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
                 "numpy). If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it "
                 "with skops.io.load(path, trusted=[...])."
             )
-        model = skops.io.loads(data, trusted=list(untrusted))
+        model = skops.io.loads(data, trusted=list(SKFLOW_TYPES))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         for estimator in estimators(model):  # each checked once, however nested

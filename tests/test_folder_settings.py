@@ -97,7 +97,6 @@ REFUSED = {
                                       "similarity_fn_name must be one of"),
     "an unknown model setting": (lambda f: _edit(f / MODEL, normalize_embeddings=True),
                                  r"does not load the settings \['normalize_embeddings'\]"),
-    "a truncate_dim of 0": (lambda f: _edit(f / MODEL, truncate_dim=0), "truncate_dim must be a positive int"),
     "tokenizer arguments": (lambda f: _edit(f / ST, tokenizer_args={"model_max_length": 8}),
                             "tokenizer_args must be {}"),
     "model arguments": (lambda f: _edit(f / ST, model_args={"torch_dtype": "float16"}), "model_args must be {}"),
@@ -106,8 +105,6 @@ REFUSED = {
     "another task": (lambda f: _edit(f / ST, transformer_task="fill-mask"), "transformer_task must be"),
     "another tokenizer": (lambda f: _edit(f / ST, tokenizer_name_or_path="/tmp"),
                           r"does not load the settings \['tokenizer_name_or_path'\]"),
-    "a max_seq_length of 0": (lambda f: _edit(f / ST, max_seq_length=0), "max_seq_length must be a positive int"),
-    "a string do_lower_case": (lambda f: _edit(f / ST, do_lower_case="yes"), "do_lower_case must be true or false"),
 }
 
 

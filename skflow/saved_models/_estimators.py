@@ -1,8 +1,4 @@
-"""A restored model checked before it is used: every estimator inside it, however nested.
-
-skops restores a ``Pipeline``, ``FeatureUnion`` or ``ColumnTransformer`` as data: its steps may be anything, and
-a ``BertEmbedder`` with invalid parameters may hide three levels down, in a parameter or a fitted attribute.
-"""
+"""Every estimator of a restored model, however nested (skops restores a composite's steps as data), checked."""
 
 from collections.abc import Iterator
 
@@ -21,25 +17,20 @@ _STEPS = {Pipeline: ("steps", Pipeline._validate_steps),
 
 def check_estimator(estimator: BaseEstimator, validated: tuple[type, ...]) -> None:
     """Refuse a malformed composite or invalid parameters (of scikit-learn's classes and ``validated``)."""
-    name = type(estimator).__name__
-    shadowing = sorted(key for key in vars(estimator) if hasattr(type(estimator), key))
+    name, cls = type(estimator).__name__, type(estimator)
+    shadowing = sorted(key for key in vars(estimator) if hasattr(cls, key))
     if shadowing:  # restored state would replace transform or _validate_params itself
-        raise InvalidModelError(
-            f"the saved {name} has attributes named like its class's methods or attributes, which they would "
-            f"replace: {', '.join(shadowing)}"
-        )
-    ours = isinstance(estimator, validated) or type(estimator).__module__.startswith("sklearn.")
-    try:
-        if ours and hasattr(type(estimator), "_parameter_constraints"):  # FeatureUnion, for one, has none
-            type(estimator)._validate_params(estimator)
-    except (ValueError, TypeError) as exc:
-        raise InvalidModelError(f"the saved {name} is invalid: {exc}") from None
-    for cls, (attribute, validate) in _STEPS.items():
+        raise InvalidModelError(f"the saved {name} has attributes named like its class's methods or attributes, "
+                                f"which they would replace: {', '.join(shadowing)}")
+    checks = [(" is", cls._validate_params)] if hasattr(cls, "_parameter_constraints") and (
+        issubclass(cls, validated) or cls.__module__.startswith("sklearn.")) else []  # FeatureUnion has none
+    checks += [(f"'s {attribute} are", validate) for kind, (attribute, validate) in _STEPS.items()
+               if isinstance(estimator, kind)]
+    for what, validate in checks:
         try:
-            if isinstance(estimator, cls):
-                validate(estimator)
+            validate(estimator)
         except (ValueError, TypeError) as exc:
-            raise InvalidModelError(f"the saved {name}'s {attribute} are invalid: {exc}") from None
+            raise InvalidModelError(f"the saved {name}{what} invalid: {exc}") from None
     fitted = vars(estimator).get("transformers_", []) if isinstance(estimator, ColumnTransformer) else []
     if not (isinstance(fitted, list) and all(_is_fitted_triple(item) for item in fitted)):
         raise InvalidModelError(f"the saved {name}'s transformers_ must be a list of (name, transformer, columns)")

@@ -1,12 +1,6 @@
-"""sentence-transformers folders: written in stock modules, and, from somebody else, checked before use.
-
-A fitted linear post-processing (`Whitener`, `MeanDirectionRemover`) is the map ``x -> x @ W + b`` of its
-``linear_map()``: a ``Dense`` with identity activation, weight ``W.T`` and bias ``b``, in float32, written in the
-format every sentence-transformers release and Text Embeddings Inference read. A folder from somebody else must
-hold a layout skflow writes, and every setting is honoured or refused; whether some file names code is not
-checked, on purpose: the loader never lets transformers run any (``docs/serving.md``). sentence-transformers (the
-``serve`` extra) is imported only where modules are built.
-"""
+"""sentence-transformers folders: written in stock modules, and, from somebody else, checked before use: a layout
+skflow writes, every setting honoured or refused. Code a file names is not looked for: nothing from the folder is
+ever run (``docs/serving.md``). sentence-transformers is imported only where modules are built."""
 
 import json
 import os
@@ -37,13 +31,12 @@ REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 # skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
-MODEL_SETTINGS = ("__version__", "model_type", "prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim",
-                  "requirements")
+MODEL_SETTINGS = ("__version__", "prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim", "requirements")
 SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")  # SentenceTransformer's
 # sentence-transformers reads the Transformer's settings from the first of these that holds any
 TRANSFORMER_CONFIG_FILES = tuple(f"sentence_{name}_config.json" for name in (
     "bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet"))
-# Transformer settings passed on to sentence-transformers' Transformer, which applies them as it does for any folder
+# passed on to sentence-transformers' Transformer, which applies them as it does for any folder
 TRANSFORMER_SETTINGS = ("max_seq_length", "do_lower_case", "query_length", "document_length", "unpad_inputs")
 # Transformer settings that may only hold a plain text encoder's value (no task, modality or loading argument)
 TEXT_ENCODER = {"transformer_task": "feature-extraction",
@@ -58,6 +51,8 @@ LEGACY_FLAGS = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
                 "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean_tokens",
                 "lasttoken": "lasttoken"}
 EMBEDDING = "sentence_embedding"
+DENSE_FIXED = {"activation_function": IDENTITY, "module_input_name": EMBEDDING, "module_output_name": EMBEDDING,
+               "use_residual": False}  # a linear map of the sentence embedding
 JSON_LIMIT = 2**20
 _NOT_OURS = "not a folder written by skflow.export_sentence_transformer"
 _LAYOUT_RULE = ("must list exactly two modules (Transformer, FlowPooling), or the stock modules Transformer, Pooling, "
@@ -68,11 +63,11 @@ class ExportedFolder(NamedTuple):
     transformer: Path
     pooling: Path
     pooling_config: dict  # as read: FlowPooling's and sentence-transformers' Pooling's constructors check it
-    transformer_settings: dict  # Transformer keyword arguments (TRANSFORMER_SETTINGS), checked
-    model_settings: dict  # SentenceTransformer keyword arguments (prompts, ...) and "requirements", checked
-    dense: Path | None = None  # stock folders: the Dense module's folder
-    dense_config: dict | None = None  # and its in_features, out_features, bias
-    normalize: bool = False  # stock folders: a Normalize before the Dense
+    transformer_settings: dict  # Transformer keyword arguments
+    model_settings: dict  # SentenceTransformer keyword arguments and "requirements"
+    dense: Path | None = None  # stock folders: the Dense module's folder, its checked configuration, and whether a
+    dense_config: dict | None = None  # Normalize comes before it
+    normalize: bool = False
 
 
 def check_folder(path: str | os.PathLike) -> ExportedFolder:
@@ -116,10 +111,7 @@ def check_transformer_config(folder: Path) -> dict:
         config = read_json(path) if path.exists() else {}
         if config:
             break
-    _check_keys(config, path, (*TRANSFORMER_SETTINGS, *TEXT_ENCODER))
-    for key, value in TEXT_ENCODER.items():
-        if key in config and config[key] != value:
-            raise InvalidModelError(f"{path}: {key} must be {value!r} (a text encoder's), got {config[key]!r}")
+    _check_settings(config, path, TEXT_ENCODER, TRANSFORMER_SETTINGS)
     encoder_file = folder / "config.json"  # transformers reads attn_implementation there: no hub kernel
     encoder = read_json(encoder_file)
     try:
@@ -127,14 +119,7 @@ def check_transformer_config(folder: Path) -> dict:
                         f"{encoder_file}: attn_implementation")
     except ValueError as exc:
         raise InvalidModelError(str(exc)) from None
-    settings = {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
-    for key, value in settings.items():
-        if key in ("max_seq_length", "query_length", "document_length"):
-            if value is not None:
-                _positive_int(value, key, path)
-        elif not isinstance(value, bool) and not (key == "unpad_inputs" and value is None):
-            raise InvalidModelError(f"{path}: {key} must be true or false, got {value!r}")
-    return settings
+    return {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
 
 
 def check_model_config(path: Path) -> dict:
@@ -142,15 +127,10 @@ def check_model_config(path: Path) -> dict:
     if not path.exists():
         return {}
     config = read_json(path)
-    _check_keys(config, path, MODEL_SETTINGS)
-    if config.get("model_type", "SentenceTransformer") != "SentenceTransformer":
-        raise InvalidModelError(f"{path}: model_type must be 'SentenceTransformer', got {config['model_type']!r}")
-    similarity, truncate_dim = config.get("similarity_fn_name"), config.get("truncate_dim")
-    if similarity is not None and similarity not in SIMILARITY_FN_NAMES:
+    _check_settings(config, path, {"model_type": "SentenceTransformer"}, MODEL_SETTINGS)
+    if config.get("similarity_fn_name") not in (*SIMILARITY_FN_NAMES, None):  # as SentenceTransformer refuses it
         raise InvalidModelError(f"{path}: similarity_fn_name must be one of {', '.join(SIMILARITY_FN_NAMES)}, got "
-                                f"{similarity!r}")
-    if truncate_dim is not None:
-        _positive_int(truncate_dim, "truncate_dim", path)
+                                f"{config['similarity_fn_name']!r}")
     settings = {key: config.get(key) for key in ("similarity_fn_name", "truncate_dim", "requirements")}
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
     if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
@@ -165,44 +145,43 @@ def check_model_config(path: Path) -> dict:
     return {key: value for key, value in settings.items() if value is not None}
 
 
-def _check_keys(config, path: Path, known: tuple[str, ...]) -> None:
-    """A JSON object of settings skflow honours (or refuses): no setting is silently ignored."""
+def _check_settings(config, path: Path, fixed: dict, free: tuple[str, ...] = ()) -> None:
+    """A JSON object of settings skflow honours, ``fixed`` ones only at their value: none is silently ignored."""
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
-    unknown = sorted(set(config) - set(known))
+    unknown = sorted(set(config) - {*free, *fixed})
     if unknown:
-        raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it knows {', '.join(known)})")
+        raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it knows "
+                                f"{', '.join((*free, *fixed))})")
+    for key, value in fixed.items():
+        if key in config and config[key] != value:
+            raise InvalidModelError(f"{path}: {key} must be {value!r}, got {config[key]!r}")
 
 
 def check_dense_config(where: Path) -> dict:
-    """A linear ``Dense``'s configuration: identity activation, no residual. Returns in/out features and bias."""
+    """A linear ``Dense``'s configuration: identity activation (never imported), no residual."""
     config = read_json(where)
-    required = {"in_features", "out_features", "bias", "activation_function"}  # no activation_function: Tanh
-    fixed = {"activation_function": IDENTITY, "module_input_name": EMBEDDING, "module_output_name": EMBEDDING,
-             "use_residual": False}  # a linear map of the sentence embedding; another activation is never imported
-    if not isinstance(config, dict) or not required <= set(config) <= required | set(fixed):
-        found = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise InvalidModelError(f"{where}: Dense's configuration must have the keys {sorted(required)} (and "
-                                f"optionally {sorted(set(fixed) - required)}), got {found}")
-    for key, value in fixed.items():
-        if config.get(key, value) != value:
-            raise InvalidModelError(f"{where}: Dense's {key} must be {value!r}, got {config[key]!r}")
+    _check_settings(config, where, DENSE_FIXED, ("in_features", "out_features", "bias"))
+    required = ("in_features", "out_features", "bias", "activation_function")  # no activation_function: Tanh
+    if not set(required) <= set(config):
+        raise InvalidModelError(f"{where}: Dense's configuration must have the keys {', '.join(required)}")
     if not isinstance(config["bias"], bool):
         raise InvalidModelError(f"{where}: Dense's bias must be true or false, got {config['bias']!r}")
-    n_in, n_out = (_positive_int(config[key], key, where) for key in ("in_features", "out_features"))
+    n_in, n_out = config["in_features"], config["out_features"]
+    if not all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out)):
+        raise InvalidModelError(f"{where}: in_features and out_features must be positive ints (at most 2**20), got "
+                                f"{n_in!r} and {n_out!r}")
     if n_out > n_in:  # a linear map of the pooled vector: skflow's keeps or drops directions, never adds
         raise InvalidModelError(f"{where}: out_features ({n_out}) must be at most in_features ({n_in})")
-    return {"in_features": n_in, "out_features": n_out, "bias": config["bias"]}
+    return {"in_features": int(n_in), "out_features": int(n_out), "bias": config["bias"]}
 
 
-def read_dense_weights(folder: Path, config: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+def read_dense_weights(folder: Path, n_in: int, n_out: int, bias: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A checked ``Dense``'s weight and bias, from ``model.safetensors`` only, sizes checked before reading."""
     from safetensors.torch import load
 
     path = folder / "model.safetensors"
-    shapes = {"linear.weight": (config["out_features"], config["in_features"])}
-    if config["bias"]:
-        shapes["linear.bias"] = (config["out_features"],)
+    shapes = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {})}
     limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
     try:
         data = read_regular_file(path, limit)
@@ -224,19 +203,9 @@ def read_dense_weights(folder: Path, config: dict) -> tuple[torch.Tensor, torch.
 
 
 def _check_normalize(folder: Path) -> None:
-    config_file = folder / "config.json"
-    config = read_json(config_file) if config_file.exists() else {}  # releases before 3 wrote none
-    if not isinstance(config, dict) or any(
-        key not in ("module_input_name", "module_output_name") or value != EMBEDDING for key, value in config.items()
-    ):
-        raise InvalidModelError(f"{config_file}: Normalize's configuration must be empty or name {EMBEDDING!r}, got "
-                                f"{config!r}")
-
-
-def _positive_int(value, key: str, where) -> int:
-    if not isinstance(value, Integral) or isinstance(value, bool) or not 0 < value <= 2**20:
-        raise InvalidModelError(f"{where}: {key} must be a positive int (at most 2**20), got {value!r}")
-    return int(value)
+    path = folder / "config.json"
+    config = read_json(path) if path.exists() else {}  # releases before 3 wrote none
+    _check_settings(config, path, {"module_input_name": EMBEDDING, "module_output_name": EMBEDDING})
 
 
 def read_json(path: Path):
@@ -283,17 +252,15 @@ def stock_modules(linear, dimension: int, reduction: str, normalize: bool) -> li
     of a fitted linear post-processing's ``linear_map()`` (a `Whitener`, a `MeanDirectionRemover`)."""
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-    matrix, bias = linear.linear_map()
-    weight = matrix.T
-    dense = Dense(
-        weight.shape[1], weight.shape[0], bias=True, activation_function=torch.nn.Identity(),
-        init_weight=torch.from_numpy(weight.astype(np.float32)), init_bias=torch.from_numpy(bias.astype(np.float32)),
-    )
+    matrix, bias = linear.linear_map()  # x @ matrix + bias: Dense's weight is matrix.T
+    dense = Dense(*matrix.shape, bias=True, activation_function=torch.nn.Identity(),
+                  init_weight=torch.from_numpy(matrix.T.astype(np.float32)),
+                  init_bias=torch.from_numpy(bias.astype(np.float32)))
     return [Pooling(dimension, reduction), *([Normalize()] if normalize else []), dense]
 
 
 def write_interoperable_configs(folder: Path, reduction: str, dimension: int, max_seq_length: int) -> None:
-    """Rewrite what sentence-transformers saved in the format every reader knows (see the module docstring)."""
+    """Rewrite what sentence-transformers saved in the format before 5.4, which every release and TEI read."""
     modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
     for module in modules:
         module["type"] = "sentence_transformers.models." + module["type"].rsplit(".", 1)[1]
@@ -327,9 +294,9 @@ def load_stock_modules(folder: ExportedFolder) -> list[torch.nn.Module]:
     if pooling.embedding_dimension != dense["in_features"]:
         raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {dense['in_features']}, the pooling "
                                 f"gives {pooling.embedding_dimension!r}")
-    weight, bias = read_dense_weights(folder.dense, dense)
-    linear = Dense(dense["in_features"], dense["out_features"], bias=dense["bias"],
-                   activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
+    sizes = dense["in_features"], dense["out_features"], dense["bias"]
+    weight, bias = read_dense_weights(folder.dense, *sizes)
+    linear = Dense(*sizes, activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
     return [pooling, *([Normalize()] if folder.normalize else []), linear]
 
 
