@@ -13,7 +13,7 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
-from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line, upload
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
@@ -54,14 +54,16 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
         with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
             _dump(model, tmp)
     else:
+        import pyarrow.fs as pafs
+
         with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
             local = Path(folder) / Path(where.path).name
             _dump(model, local)
             if not overwrite and file_type(where, OutputPathError) != "missing":
                 raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
                                       "replace it")
-            try:
-                upload(str(local), where)
+            try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
+                pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
             except Exception as exc:  # noqa: BLE001 - the target is untouched
                 raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
                     from None

@@ -98,7 +98,7 @@ class OutputFolder:
     @contextlib.contextmanager
     def writing(self):
         """A Ray Data sink for this run's files; they are deleted unless :meth:`commit` is called."""
-        sink = parquet_files(self.out, self.run)
+        sink = _parquet_files_class()(self.out, self.run)
         try:
             yield sink
         finally:
@@ -144,12 +144,6 @@ class OutputFolder:
                           f"could not be deleted ({printable(some_names(left))})", RuntimeWarning, stacklevel=2)
 
 
-def parquet_files(folder: Location, run: str):
-    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder`` (a retried task writes the
-    same names); ``written``: the ``(name, rows)`` its tasks reported."""
-    return _parquet_files_class()(folder, run)
-
-
 @functools.cache
 def _parquet_files_class():
     import pyarrow.parquet as pq
@@ -157,6 +151,9 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names); ``written``: the
+        ``(name, rows)`` the write tasks reported."""
+
         def __init__(self, folder: Location, run: str) -> None:
             self.folder, self.run, self.written = folder, run, []
 

@@ -41,10 +41,7 @@ class Location(NamedTuple):
 
     @property
     def parent(self) -> "Location":
-        if self.is_remote:
-            return Location(self.filesystem, *(part.rsplit("/", 1)[0] for part in self[1:]))
-        folder = os.path.dirname(self.path)
-        return Location(self.filesystem, folder, os.path.dirname(self.shown) or ".", os.path.realpath(folder))
+        return Location(self.filesystem, *(os.path.dirname(part) or "." for part in self[1:]))
 
 
 def scrub(text: str) -> str:
@@ -212,15 +209,6 @@ def check_writable(folder: Location, what: str) -> None:
     except Exception as exc:  # noqa: BLE001 - no bucket, access denied, a read-only disk: one line
         reason = getattr(exc, "strerror", None) or one_line(exc)
         raise OutputPathError(f"{folder.shown}: {what} cannot be written ({reason}){_hint(exc)}") from None
-
-
-def upload(source: str, where: Location) -> None:
-    """Copy a local file to ``where`` in one call into Arrow: whole or not at all (S3 shows a multipart upload only
-    once complete; Ctrl-C waits for the call), no server-side copy."""
-    import pyarrow.fs as pafs
-
-    pafs.copy_files(source, where.path, source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=where.filesystem)
 
 
 def write_bytes(where: Location, data: bytes) -> None:
