@@ -10,7 +10,7 @@ import warnings
 
 from skflow import utils
 from skflow.ray_jobs import _storage as storage
-from skflow.ray_jobs._storage import Location
+from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
 
 MARKER = ".skflow-output"
@@ -127,7 +127,7 @@ class OutputFolder:
         manifest = self.out.child(MARKER)
         try:
             if manifest.is_remote:
-                storage.write_bytes(manifest, text.encode())
+                write_bytes(manifest, text.encode())
             else:
                 utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST, overwrite=self.overwrite)
         except OSError as exc:
