@@ -487,8 +487,7 @@ def _embedder():
 
 
 def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
-    from skflow.ray_jobs import check_rows
-    from skflow.ray_jobs._ray_data import read_dataset
+    from skflow.ray_jobs import check_rows, read_dataset
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)

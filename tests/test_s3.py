@@ -24,7 +24,7 @@ import ray
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
-from skflow.ray_jobs import MARKER, OutputFolder, _models, _outputs, input_files, load_model, locate, save_model
+from skflow.ray_jobs import MARKER, OutputFolder, _outputs, input_files, load_model, locate, save_model
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,9 +271,10 @@ def test_a_model_upload_killed_midway_or_failing_leaves_the_old_model(s3, monkey
         uploader.wait(timeout=30)
     assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads"), "the kill came too late"
     assert _objects(client, "m/") == before
-    monkeypatch.setattr(_models, "upload", lambda *a: (_ for _ in ()).throw(OSError("the store went away")))
+    monkeypatch.setattr("pyarrow.fs.copy_files", lambda *a, **k: (_ for _ in ()).throw(OSError("the store went away")))
     with pytest.raises(OSError, match="writing the model failed, it was not replaced"):
         save_model(FlowGaussianizer(max_epochs=1, random_state=1).fit(X), f"s3://{BUCKET}/m/flow.joblib")
+    monkeypatch.undo()
     assert _objects(client, "m/") == before
     assert isinstance(load_model(f"s3://{BUCKET}/m/flow.joblib"), FlowGaussianizer)
 

@@ -1,14 +1,18 @@
-"""What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`).
+"""What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`): one filesystem layer, corpora and
+Ray Data reads, output folders committed by a manifest, model files, the Ray session."""
 
-One filesystem layer (``_storage``); corpora and the checks of their rows (``_corpus``); Ray Data reads
-(``_ray_data``); output folders committed by a manifest (``_outputs``); model files (``_models``); the Ray session
-and what a failed job means (``_session``).
-"""
-
-from skflow.ray_jobs._corpus import InputError, RowChecks, check_new_column, check_rows, input_files
+from skflow.ray_jobs._corpus import (
+                                    InputError,
+                                    RowChecks,
+                                    check_new_column,
+                                    check_rows,
+                                    input_files,
+                                    read_dataset,
+                                    vectors_array,
+                                    vectors_column,
+)
 from skflow.ray_jobs._models import check_model_output, load_model, looks_like_model_file, save_model
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
-from skflow.ray_jobs._ray_data import read_dataset, vectors_array, vectors_column
 from skflow.ray_jobs._session import JobFailedError, RayClusterError, actor_resources, job_failure, ray_session
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 

@@ -1,19 +1,17 @@
-"""A corpus: which files are read, in which format, how one is read on the driver, and the checks of its rows.
+"""A corpus: which files are read (every one, or the listing is refused naming it), how, and the checks of its rows:
+on the driver, except for Parquet files on object storage, whose rows are checked where Ray reads them."""
 
-Every file named is read, and a folder with everything under it except hidden names (``.`` or ``_`` first, as
-pyarrow's datasets and Spark skip them); skflow's outputs in it as their manifests list; any other file makes
-the listing refused, naming it. Rows are checked on the driver, except those of Parquet files on object storage:
-their footers are read there, their rows where they are processed (:class:`RowChecks`).
-"""
-
+import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from skflow.ray_jobs._outputs import read_as_listed
-from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, missing, one_line, read_bytes
+from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, one_line, read_bytes
 from skflow.utils import check_given_name, check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
@@ -29,14 +27,14 @@ class InputError(ValueError):
 
 
 class Corpus(NamedTuple):
-    """The files to read (local paths or URIs) and their one format (each file's compression: :func:`file_format`)."""
+    """The files to read (local paths or URIs) and their one format."""
 
     files: tuple[str, ...]
     kind: str
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
-    """``(kind, compression)`` of a file by its name, extensions in any case; None if skflow does not read it."""
+    """``(kind, compression)`` of a file by its name; None if skflow does not read it."""
     suffixes = [s.lower() for s in Path(path).suffixes]
     compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
     if compression is not None:
@@ -53,12 +51,7 @@ def input_files(inputs) -> Corpus:
     for item in inputs:
         check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
-        kind = file_type(where, InputError)
-        if kind == "missing":
-            raise missing(where, InputError)
-        if kind == "other":
-            raise InputError(f"{where.shown}: not a regular file")
-        if kind == "file":
+        if file_type(where, InputError, must_exist=True) == "file":
             if file_format(where.shown) is None:
                 raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
             files.append(where.shown)
@@ -90,7 +83,6 @@ def input_files(inputs) -> Corpus:
     return Corpus(tuple(unique), kinds[0])
 
 
-# ------------------------------------------------------------------ reading one file on the driver
 def _utf8(data: bytes, path: str) -> str:
     try:
         return data.decode("utf-8")
@@ -144,7 +136,6 @@ def read_table(path: str, *, text_column: str | None = None, columns: list[str] 
     return parse(data, path, text_column)
 
 
-# ------------------------------------------------------------------------------ the checks of rows
 def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
     from pyarrow import types
 
@@ -175,10 +166,7 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
                length: int | None = None, remote_rows: bool = False) -> tuple[int, int | None]:
     """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given); ``(rows, length)``.
-
-    ``new_column`` must not be a column yet. Parquet files on object storage are checked by their footer only
-    (columns, type, rows, a fixed length) unless ``remote_rows``.
-    """
+    Parquet files on object storage are checked by their footer only unless ``remote_rows``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -209,7 +197,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
 
 def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
                 length: int | None = None) -> tuple[int, int | None]:
-    """The rows of one file's table (or a batch), as :func:`check_rows` checks them; returns ``(rows, length)``."""
+    """The rows of one file's table (or a batch), as :func:`check_rows` checks them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -251,10 +239,7 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
 
 @dataclass(frozen=True)
 class RowChecks:
-    """The row checks the driver left to the processes that read the rows (the corpus's files on object storage).
-
-    Called on each batch; after a bad one, :meth:`find_the_bad_file` names the file and the row.
-    """
+    """The row checks the driver left to the processes that read Parquet files on object storage, for each batch."""
 
     corpus: Corpus
     column: str
@@ -264,12 +249,11 @@ class RowChecks:
 
     @classmethod
     def needed(cls, corpus: Corpus, column: str, **checks) -> "RowChecks | None":
-        """The checks of the corpus's Parquet files on object storage; None when the driver checked every row."""
         remote = corpus.kind == "parquet" and any(map(is_remote, corpus.files))
         return cls(corpus, column, **checks) if remote else None
 
     def __call__(self, table) -> int | None:
-        """Check a batch; returns its vector length (vectors) so that a caller can pin it."""
+        """Check a batch; returns its vector length so that a caller can pin it."""
         try:
             return check_table("a batch", table, self.column, vectors=self.vectors, new_column=self.new_column,
                                length=self.length)[1]
@@ -278,7 +262,48 @@ class RowChecks:
             raise InputError(f"{batch_error} (in one of the {len(self.corpus.files)} input files)") from None
 
     def find_the_bad_file(self) -> None:
-        """Check the remote files' rows one file at a time: an InputError names a bad row or a damaged page."""
+        """An InputError naming a bad row or a damaged page, the remote files read one at a time."""
         remote = Corpus(tuple(filter(is_remote, self.corpus.files)), "parquet")
         check_rows(remote, self.column, vectors=self.vectors, new_column=self.new_column, length=self.length,
                    remote_rows=True)
+
+
+def _parsed(text_column, batch):  # one file a batch
+    return parse(batch.column("bytes")[0].as_py(), batch.column("path")[0].as_py(), text_column)
+
+
+def read_dataset(corpus: Corpus, text_column: str | None = None):
+    """A Ray dataset of every row of ``corpus``."""
+    import ray
+
+    groups = {}
+    for file in corpus.files:
+        where, compression = locate(file, InputError), file_format(file)[1]
+        store = file.split("/", 3)[:3] if where.is_remote else ""
+        filesystem = where.filesystem if where.is_remote else None
+        groups.setdefault(str((store, compression)), (filesystem, compression, []))[2].append(where.path)
+    datasets = []
+    for filesystem, compression, files in groups.values():
+        if corpus.kind == "parquet":
+            datasets.append(ray.data.read_parquet(files, file_extensions=None, filesystem=filesystem))
+            continue
+        dataset = ray.data.read_binary_files(files, include_paths=True, filesystem=filesystem,
+                                             arrow_open_stream_args={"compression": compression})
+        datasets.append(dataset.map_batches(functools.partial(_parsed, text_column), batch_format="pyarrow",
+                                            batch_size=1))
+    return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+
+
+def vectors_column(vectors: np.ndarray):
+    """An ``(n, d)`` array as a fixed-length float32 list column."""
+    import pyarrow as pa
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+
+
+def vectors_array(values) -> np.ndarray:
+    """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.list_flatten(values), dtype=np.float32).reshape(len(values), -1)

@@ -1,11 +1,5 @@
-"""Model files of the Ray commands: written whole, read by what they are; local or on object storage alike.
-
-``.skops`` files are written with skops and read with :func:`skflow.load` (safe for files from others); any other
-name with joblib (runs whatever the file says: only for files you made). A file is recognised by its content as
-well as its name, so a skops file named ``.joblib`` is said to be one rather than failing inside joblib. A local
-model is written by :func:`skflow.utils.replaced_atomically`; one on object storage is written locally, then
-uploaded in one call (:func:`~skflow.ray_jobs._storage.upload`), and read by downloading it.
-"""
+"""Model files of the Ray commands, local or on object storage: ``.skops`` with skops (:func:`skflow.load` reads
+them safely), any other name with joblib (only for files you made); written whole, recognised by content."""
 
 import contextlib
 import os
@@ -19,7 +13,7 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
-from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, missing, one_line, upload
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
@@ -40,11 +34,7 @@ def looks_like_model_file(path) -> bool:
 
 
 def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
-    """Where ``skflow fit`` may write its model (a local path or a URI), checked before any work; nothing written.
-
-    OutputPathError if it is a folder, exists without ``overwrite``, exists and is not a model file (only those are
-    replaced), is or lies inside an input, or its folder (bucket) is missing or cannot be written.
-    """
+    """Where ``skflow fit`` may write its model, checked before any work: OutputPathError if it cannot."""
     out, kind = output_location(path, inputs, "output file")
     if kind == "folder":
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
@@ -58,21 +48,22 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
 
 
 def save_model(model, path, *, overwrite: bool = True) -> None:
-    """Write ``model`` as :func:`load_model` reads it, whole or not at all: ``.skops`` with skops, else joblib;
-    without ``overwrite``, a file that appeared at ``path`` since it was checked is not replaced."""
+    """Write ``model`` whole or not at all; without ``overwrite``, a file that appeared at ``path`` is kept."""
     where = path if isinstance(path, Location) else locate(path, OutputPathError)
     if not where.is_remote:
         with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
             _dump(model, tmp)
     else:
+        import pyarrow.fs as pafs
+
         with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
-            local = Path(folder) / where.name
+            local = Path(folder) / Path(where.path).name
             _dump(model, local)
             if not overwrite and file_type(where, OutputPathError) != "missing":
                 raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
                                       "replace it")
-            try:
-                upload(str(local), where)
+            try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
+                pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
             except Exception as exc:  # noqa: BLE001 - the target is untouched
                 raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
                     from None
@@ -89,14 +80,13 @@ def _dump(model, file: Path) -> None:
 
 @contextlib.contextmanager
 def _local_copy(where: Location):
-    """A local file holding ``where`` for the block: the file itself, or a download with the same name."""
     if not where.is_remote:
         yield Path(where.path)
         return
     import pyarrow.fs as pafs
 
     with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
-        local = Path(folder) / where.name
+        local = Path(folder) / Path(where.path).name
         try:
             pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
         except Exception as exc:  # noqa: BLE001 - access denied, network: one line
@@ -105,20 +95,15 @@ def _local_copy(where: Location):
 
 
 def load_model(path: str | os.PathLike):
-    """A fitted FlowGaussianizer, or a fitted pipeline whose first step is a BertEmbedder; InputError if the file is
-    missing, a folder, not what its name says (skops or joblib), unreadable, or holds something else."""
+    """A fitted FlowGaussianizer, or a fitted pipeline that starts with a BertEmbedder; else InputError."""
     from sklearn.exceptions import NotFittedError
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
     where = locate(path, InputError)
-    kind, shown, skops_name = file_type(where, InputError), where.shown, is_skops_name(where.path)
-    if kind == "folder":
+    shown, skops_name = where.shown, is_skops_name(where.path)
+    if file_type(where, InputError, must_exist=True) == "folder":
         raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
-    if kind == "missing":
-        raise missing(where, InputError)
-    if kind == "other":
-        raise InputError(f"{shown}: not a regular file")
     with _local_copy(where) as file, open(file, "rb") as f:
         is_joblib, is_skops = JOBLIB.recognises(f), SKOPS.recognises(f)
         if skops_name and not is_skops:

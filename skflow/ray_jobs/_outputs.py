@@ -1,11 +1,5 @@
-"""Output folders of ``skflow embed | transform``: written once, in place, and committed by a manifest written last.
-
-Ray Data writes the run's Parquet files straight into the output folder (local or object storage alike) under
-names unique to the run; when the rows Ray reports equal the rows read, the manifest ``.skflow-output`` (the files,
-the rows, the command) is written in one step, and readers read the files it lists (:func:`read_as_listed`). A
-failure before it deletes the run's files. ``overwrite`` then deletes the old manifest's files, and run files no
-manifest lists whose driver ran on this host and is gone; nothing else. See ``docs/scale.md``.
-"""
+"""Output folders of ``skflow embed | transform``: the run's files written in place under names of the run, then
+committed by the manifest ``.skflow-output`` written last, which readers follow (``docs/scale.md``)."""
 
 import contextlib
 import functools
@@ -14,28 +8,10 @@ import os
 import re
 import warnings
 
-from skflow.ray_jobs._storage import (
-    Location,
-    check_not_an_input,
-    check_writable,
-    delete,
-    file_type,
-    list_files,
-    locate,
-    no_bucket,
-    one_line,
-    read_bytes,
-    write_bytes,
-)
-from skflow.utils import (
-    MANIFEST,
-    OutputPathError,
-    left_by_a_dead_process,
-    printable,
-    run_tag,
-    some_names,
-    write_text_atomically,
-)
+from skflow import utils
+from skflow.ray_jobs import _storage as storage
+from skflow.ray_jobs._storage import Location, write_bytes
+from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
 
 MARKER = ".skflow-output"
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
@@ -51,40 +27,33 @@ def _is_run_file(name: str) -> bool:
 
 
 def manifest_files(manifest: Location) -> list[str]:
-    """The files a manifest lists; OSError or ValueError if it cannot say (only names skflow could write count)."""
+    """The files a manifest lists, names skflow could write (no subfolder); OSError or ValueError if it cannot say."""
     try:
-        files = json.loads(read_bytes(manifest).decode("utf-8"))["files"]
-    except (KeyError, TypeError, RecursionError):
-        raise ValueError(f"{manifest.shown}: not a list of files") from None
-    if not isinstance(files, list) or not all(map(_could_be_written, files)):
+        files = json.loads(storage.read_bytes(manifest).decode("utf-8"))["files"]
+        listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not is_hidden(name)
+                                                  and name for name in files)
+    except (KeyError, TypeError, AttributeError, RecursionError):
+        listed = False
+    if not listed:
         raise ValueError(f"{manifest.shown}: not a list of files")
     return files
 
 
-def _could_be_written(name) -> bool:  # skflow writes no subfolder
-    return isinstance(name, str) and name.isprintable() and bool(name) and "/" not in name and not is_hidden(name)
-
-
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
-    """The location of an output and its :func:`file_type`, once it is no whole bucket, in a bucket that exists,
-    and no input's place."""
-    out = locate(path, OutputPathError)
+    """An output's location and file type, once it is no whole bucket, in a bucket that exists, no input's place."""
+    out = storage.locate(path, OutputPathError)
     if out.is_remote and "/" not in out.key.split("://", 1)[1]:
         raise OutputPathError(f"{out.shown}: the {what} is a whole bucket; give a name inside it (s3://bucket/name)")
-    check_not_an_input(out, inputs, what)
-    kind = file_type(out, OutputPathError)
-    if kind == "missing" and (error := no_bucket(out, OutputPathError)):
+    storage.check_not_an_input(out, inputs, what)
+    kind = storage.file_type(out, OutputPathError)
+    if kind == "missing" and (error := storage.no_bucket(out, OutputPathError)):
         raise error
     return out, kind
 
 
-# ------------------------------------------------------------------------------------------- writing
 class OutputFolder:
-    """A folder of Parquet files for one run: checked now, before any work; written and committed by :meth:`writing`.
-
-    One that holds files is refused unless ``overwrite`` is given and skflow
-    wrote every file in it (those its manifest lists, and run files).
-    """
+    """A folder of Parquet files for one run, checked now; one that holds files is refused unless ``overwrite``
+    is given and skflow wrote every file in it (those its manifest lists, and run files)."""
 
     def __init__(self, path, *, overwrite: bool, inputs=()) -> None:
         out, kind = output_location(path, inputs, "output folder")
@@ -98,17 +67,17 @@ class OutputFolder:
         if found:
             self._replaced(found)
         if kind == "folder" or out.is_remote:
-            check_writable(out, "the output folder")
+            storage.check_writable(out, "the output folder")
         else:
-            check_writable(out.parent, "the folder of the output")
+            storage.check_writable(out.parent, "the folder of the output")
         self.run = f"skflow-{run_tag()}"
         self.committed = False
 
     def _listing(self) -> list[str]:
-        return [name for name, _ in list_files(self.out, OutputPathError)]
+        return [name for name, _ in storage.list_files(self.out, OutputPathError)]
 
     def _replaced(self, found: list[str]) -> list[str]:
-        """What ``--overwrite`` deletes after its commit, once it is sure that skflow wrote every file found."""
+        """What ``--overwrite`` deletes after its commit; OutputPathError unless skflow wrote every file found."""
         listed = None
         with contextlib.suppress(OSError, ValueError):
             listed = manifest_files(self.out.child(MARKER)) if MARKER in found else None
@@ -128,8 +97,8 @@ class OutputFolder:
 
     @contextlib.contextmanager
     def writing(self):
-        """A Ray Data sink for this run's files (its ``rows`` once written); deleted unless :meth:`commit` is called."""
-        sink = parquet_files(self.out, self.run)
+        """A Ray Data sink for this run's files; they are deleted unless :meth:`commit` is called."""
+        sink = _parquet_files_class()(self.out, self.run)
         try:
             yield sink
         finally:
@@ -137,16 +106,13 @@ class OutputFolder:
                 with contextlib.suppress(Exception):
                     for name in self._listing():
                         if name.startswith(self.run):
-                            delete(self.out.child(name))
+                            storage.delete(self.out.child(name))
                     if self.created and not self.out.is_remote:
                         os.rmdir(self.out.path)  # a folder this run made, if empty
 
     def commit(self, sink, *, command: str) -> None:
-        """Write the manifest of the sink's files last, then delete what it replaces (``overwrite``).
-
-        OutputPathError if the folder was filled during the run (without ``overwrite``) or a file that skflow did
-        not write appeared in it (with it); OSError if the manifest could not be written. The output is as it was.
-        """
+        """Write the manifest of the sink's files, then delete what it replaces; OutputPathError if the folder was
+        filled during the run, OSError if the manifest could not be written: the output is then as it was."""
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
         if not self.overwrite:
@@ -163,25 +129,19 @@ class OutputFolder:
             if manifest.is_remote:
                 write_bytes(manifest, text.encode())
             else:
-                write_text_atomically(manifest.path, text, kind=MANIFEST, overwrite=self.overwrite)
+                utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST, overwrite=self.overwrite)
         except OSError as exc:
-            raise OSError(f"{self.out.shown}: the manifest could not be written ({one_line(exc)})") from None
+            raise OSError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)})") from None
         self.committed = True
         left = []
         for name in old:
             try:
-                delete(self.out.child(name))
+                storage.delete(self.out.child(name))
             except OSError:
                 left.append(name)
         if left:
             warnings.warn(f"{self.out.shown}: the new output is complete; {len(left)} file(s) of the one it replaced "
                           f"could not be deleted ({printable(some_names(left))})", RuntimeWarning, stacklevel=2)
-
-
-def parquet_files(folder: Location, run: str):
-    """A Ray Data sink writing each block as ``RUN-TASK-BLOCK.parquet`` into ``folder``, directly (a retried task
-    writes the same names); once written, ``written`` holds the ``(name, rows)`` Ray's write tasks reported."""
-    return _parquet_files_class()(folder, run)
 
 
 @functools.cache
@@ -191,6 +151,9 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names); ``written``: the
+        ``(name, rows)`` the write tasks reported."""
+
         def __init__(self, folder: Location, run: str) -> None:
             self.folder, self.run, self.written = folder, run, []
 
@@ -218,14 +181,9 @@ def _parquet_files_class():
     return ParquetFiles
 
 
-# ------------------------------------------------------------------------------------------- reading
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
-    """The entries of ``listed`` (under ``folder``) that a reader reads: the files of ``folder``'s manifest if it
-    has one (the others named in a warning), else all but hidden ones and those in hidden folders.
-
-    ``error`` for a name with an empty, ``.`` or ``..`` part; a manifest in a subfolder (an output, read only as an
-    input of its own); a manifest that is damaged or lists a missing file; run files without a manifest.
-    """
+    """The entries of ``listed`` a reader reads: those ``folder``'s manifest lists if it has one (the others named
+    in a warning), else all but hidden ones; ``error`` for what cannot be read as the user means."""
     visible, shown = [], printable(folder.shown)
     for name, regular in listed:
         *folders, base = parts = name.split("/")

@@ -1,10 +1,5 @@
-"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on; what a failed job means.
-
-``--address`` is probed with a TCP connection first (``ray.init`` retries an address where nothing listens for
-many minutes). Ray Data raises the worker's own exception (:func:`job_failure` goes by its type) and does not
-retry IO errors itself (ten retries within ten retries of each write held a command for an hour
-once a store went away); the filesystem's own retries stay (pyarrow's S3: 6 s).
-"""
+"""Joining or starting Ray for one command, with the Ray Data settings the commands rely on; what a failed job means
+(``docs/scale.md``: the address probe, no Ray Data retries of IO errors, the worker's own exception)."""
 
 import contextlib
 import logging
@@ -79,9 +74,7 @@ def _assign(settings) -> None:
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
     """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them.
 
-    Ray Data's read and write tasks take a whole CPU of one node each: actors reserve a CPU each where one is
-    spare, else ``1/m`` CPU, leaving the tasks one CPU of a one-node cluster, or the smallest node of a larger
-    one, which the actors keep off (half-CPU actors on two one-CPU nodes left no whole CPU: the job waited).
+    Ray Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node.
     """
     import ray
 
@@ -106,11 +99,8 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
 
 
 def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
-    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
-
-    After an error of reading remote Parquet files (``checks``), a page damaged behind a sound footer, the files
-    are read again one at a time to name it.
-    """
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`;
+    after an error of reading remote Parquet files (``checks``), they are read again to name a damaged one."""
     import pyarrow as pa
     from ray.exceptions import RayTaskError, UserCodeException
 

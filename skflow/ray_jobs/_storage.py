@@ -1,9 +1,5 @@
-"""One filesystem layer for the Ray commands, local folders and object stores alike, through ``pyarrow.fs``.
-
-Local paths open with ``LocalFileSystem``, URIs with :meth:`pyarrow.fs.FileSystem.from_uri` or else fsspec's
-filesystem for the scheme. Credentials come from the environment, never from the command line: a URI holding
-them (or a query string) is refused without repeating it, and messages built from a store's errors are scrubbed.
-"""
+"""One ``pyarrow.fs`` layer for local paths and URIs (pyarrow's filesystems, else fsspec's). Credentials come from
+the environment only: a URI holding them is refused without repeating it; messages from a store are scrubbed."""
 
 import contextlib
 import functools
@@ -39,20 +35,13 @@ class Location(NamedTuple):
     def is_remote(self) -> bool:
         return "://" in self.key
 
-    @property
-    def name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
     def child(self, name: str) -> "Location":
         return Location(self.filesystem, f"{self.path}/{name}", f"{self.shown.rstrip('/')}/{name}",
                         f"{self.key.rstrip('/')}/{name}")
 
     @property
     def parent(self) -> "Location":
-        if self.is_remote:
-            return Location(self.filesystem, *(part.rsplit("/", 1)[0] for part in self[1:]))
-        folder = os.path.dirname(self.path)
-        return Location(self.filesystem, folder, os.path.dirname(self.shown) or ".", os.path.realpath(folder))
+        return Location(self.filesystem, *(os.path.dirname(part) or "." for part in self[1:]))
 
 
 def scrub(text: str) -> str:
@@ -76,7 +65,6 @@ def is_remote(item) -> bool:
 
 
 def _shown(uri: str) -> str:
-    """A URI as messages may show it: no user information, no query string."""
     uri = uri.split("?", 1)[0].split("#", 1)[0]
     return _PASSWORD.sub(r"\g<scheme>***@", uri) if uri.lower().startswith(_USER_IS_CONTAINER) else \
         _USERINFO.sub(r"\g<scheme>***@", uri)
@@ -126,7 +114,7 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
 
 @functools.lru_cache(maxsize=64)
 def _root(scheme: str, authority: str, variables: tuple):
-    """The filesystem of ``scheme://authority/`` and its root path, cached (pyarrow's S3 asks for the region)."""
+    """Cached: pyarrow's S3 asks the store for the region."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -146,23 +134,28 @@ def _root(scheme: str, authority: str, variables: tuple):
     return filesystem, path.rstrip("/")
 
 
-# --------------------------------------------------------------------------------------- inspecting
 def _hint(exc: BaseException) -> str:
     if any(word in str(exc) for word in ("ACCESS_DENIED", "AccessDenied", "403")):
         return "; check the credentials in the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the permissions"
     return ""
 
 
-def file_type(where: Location, error: type[Exception] = ValueError) -> str:
-    """``"file"``, ``"folder"``, ``"missing"`` or ``"other"`` (a FIFO, a device); ``error`` if the store fails."""
+def file_type(where: Location, error: type[Exception] = ValueError, *, must_exist: bool = False) -> str:
+    """``"file"``, ``"folder"``, ``"missing"`` or ``"other"`` (a FIFO, a device); ``error`` if the store fails, or
+    (``must_exist``) for the last two."""
     import pyarrow.fs as pafs
 
     try:
         info = where.filesystem.get_file_info(where.path)
     except Exception as exc:  # noqa: BLE001 - access denied, a network error: one line
         raise error(f"{where.shown}: cannot be read ({one_line(exc)}){_hint(exc)}") from None
-    return {pafs.FileType.File: "file", pafs.FileType.Directory: "folder",
+    kind = {pafs.FileType.File: "file", pafs.FileType.Directory: "folder",
             pafs.FileType.NotFound: "missing"}.get(info.type, "other")
+    if must_exist and kind == "missing":
+        raise no_bucket(where, error) or error(f"{where.shown}: no such file or folder")
+    if must_exist and kind == "other":
+        raise error(f"{where.shown}: not a regular file")
+    return kind
 
 
 def no_bucket(where: Location, error: type[Exception] = ValueError) -> Exception | None:
@@ -171,11 +164,6 @@ def no_bucket(where: Location, error: type[Exception] = ValueError) -> Exception
     if where.is_remote and where.path != top and file_type(where._replace(path=top), error) == "missing":
         return error(f"{where.shown}: no such bucket {top!r} (or no access to it)")
     return None
-
-
-def missing(where: Location, error: type[Exception] = ValueError) -> Exception:
-    """The error for a location that does not exist: its bucket (or container) if that is what is missing."""
-    return no_bucket(where, error) or error(f"{where.shown}: no such file or folder")
 
 
 def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
@@ -223,21 +211,8 @@ def check_writable(folder: Location, what: str) -> None:
         raise OutputPathError(f"{folder.shown}: {what} cannot be written ({reason}){_hint(exc)}") from None
 
 
-# ------------------------------------------------------------------------------------------ writing
-def upload(source: str, where: Location) -> None:
-    """Copy the local file ``source`` to ``where`` in one call into Arrow (no server-side copy), whole or not at all.
-
-    Ctrl-C waits for the call (a stream closed early on S3 is a shorter object); a killed process leaves no
-    part (S3 shows a multipart upload only once complete).
-    """
-    import pyarrow.fs as pafs
-
-    pafs.copy_files(source, where.path, source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=where.filesystem)
-
-
 def write_bytes(where: Location, data: bytes) -> None:
-    """Write a small file (a manifest, a probe) in one call into Arrow: on object storage, one object, whole."""
+    """One call into Arrow: on object storage, one object, whole."""
     with where.filesystem.open_output_stream(where.path) as stream:
         stream.write(data)
 
@@ -248,6 +223,5 @@ def read_bytes(where: Location, compression: str | None = None) -> bytes:
 
 
 def delete(where: Location) -> None:
-    """Delete a file; a missing one is no error."""
     with contextlib.suppress(FileNotFoundError):
         where.filesystem.delete_file(where.path)
