@@ -14,7 +14,8 @@ from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
-_SKFLOW_CLASSES = (BertEmbedder, FlowGaussianizer, MeanDirectionRemover, Whitener)
+# skflow's estimators, and a check of what scikit-learn's constraints cannot express (model_kwargs' keys, ...)
+_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, MeanDirectionRemover: None, Whitener: None}
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
@@ -125,7 +126,12 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
         for estimator in estimators(model):  # each checked once, however nested
             check_estimator(estimator, _SKFLOW_CLASSES)
             if isinstance(estimator, BertEmbedder):
-                _check_embedder(estimator, trust_remote_code)
+                if estimator.trust_remote_code is not False and not trust_remote_code:
+                    raise UntrustedTypeError(
+                        f"holds a BertEmbedder with trust_remote_code={estimator.trust_remote_code!r} for "
+                        f"{estimator.model_name_or_path!r}: its transform would run code from that model's repository. "
+                        "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author "
+                        "and that repository.")
                 estimator.cache_dir = cache_dir  # never a path that the file's author chose
                 estimator.token = token  # nor the caller's login token sent for the author's repository
     except (InvalidModelError, UntrustedTypeError) as exc:
@@ -134,15 +140,3 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc
     return model
 
-
-def _check_embedder(embedder: BertEmbedder, allowed: bool) -> None:
-    """Refuse a BertEmbedder that would let transformers run its model's code, unless the caller allows it."""
-    try:
-        check_hub_options(embedder)  # what scikit-learn's constraints cannot express: model_kwargs' keys, ...
-    except (TypeError, ValueError) as exc:
-        raise InvalidModelError(f"the saved BertEmbedder is invalid: {exc}") from None
-    if embedder.trust_remote_code is not False and not allowed:
-        raise UntrustedTypeError(f"holds a BertEmbedder with trust_remote_code={embedder.trust_remote_code!r} for "
-                                 f"{embedder.model_name_or_path!r}: its transform would run code from that model's "
-                                 "repository. Load it with skflow.load(path, trust_remote_code=True) only if you "
-                                 "trust the file's author and that repository.")

@@ -94,7 +94,7 @@ HONOURED = {
 REFUSED = {
     "another model type": (lambda f: _edit(f / MODEL, model_type="SparseEncoder"), "model_type must be"),
     "a similarity it does not have": (lambda f: _edit(f / MODEL, similarity_fn_name="maxsim"),
-                                      "similarity_fn_name must be one of"),
+                                      "similarity_fn_name must be .cosine. or .dot."),
     "an unknown model setting": (lambda f: _edit(f / MODEL, normalize_embeddings=True),
                                  r"does not load the settings \['normalize_embeddings'\]"),
     "tokenizer arguments": (lambda f: _edit(f / ST, tokenizer_args={"model_max_length": 8}),

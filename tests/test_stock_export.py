@@ -232,8 +232,8 @@ REFUSED = {
                    InvalidModelError, "use_residual must be False"),
     "an unknown Dense key": (lambda f: _edit(f / DENSE, lambda c: c.update(init_weight="x")),
                              InvalidModelError, r"does not load the settings \['init_weight'\]"),
-    "more outputs than inputs": (lambda f: _edit(f / DENSE, lambda c: c.update(out_features=385)),
-                                 InvalidModelError, r"out_features \(385\) must be at most in_features"),
+    "more outputs than inputs": (lambda f: _edit(f / DENSE, lambda c: c.update(out_features=385)), InvalidModelError,
+                                 r"0 < out_features <= in_features .*out_features=385, in_features=384"),
     "pickled Dense weights": (_pickled_dense, InvalidModelError, "model.safetensors: missing; skflow reads a Dense's "
                               "weights from safetensors only"),
     "Dense weights of another shape": (

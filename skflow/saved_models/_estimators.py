@@ -1,6 +1,6 @@
 """Every estimator of a restored model, however nested (skops restores a composite's steps as data), checked."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -15,15 +15,16 @@ _STEPS = {Pipeline: ("steps", Pipeline._validate_steps),
           ColumnTransformer: ("transformers", ColumnTransformer._validate_transformers)}
 
 
-def check_estimator(estimator: BaseEstimator, validated: tuple[type, ...]) -> None:
-    """Refuse a malformed composite or invalid parameters (of scikit-learn's classes and ``validated``)."""
+def check_estimator(estimator: BaseEstimator, validated: dict[type, Callable | None]) -> None:
+    """Refuse a malformed composite or invalid parameters (scikit-learn's classes', ``validated``'s and its check's)."""
     name, cls = type(estimator).__name__, type(estimator)
     shadowing = sorted(key for key in vars(estimator) if hasattr(cls, key))
     if shadowing:  # restored state would replace transform or _validate_params itself
         raise InvalidModelError(f"the saved {name} has attributes named like its class's methods or attributes, "
                                 f"which they would replace: {', '.join(shadowing)}")
     checks = [(" is", cls._validate_params)] if hasattr(cls, "_parameter_constraints") and (
-        issubclass(cls, validated) or cls.__module__.startswith("sklearn.")) else []  # FeatureUnion has none
+        issubclass(cls, tuple(validated)) or cls.__module__.startswith("sklearn.")) else []  # FeatureUnion has none
+    checks += [(" is", validated[cls])] if validated.get(cls) else []
     checks += [(f"'s {attribute} are", validate) for kind, (attribute, validate) in _STEPS.items()
                if isinstance(estimator, kind)]
     for what, validate in checks:

@@ -28,10 +28,9 @@ def read_skops_file(path: str | os.PathLike) -> bytes:
         if members["schema.json"].file_size > schema_limit:
             raise InvalidModelError(f"schema.json declares {members['schema.json'].file_size} bytes, more than "
                                     f"{schema_limit} for a file of {len(data)}")
-        read = {}  # skops builds one object per __id__; a node without an int id counts on its own
-        for node in _nodes(json.loads(archive.read("schema.json"))):
-            saved_id = node.get("__id__")
-            read[(saved_id if isinstance(saved_id, int) else id(node), node["file"])] = node["__loader__"]
+        # skops builds one object per __id__; a node without an int id counts on its own
+        read = {(node["__id__"] if isinstance(node.get("__id__"), int) else id(node), node["file"]): node["__loader__"]
+                for node in _nodes(json.loads(archive.read("schema.json")))}
         total = members["schema.json"].file_size + sum(members[name].file_size for _, name in read)
         limit = max(TOTAL_FLOOR, TOTAL_RATIO * len(data))
         for (_, name), loader in read.items():
@@ -55,7 +54,6 @@ def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> byte
 
 
 def _nodes(schema) -> list[dict]:
-    """The schema's nodes that name a member, nesting bounded."""
     nodes, stack = [], [(schema, 0)]
     while stack:
         value, depth = stack.pop()

@@ -1,6 +1,5 @@
-"""sentence-transformers folders: written in stock modules, and, from somebody else, checked before use: a layout
-skflow writes, every setting honoured or refused. Code a file names is not looked for: nothing from the folder is
-ever run (``docs/serving.md``). sentence-transformers is imported only where modules are built."""
+"""sentence-transformers folders: written in stock modules; from somebody else, a layout skflow writes, every setting
+honoured or refused, nothing from the folder ever run (``docs/serving.md``)."""
 
 import json
 import os
@@ -8,7 +7,7 @@ import stat
 import warnings
 from numbers import Integral
 from pathlib import Path
-from typing import NamedTuple
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -26,13 +25,12 @@ MODULE_KINDS = {name: name.rsplit(".", 1)[1] for name in (
     "skflow.serving.FlowPooling")}
 LAYOUTS = (("Transformer", "FlowPooling"), ("Transformer", "Pooling", "Dense"),
            ("Transformer", "Pooling", "Normalize", "Dense"))
-IDENTITY = "torch.nn.modules.linear.Identity"
 REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 # skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
-MODEL_CONFIG_FILE = "config_sentence_transformers.json"
-MODEL_SETTINGS = ("__version__", "prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim", "requirements")
-SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")  # SentenceTransformer's
+MODEL_SETTINGS = ("__version__", "prompts", "default_prompt_name", "truncate_dim", "requirements")
+MODEL_FIXED = {"model_type": "SentenceTransformer",  # a tuple: the values allowed (SentenceTransformer's functions)
+               "similarity_fn_name": ("cosine", "dot", "euclidean", "manhattan", None)}
 # sentence-transformers reads the Transformer's settings from the first of these that holds any
 TRANSFORMER_CONFIG_FILES = tuple(f"sentence_{name}_config.json" for name in (
     "bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet"))
@@ -50,32 +48,17 @@ MODULE_KEYS = {"idx": int, "name": str, "path": str, "type": str}
 LEGACY_FLAGS = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
                 "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean_tokens",
                 "lasttoken": "lasttoken"}
-EMBEDDING = "sentence_embedding"
-DENSE_FIXED = {"activation_function": IDENTITY, "module_input_name": EMBEDDING, "module_output_name": EMBEDDING,
-               "use_residual": False}  # a linear map of the sentence embedding
+NORMALIZE_FIXED = {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}
+DENSE_FIXED = {"activation_function": "torch.nn.modules.linear.Identity", **NORMALIZE_FIXED, "use_residual": False}
 JSON_LIMIT = 2**20
 _NOT_OURS = "not a folder written by skflow.export_sentence_transformer"
 _LAYOUT_RULE = ("must list exactly two modules (Transformer, FlowPooling), or the stock modules Transformer, Pooling, "
                 "optionally Normalize, then Dense")
 
 
-class ExportedFolder(NamedTuple):
-    transformer: Path
-    pooling: Path
-    pooling_config: dict  # as read: FlowPooling's and sentence-transformers' Pooling's constructors check it
-    transformer_settings: dict  # Transformer keyword arguments
-    model_settings: dict  # SentenceTransformer keyword arguments and "requirements"
-    dense: Path | None = None  # stock folders: the Dense module's folder, its checked configuration, and whether a
-    dense_config: dict | None = None  # Normalize comes before it
-    normalize: bool = False
-
-
-def check_folder(path: str | os.PathLike) -> ExportedFolder:
-    """The module folders of an exported model, and their configurations, checked."""
-    given = Path(path).expanduser()
-    if not given.is_dir():
-        raise InvalidModelError(f"{given}: not a folder")
-    root = given.resolve()
+def check_folder(path: str | os.PathLike) -> SimpleNamespace:
+    """The module folders of an exported model, and their checked settings (as keyword arguments)."""
+    root = Path(path).expanduser().resolve()  # not a folder: its modules.json is missing
     _check_entries(root)
     if (root / "adapter_config.json").exists():  # a PEFT adapter loads its base model from wherever it says
         raise InvalidModelError(f"{root}: holds adapter_config.json (a PEFT adapter); {_NOT_OURS}")
@@ -95,17 +78,18 @@ def check_folder(path: str | os.PathLike) -> ExportedFolder:
     if kinds not in LAYOUTS:
         raise InvalidModelError(f"{where}: lists {', '.join(kinds)}; it {_LAYOUT_RULE}")
     folders = dict(zip(kinds, (_module_dir(root, module["path"]) for module in modules)))
-    settings = check_transformer_config(folders["Transformer"]), check_model_config(root / MODEL_CONFIG_FILE)
-    if "Normalize" in kinds:
-        _check_normalize(folders["Normalize"])
-    dense = folders.get("Dense")
-    dense_config = None if dense is None else check_dense_config(dense / "config.json")
-    return ExportedFolder(folders["Transformer"], folders[kinds[1]], read_json(folders[kinds[1]] / "config.json"),
-                          *settings, dense, dense_config, "Normalize" in kinds)
+    if "Normalize" in kinds:  # releases before 3 wrote no config.json
+        where = folders["Normalize"] / "config.json"
+        _check_settings(read_json(where) if where.exists() else {}, where, NORMALIZE_FIXED)
+    dense = folders.get("Dense")  # stock folders only, as dense_config (in_features, out_features, bias)
+    return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],
+                           pooling_config=read_json(folders[kinds[1]] / "config.json"),  # its constructor checks it
+                           transformer_settings=check_transformer_config(folders["Transformer"]),
+                           model_settings=check_model_config(root), normalize="Normalize" in kinds, dense=dense,
+                           dense_config=dense and check_dense_config(dense / "config.json"))
 
 
 def check_transformer_config(folder: Path) -> dict:
-    """The settings of the file sentence-transformers reads, as `Transformer` keyword arguments; others refused."""
     for name in TRANSFORMER_CONFIG_FILES:
         path = folder / name
         config = read_json(path) if path.exists() else {}
@@ -122,31 +106,22 @@ def check_transformer_config(folder: Path) -> dict:
     return {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
 
 
-def check_model_config(path: Path) -> dict:
-    """``config_sentence_transformers.json``'s settings (absent: none) as `SentenceTransformer` arguments, checked."""
-    if not path.exists():
-        return {}
-    config = read_json(path)
-    _check_settings(config, path, {"model_type": "SentenceTransformer"}, MODEL_SETTINGS)
-    if config.get("similarity_fn_name") not in (*SIMILARITY_FN_NAMES, None):  # as SentenceTransformer refuses it
-        raise InvalidModelError(f"{path}: similarity_fn_name must be one of {', '.join(SIMILARITY_FN_NAMES)}, got "
-                                f"{config['similarity_fn_name']!r}")
-    settings = {key: config.get(key) for key in ("similarity_fn_name", "truncate_dim", "requirements")}
+def check_model_config(root: Path) -> dict:
+    path = root / "config_sentence_transformers.json"
+    config = read_json(path) if path.exists() else {}
+    _check_settings(config, path, MODEL_FIXED, MODEL_SETTINGS)
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
-    if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and all(
+    if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and default in (None, *prompts) and all(
         isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items()
     )):
         raise InvalidModelError(f"{path}: prompts must map at most {MAX_PROMPTS} names to strings of at most "
-                                f"{PROMPT_MAX_CHARS} characters")
-    if default is not None and (not isinstance(default, str) or default not in prompts):
-        raise InvalidModelError(f"{path}: default_prompt_name {default!r} is not one of the prompts {sorted(prompts)}")
-    if prompts:
-        settings.update(prompts=dict(prompts), default_prompt_name=default)
-    return {key: value for key, value in settings.items() if value is not None}
+                                f"{PROMPT_MAX_CHARS} characters, default_prompt_name one of them or null")
+    return {key: value for key, value in config.items()
+            if value is not None and key not in ("__version__", "model_type")}
 
 
 def _check_settings(config, path: Path, fixed: dict, free: tuple[str, ...] = ()) -> None:
-    """A JSON object of settings skflow honours, ``fixed`` ones only at their value: none is silently ignored."""
+    """A JSON object of settings skflow honours, ``fixed`` ones only at their value (or one of a tuple's)."""
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
     unknown = sorted(set(config) - {*free, *fixed})
@@ -154,62 +129,24 @@ def _check_settings(config, path: Path, fixed: dict, free: tuple[str, ...] = ())
         raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it knows "
                                 f"{', '.join((*free, *fixed))})")
     for key, value in fixed.items():
-        if key in config and config[key] != value:
-            raise InvalidModelError(f"{path}: {key} must be {value!r}, got {config[key]!r}")
+        allowed = value if isinstance(value, tuple) else (value,)
+        if key in config and config[key] not in allowed:
+            raise InvalidModelError(f"{path}: {key} must be {' or '.join(map(repr, allowed))}, got {config[key]!r}")
 
 
-def check_dense_config(where: Path) -> dict:
-    """A linear ``Dense``'s configuration: identity activation (never imported), no residual."""
+def check_dense_config(where: Path) -> tuple[int, int, bool]:
     config = read_json(where)
     _check_settings(config, where, DENSE_FIXED, ("in_features", "out_features", "bias"))
-    required = ("in_features", "out_features", "bias", "activation_function")  # no activation_function: Tanh
-    if not set(required) <= set(config):
-        raise InvalidModelError(f"{where}: Dense's configuration must have the keys {', '.join(required)}")
-    if not isinstance(config["bias"], bool):
-        raise InvalidModelError(f"{where}: Dense's bias must be true or false, got {config['bias']!r}")
-    n_in, n_out = config["in_features"], config["out_features"]
-    if not all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out)):
-        raise InvalidModelError(f"{where}: in_features and out_features must be positive ints (at most 2**20), got "
-                                f"{n_in!r} and {n_out!r}")
-    if n_out > n_in:  # a linear map of the pooled vector: skflow's keeps or drops directions, never adds
-        raise InvalidModelError(f"{where}: out_features ({n_out}) must be at most in_features ({n_in})")
-    return {"in_features": int(n_in), "out_features": int(n_out), "bias": config["bias"]}
-
-
-def read_dense_weights(folder: Path, n_in: int, n_out: int, bias: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A checked ``Dense``'s weight and bias, from ``model.safetensors`` only, sizes checked before reading."""
-    from safetensors.torch import load
-
-    path = folder / "model.safetensors"
-    shapes = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {})}
-    limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
-    try:
-        data = read_regular_file(path, limit)
-    except FileNotFoundError:
-        raise InvalidModelError(f"{path}: missing; skflow reads a Dense's weights from safetensors only") from None
-    except InvalidModelError as exc:
-        raise InvalidModelError(f"{path}: {exc} (float32 weights of the configured shapes)") from None
-    try:
-        tensors = load(data)
-    except Exception as exc:  # noqa: BLE001 - safetensors' own error types: one clear error
-        raise InvalidModelError(f"{path}: not a safetensors file ({type(exc).__name__}: {exc})") from None
-    found = {name: (tuple(t.shape), str(t.dtype)) for name, t in tensors.items()}
-    expected = {name: (shape, "torch.float32") for name, shape in shapes.items()}
-    if found != expected:
-        raise InvalidModelError(f"{path}: must hold exactly {expected}, holds {found}")
-    if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
-        raise InvalidModelError(f"{path}: holds values that are not finite")
-    return tensors["linear.weight"], tensors.get("linear.bias")
-
-
-def _check_normalize(folder: Path) -> None:
-    path = folder / "config.json"
-    config = read_json(path) if path.exists() else {}  # releases before 3 wrote none
-    _check_settings(config, path, {"module_input_name": EMBEDDING, "module_output_name": EMBEDDING})
+    n_in, n_out, bias = (config.get(key) for key in ("in_features", "out_features", "bias"))
+    sizes = all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out))
+    if not ("activation_function" in config and isinstance(bias, bool) and sizes and n_out <= n_in):
+        raise InvalidModelError(f"{where}: Dense must be linear (activation_function given), bias true or false, "
+                                f"0 < out_features <= in_features <= 2**20 (skflow's keeps or drops directions), got "
+                                f"bias={bias!r}, out_features={n_out!r}, in_features={n_in!r}")
+    return int(n_in), int(n_out), bias
 
 
 def read_json(path: Path):
-    """A small JSON file, refused if missing, not a regular file, too large or not JSON."""
     try:
         return json.loads(read_regular_file(path, JSON_LIMIT).decode("utf-8"))
     except FileNotFoundError:
@@ -236,20 +173,18 @@ def _check_entries(root: Path) -> None:
 
 
 def _module_dir(root: Path, relative: str) -> Path:
-    """``root / relative``, refused unless it is a folder inside ``root`` (links resolved)."""
     try:
         folder = (root / relative).resolve(strict=True)
+        if folder.is_dir() and folder.is_relative_to(root):
+            return folder
     except (OSError, RuntimeError, ValueError):  # missing, a loop of links, a NUL byte
-        folder = None
-    if folder is None or not folder.is_dir() or not folder.is_relative_to(root):
-        raise InvalidModelError(f"{root / 'modules.json'}: module path {relative!r} must lead to a folder inside "
-                                f"the model folder (links resolved)")
-    return folder
+        pass
+    raise InvalidModelError(f"{root / 'modules.json'}: module path {relative!r} must lead to a folder inside the model "
+                            "folder (links resolved)")
 
 
 def stock_modules(linear, dimension: int, reduction: str, normalize: bool) -> list[torch.nn.Module]:
-    """``Pooling``, ``Normalize`` when the embedder normalizes (before the map, as skflow does), and the ``Dense``
-    of a fitted linear post-processing's ``linear_map()`` (a `Whitener`, a `MeanDirectionRemover`)."""
+    """``Pooling``, ``Normalize`` (before the map, as skflow does) and a ``Dense`` of ``linear.linear_map()``."""
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
     matrix, bias = linear.linear_map()  # x @ matrix + bias: Dense's weight is matrix.T
@@ -270,17 +205,15 @@ def write_interoperable_configs(folder: Path, reduction: str, dimension: int, ma
     _write_json(pooling / "config.json", {"word_embedding_dimension": dimension, **modes, "include_prompt": True})
     transformer = folder / "sentence_bert_config.json"
     config = json.loads(transformer.read_text(encoding="utf-8"))
-    for key in ("max_seq_length", "do_lower_case"):
-        config.pop(key, None)
-    _write_json(transformer, {"max_seq_length": int(max_seq_length), "do_lower_case": False, **config})
+    _write_json(transformer, {**config, "max_seq_length": int(max_seq_length), "do_lower_case": False})
 
 
-def load_stock_modules(folder: ExportedFolder) -> list[torch.nn.Module]:
-    """The ``Pooling`` (its configuration read by sentence-transformers, either format), ``Normalize`` and
-    ``Dense`` of a checked ``folder``, built here (nothing imported by name)."""
+def load_stock_modules(folder: SimpleNamespace) -> list[torch.nn.Module]:
+    """A checked stock ``folder``'s modules, built here (nothing imported by name)."""
+    from safetensors.torch import load
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-    where, dense = folder.pooling / "config.json", folder.dense_config
+    where, (n_in, n_out, bias) = folder.pooling / "config.json", folder.dense_config
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # the format before 5.4, which skflow writes
@@ -291,12 +224,27 @@ def load_stock_modules(folder: ExportedFolder) -> list[torch.nn.Module]:
         raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())}, "
                                 f"got {pooling.pooling_mode!r}, and include_prompt true or false, got "
                                 f"{pooling.include_prompt!r}")
-    if pooling.embedding_dimension != dense["in_features"]:
-        raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {dense['in_features']}, the pooling "
-                                f"gives {pooling.embedding_dimension!r}")
-    sizes = dense["in_features"], dense["out_features"], dense["bias"]
-    weight, bias = read_dense_weights(folder.dense, *sizes)
-    linear = Dense(*sizes, activation_function=torch.nn.Identity(), init_weight=weight, init_bias=bias)
+    if pooling.embedding_dimension != n_in:
+        raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {n_in}, the pooling gives "
+                                f"{pooling.embedding_dimension!r}")
+    path = folder.dense / "model.safetensors"  # never a pickled pytorch_model.bin
+    shapes = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {})}
+    limit = 4 * sum(int(np.prod(shape)) for shape in shapes.values()) + 2**16  # float32, and the header
+    try:
+        tensors = load(read_regular_file(path, limit))
+    except FileNotFoundError:
+        raise InvalidModelError(f"{path}: missing; skflow reads a Dense's weights from safetensors only") from None
+    except Exception as exc:  # noqa: BLE001 - too large, not a regular file, safetensors' own errors: one clear error
+        raise InvalidModelError(f"{path}: not float32 weights of the configured shapes in safetensors "
+                                f"({type(exc).__name__}: {exc})") from None
+    found = {name: (tuple(t.shape), str(t.dtype)) for name, t in tensors.items()}
+    expected = {name: (shape, "torch.float32") for name, shape in shapes.items()}
+    if found != expected:
+        raise InvalidModelError(f"{path}: must hold exactly {expected}, holds {found}")
+    if not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
+        raise InvalidModelError(f"{path}: holds values that are not finite")
+    linear = Dense(n_in, n_out, bias, activation_function=torch.nn.Identity(), init_weight=tensors["linear.weight"],
+                   init_bias=tensors.get("linear.bias"))
     return [pooling, *([Normalize()] if folder.normalize else []), linear]
 
 
