@@ -114,27 +114,23 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
         data = read_skops_file(path)
         refused = sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES))
         if refused:
-            raise UntrustedTypeError(
-                f"refusing to load a file that contains types skflow does not trust: {', '.join(refused)}. "
-                "skflow.load trusts only skflow's estimators and what skops trusts by default (scikit-learn, "
-                "numpy). If you trust the file's author, inspect it with skops.io.get_untrusted_types and load it "
-                "with skops.io.load(path, trusted=[...])."
-            )
+            raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators and "
+                                     "skops' defaults: scikit-learn, numpy). Only if you trust the file's author: "
+                                     "skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))")
         model = skops.io.loads(data, trusted=list(SKFLOW_TYPES))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         for estimator in estimators(model):  # each checked once, however nested
             check_estimator(estimator, _SKFLOW_CLASSES)
             if isinstance(estimator, BertEmbedder):
-                if estimator.trust_remote_code is not False and not trust_remote_code:
-                    raise UntrustedTypeError(
-                        f"holds a BertEmbedder with trust_remote_code={estimator.trust_remote_code!r} for "
-                        f"{estimator.model_name_or_path!r}: its transform would run code from that model's repository. "
-                        "Load it with skflow.load(path, trust_remote_code=True) only if you trust the file's author "
-                        "and that repository.")
+                if estimator.trust_remote_code and not trust_remote_code:  # a bool: validated above
+                    raise UntrustedTypeError(f"holds a BertEmbedder with trust_remote_code=True for "
+                                             f"{estimator.model_name_or_path!r} (its transform would run that "
+                                             "repository's code): load it with skflow.load(path, "
+                                             "trust_remote_code=True) only if you trust the file and the repository")
                 estimator.cache_dir = cache_dir  # never a path that the file's author chose
                 estimator.token = token  # nor the caller's login token sent for the author's repository
-    except (InvalidModelError, UntrustedTypeError) as exc:
+    except InvalidModelError as exc:  # an UntrustedTypeError too
         raise type(exc)(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - not a skops file, or a damaged one: one clear error
         raise InvalidModelError(f"{path}: cannot be read as a skops file ({type(exc).__name__}: {exc})") from exc

@@ -45,9 +45,8 @@ TEXT_ENCODER = {"transformer_task": "feature-extraction",
 MAX_PROMPTS, PROMPT_MAX_CHARS = 64, 4096
 MODULE_KEYS = {"idx": int, "name": str, "path": str, "type": str}
 # the Pooling mode -> its pooling_mode_<flag> boolean in the format before sentence-transformers 5.4
-LEGACY_FLAGS = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
-                "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean_tokens",
-                "lasttoken": "lasttoken"}
+LEGACY_FLAGS = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens", "lasttoken": "lasttoken",
+                "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean_tokens"}
 NORMALIZE_FIXED = {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}
 DENSE_FIXED = {"activation_function": "torch.nn.modules.linear.Identity", **NORMALIZE_FIXED, "use_residual": False}
 JSON_LIMIT = 2**20
@@ -166,10 +165,9 @@ def _check_entries(root: Path) -> None:
                 status = os.stat(entry)
             except OSError as exc:
                 raise InvalidModelError(f"{entry}: cannot be read ({exc.strerror}, a broken link?)") from None
-            if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
-                raise InvalidModelError(f"{entry}: neither a file nor a folder (a FIFO, socket or device)")
-            if status.st_dev in pseudo:
-                raise InvalidModelError(f"{entry}: leads into /proc, /sys or /dev, not to a model file")
+            if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)) or status.st_dev in pseudo:
+                raise InvalidModelError(f"{entry}: not a model file or folder (a FIFO, socket or device, or on /proc, "
+                                        "/sys or /dev)")
 
 
 def _module_dir(root: Path, relative: str) -> Path:
