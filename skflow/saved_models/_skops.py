@@ -69,8 +69,7 @@ def _nodes(schema) -> list[dict]:
 
 
 def _check_headers(archive: zipfile.ZipFile, info: zipfile.ZipInfo, sparse: bool) -> int:
-    """A ``.npy`` member's header, or those of a sparse matrix's ``.npz`` (streamed, never read whole); returns
-    what the ``.npz``'s arrays declare besides the member."""
+    """The headers of a ``.npy`` member or a sparse ``.npz`` (streamed); returns what the ``.npz``'s arrays declare."""
     with archive.open(info) as member:
         if not sparse:
             _read_npy_header(member, info.file_size, info.filename)
