@@ -4,7 +4,6 @@
 """
 
 import os
-from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -51,15 +50,14 @@ class FlowPooling(Module):
         super().__init__()
         if reduction not in saved_models.REDUCTIONS:  # pool would mean-pool anything but "cls"
             raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {saved_models.REDUCTIONS}")
-        if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
-                isinstance(layer, Integral) and not isinstance(layer, bool) and layer >= 0 for layer in layers)):
+        if layers is not None and not (isinstance(layers, list) and layers and all(
+                type(layer) is int and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
                              f"{layers!r}")
-        if not isinstance(normalize, (bool, np.bool_)):
+        if type(normalize) is not bool:
             raise ValueError(f"normalize must be true or false, got {normalize!r}")
         self.reduction = reduction
-        self.layers = None if layers is None else [int(layer) for layer in layers]
-        self.normalize = bool(normalize)
+        self.layers, self.normalize = layers, normalize
         self.flow = flow
 
     def forward(self, features: dict, **kwargs) -> dict:
@@ -88,9 +86,9 @@ class FlowPooling(Module):
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "FlowPooling":
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
-        flow_path = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
-        where = Path(model_name_or_path, subfolder, cls.config_file_name)
-        return _flow_pooling(config, where, Path(flow_path or where.parent / FLOW_FILE))
+        flow = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
+        where = Path(model_name_or_path, subfolder)
+        return _flow_pooling(config, where / cls.config_file_name, Path(flow or where / FLOW_FILE))
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
@@ -102,7 +100,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     (``Pooling``, ``Normalize``, a linear ``Dense``), which ``SentenceTransformer(path)`` loads without
     ``trust_remote_code``; anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`).
     The embedder's ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See
-    ``docs/serving.md``.
+    ``docs/serving.md`` for examples.
 
     Parameters
     ----------
@@ -122,24 +120,6 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         The embedder's encoder files changed since it was fitted.
     ValueError
         The encoder needs remote code (``trust_remote_code=True``).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from sentence_transformers import SentenceTransformer
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from skflow import BertEmbedder, FlowGaussianizer, Whitener, export_sentence_transformer
-    >>> from skflow.datasets import load_sts
-    >>> texts = load_sts("stsb", split="dev").pairs[:200].ravel()
-    >>> pipe = make_pipeline(BertEmbedder(pooling="first_last_avg", dtype="float32"),
-    ...                      FlowGaussianizer(random_state=0)).fit(texts)
-    >>> folder = export_sentence_transformer(pipe, tempfile.mkdtemp() + "/model")
-    >>> SentenceTransformer(str(folder), trust_remote_code=True).encode(list(texts[:3])).shape
-    (3, 384)
-    >>> whitened = make_pipeline(BertEmbedder(pooling="cls", dtype="float32"), Whitener(n_components=256)).fit(texts)
-    >>> stock = export_sentence_transformer(whitened, tempfile.mkdtemp() + "/model")
-    >>> SentenceTransformer(str(stock)).encode(list(texts[:3])).shape   # stock modules: no remote code
-    (3, 256)
     """
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
     kinds = (BertEmbedder, POST_PROCESSINGS)
@@ -192,16 +172,14 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         if stock:
             modules = saved_models.stock_modules(post, width, mode, embedder.normalize)
         else:
-            modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
+            modules = [FlowPooling(reduction, None if last else list(layers), bool(embedder.normalize), post)]
         with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
             prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), embedder.prompt)  # every encode_*
             settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
             SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
             if stock:
                 saved_models.write_interoperable_configs(staging, mode, width, embedder.max_length)
-            if out.is_dir():
-                out.rmdir()  # empty, or this fails and nothing is replaced
-            os.rename(staging, out)
+            os.rename(staging, out)  # onto nothing or an empty folder; a folder filled meanwhile fails it
     return out
 
 
@@ -229,15 +207,6 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
         The folder is not one skflow writes; the message names the file.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from skflow.serving import load_sentence_transformer
-    >>> load_sentence_transformer(tempfile.mkdtemp())
-    Traceback (most recent call last):
-    ...
-    skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:
