@@ -59,8 +59,7 @@ def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, trans
 
 
 def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows)``: the rows of ``X`` at most ``CHUNK_ROWS`` at a time (a memory map is never read whole), as
-    ``dtype`` if given."""
+    """``(start, rows)`` of ``X``, ``CHUNK_ROWS`` at a time (a memory map is never read whole), as ``dtype``."""
     for start in range(0, X.shape[0], CHUNK_ROWS):
         rows = X[start : start + CHUNK_ROWS]
         yield start, rows if dtype is None else np.asarray(rows, dtype=dtype)
@@ -84,17 +83,15 @@ def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[.
 
     with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
         def update(n: int = 1, **postfix) -> None:
+            bar.set_postfix(postfix, refresh=False)  # shown by the update
             bar.update(n)
-            if postfix:
-                bar.set_postfix(postfix)
         yield update
 
 
 @contextlib.contextmanager
 def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
-    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), exactly as they
-    were if the block raises or is interrupted (Ctrl-C too): validation records ``n_features_in_`` before anything
-    can fail, and ``partial_fit`` trains a kept trainer in place."""
+    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), as they were if
+    the block raises or is interrupted (Ctrl-C too)."""
     before = estimator.__dict__.copy()
     saved = None if also is None else also.snapshot()
     try:
