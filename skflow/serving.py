@@ -150,7 +150,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     last = layers == (n_hidden,)
     mode = saved_models.STOCK_MODES.get(reduction)  # sentence-transformers' Pooling mode, where it has one
     stock = last and isinstance(post, LINEAR) and mode is not None
-    # for the model, its config and its tokenizer; the token is used to load, never written (nor by sentence-transformers)
+    # for the model, its config and tokenizer; the token loads it and is never written (nor by sentence-transformers)
     pinned = {**({"revision": source.revision} if source.revision else {}), **hub}
     placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
     loading = {k: v for k, v in embedding.check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
