@@ -240,9 +240,7 @@ def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:
         pooling = FlowPooling(**config, flow=None)
     except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
         raise persistence.InvalidModelError(f"{where}: FlowPooling's configuration is refused: {exc}") from None
-    if not flow.is_file():
-        raise persistence.InvalidModelError(f"{flow}: missing; FlowPooling needs its flow")
-    pooling.flow = persistence.load(flow)
+    pooling.flow = persistence.load(flow)  # a missing file: an InvalidModelError naming it
     if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
         fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
         raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "

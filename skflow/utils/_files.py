@@ -78,14 +78,12 @@ def _small_text(stream: BinaryIO) -> str:
     return stream.read(2**26).decode("utf-8")  # results and manifests are small: never read a big file whole
 
 
-# Every line of a results table evaluate writes: a heading, a table row, or empty.
-_HEADING = ", Spearman x 100"
-_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
+_TABLE_LINE = re.compile(r"(.* protocol `[a-z]+`, Spearman x 100|\|.*\||)")  # a heading, a table row, or empty
 
 
 def _is_results_table(stream: BinaryIO) -> bool:
     lines = _small_text(stream).splitlines()
-    return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
+    return all(map(_TABLE_LINE.fullmatch, lines)) and any(line.endswith(", Spearman x 100") for line in lines)
 
 
 def _is_results_json(stream: BinaryIO) -> bool:
