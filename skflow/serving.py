@@ -94,13 +94,10 @@ class FlowPooling(Module):
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
     """Write a fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers model.
 
-    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit (a hub
-    model at the commit of fit). A `Whitener` or a `MeanDirectionRemover` (linear maps) after ``cls``, ``mean``,
-    ``last_token`` or ``max`` pooling of the last layer is written in sentence-transformers' own modules
-    (``Pooling``, ``Normalize``, a linear ``Dense``), which ``SentenceTransformer(path)`` loads without
-    ``trust_remote_code``; anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`).
-    The embedder's ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See
-    ``docs/serving.md`` for examples.
+    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit. A linear map
+    after a pooling that sentence-transformers' ``Pooling`` expresses is written in its own modules (no remote code
+    to load it); anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`). The
+    ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See ``docs/serving.md``.
 
     Parameters
     ----------
@@ -122,8 +119,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         The encoder needs remote code (``trust_remote_code=True``).
     """
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
-    kinds = (BertEmbedder, POST_PROCESSINGS)
-    if len(steps) != 2 or not all(isinstance(step, kind) for step, kind in zip(steps, kinds)):
+    if len(steps) != 2 or not (isinstance(steps[0], BertEmbedder) and isinstance(steps[1], POST_PROCESSINGS)):
         raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
                         "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. make_pipeline(BertEmbedder(), "
                         f"FlowGaussianizer()); got {', '.join(type(step).__name__ for step in steps)}")
