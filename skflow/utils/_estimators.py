@@ -11,9 +11,10 @@ import torch
 from sklearn.utils.validation import check_array, validate_data
 
 from skflow.metrics import sts_spearman
+from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "pairs_or_likelihood_score", "progress_bar",
-           "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "check_feature_names", "pairs_or_likelihood_score",
+           "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
@@ -40,6 +41,14 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
         return X2d, X3.shape
     X2d = validate_data(estimator, X, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
     return X2d, X2d.shape
+
+
+def check_feature_names(state: dict) -> None:
+    """Refuse a saved state whose ``feature_names_in_`` is not None or an array of ``n_features_in_`` strings."""
+    names = state.get("feature_names_in_")
+    if names is not None and not (isinstance(names, np.ndarray) and names.shape == (state.get("n_features_in_"),)
+                                  and all(isinstance(name, str) for name in names)):
+        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
 
 
 def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable,
