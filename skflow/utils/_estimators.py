@@ -27,8 +27,7 @@ CHUNK_ROWS = 8192
 
 
 def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
-    """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape. ``reset=True``
-    (fit) records ``n_features_in_`` and feature names on the estimator, and needs at least two rows."""
+    """2-D or 3-D input validated for ``estimator``, as 2-D rows, and its shape; ``reset`` (fit) needs two rows."""
     min_samples = 2 if reset else 1
     try:
         ndim = np.ndim(X)  # an array's, a tensor's or a frame's own; nested lists made into an array
