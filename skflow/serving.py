@@ -203,6 +203,15 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
         The folder is not one skflow writes; the message names the file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from skflow.serving import load_sentence_transformer
+    >>> load_sentence_transformer(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:
