@@ -4,7 +4,6 @@
 """
 
 import os
-from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -51,15 +50,14 @@ class FlowPooling(Module):
         super().__init__()
         if reduction not in saved_models.REDUCTIONS:  # pool would mean-pool anything but "cls"
             raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {saved_models.REDUCTIONS}")
-        if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
-                isinstance(layer, Integral) and not isinstance(layer, bool) and layer >= 0 for layer in layers)):
+        if layers is not None and not (isinstance(layers, list) and layers and all(
+                type(layer) is int and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
                              f"{layers!r}")
-        if not isinstance(normalize, (bool, np.bool_)):
+        if type(normalize) is not bool:
             raise ValueError(f"normalize must be true or false, got {normalize!r}")
         self.reduction = reduction
-        self.layers = None if layers is None else [int(layer) for layer in layers]
-        self.normalize = bool(normalize)
+        self.layers, self.normalize = layers, normalize
         self.flow = flow
 
     def forward(self, features: dict, **kwargs) -> dict:
@@ -88,21 +86,18 @@ class FlowPooling(Module):
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "FlowPooling":
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
-        flow_path = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
-        where = Path(model_name_or_path, subfolder, cls.config_file_name)
-        return _flow_pooling(config, where, Path(flow_path or where.parent / FLOW_FILE))
+        flow = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
+        where = Path(model_name_or_path, subfolder)
+        return _flow_pooling(config, where / cls.config_file_name, Path(flow or where / FLOW_FILE))
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
     """Write a fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers model.
 
-    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit (a hub
-    model at the commit of fit). A `Whitener` or a `MeanDirectionRemover` (linear maps) after ``cls``, ``mean``,
-    ``last_token`` or ``max`` pooling of the last layer is written in sentence-transformers' own modules
-    (``Pooling``, ``Normalize``, a linear ``Dense``), which ``SentenceTransformer(path)`` loads without
-    ``trust_remote_code``; anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`).
-    The embedder's ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See
-    ``docs/serving.md``.
+    The folder's ``encode(texts)`` returns the pipeline's vectors (float32), with the encoder of fit. A linear map
+    after a pooling that sentence-transformers' ``Pooling`` expresses is written in its own modules (no remote code
+    to load it); anything else uses :class:`FlowPooling` (load it with :func:`load_sentence_transformer`). The
+    ``prompt`` becomes the folder's default prompt; ``token`` is written nowhere. See ``docs/serving.md``.
 
     Parameters
     ----------
@@ -122,28 +117,9 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         The embedder's encoder files changed since it was fitted.
     ValueError
         The encoder needs remote code (``trust_remote_code=True``).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from sentence_transformers import SentenceTransformer
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from skflow import BertEmbedder, FlowGaussianizer, Whitener, export_sentence_transformer
-    >>> from skflow.datasets import load_sts
-    >>> texts = load_sts("stsb", split="dev").pairs[:200].ravel()
-    >>> pipe = make_pipeline(BertEmbedder(pooling="first_last_avg", dtype="float32"),
-    ...                      FlowGaussianizer(random_state=0)).fit(texts)
-    >>> folder = export_sentence_transformer(pipe, tempfile.mkdtemp() + "/model")
-    >>> SentenceTransformer(str(folder), trust_remote_code=True).encode(list(texts[:3])).shape
-    (3, 384)
-    >>> whitened = make_pipeline(BertEmbedder(pooling="cls", dtype="float32"), Whitener(n_components=256)).fit(texts)
-    >>> stock = export_sentence_transformer(whitened, tempfile.mkdtemp() + "/model")
-    >>> SentenceTransformer(str(stock)).encode(list(texts[:3])).shape   # stock modules: no remote code
-    (3, 256)
     """
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
-    kinds = (BertEmbedder, POST_PROCESSINGS)
-    if len(steps) != 2 or not all(isinstance(step, kind) for step, kind in zip(steps, kinds)):
+    if len(steps) != 2 or not (isinstance(steps[0], BertEmbedder) and isinstance(steps[1], POST_PROCESSINGS)):
         raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
                         "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. make_pipeline(BertEmbedder(), "
                         f"FlowGaussianizer()); got {', '.join(type(step).__name__ for step in steps)}")
@@ -170,8 +146,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     last = layers == (n_hidden,)
     mode = saved_models.STOCK_MODES.get(reduction)  # sentence-transformers' Pooling mode, where it has one
     stock = last and isinstance(post, LINEAR) and mode is not None
-    pinned = {"revision": source.revision} if source.revision else {}  # the model, its config and its tokenizer
-    pinned.update(hub)  # trust_remote_code and token: used to load, never written (sentence-transformers saves neither)
+    # for the model, its config and tokenizer; the token loads it and is never written (nor by sentence-transformers)
+    pinned = {**({"revision": source.revision} if source.revision else {}), **hub}
     placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
     loading = {k: v for k, v in embedding.check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
     with embedding.quiet_transformers():
@@ -192,16 +168,14 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         if stock:
             modules = saved_models.stock_modules(post, width, mode, embedder.normalize)
         else:
-            modules = [FlowPooling(reduction, None if last else list(layers), embedder.normalize, post)]
+            modules = [FlowPooling(reduction, None if last else list(layers), bool(embedder.normalize), post)]
         with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
             prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), embedder.prompt)  # every encode_*
             settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
             SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
             if stock:
                 saved_models.write_interoperable_configs(staging, mode, width, embedder.max_length)
-            if out.is_dir():
-                out.rmdir()  # empty, or this fails and nothing is replaced
-            os.rename(staging, out)
+            os.rename(staging, out)  # onto nothing or an empty folder; a folder filled meanwhile fails it
     return out
 
 
@@ -271,9 +245,7 @@ def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:
         pooling = FlowPooling(**config, flow=None)
     except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
         raise persistence.InvalidModelError(f"{where}: FlowPooling's configuration is refused: {exc}") from None
-    if not flow.is_file():
-        raise persistence.InvalidModelError(f"{flow}: missing; FlowPooling needs its flow")
-    pooling.flow = persistence.load(flow)
+    pooling.flow = persistence.load(flow)  # a missing file: an InvalidModelError naming it
     if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
         fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
         raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "

@@ -5,6 +5,7 @@ address-space limit and a timeout, as in ``tests/test_untrusted_files.py``."""
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import zipfile
@@ -212,6 +213,20 @@ def test_a_whitener_state_that_would_crash_or_give_inf_is_refused(tmp_path, whit
     craft(schema, members)
     with pytest.raises(InvalidModelError, match=message):
         skflow.load(_write(tmp_path / f"{edit}.skops", schema, members))
+
+
+@pytest.mark.parametrize("names", [np.array(["a", "b"], dtype=object), np.array([1, 2, 3, 4]), ["a", "b", "c", "d"]])
+def test_saved_feature_names_must_be_n_features_in_strings(tmp_path, names):
+    import pandas as pd
+
+    frame = pd.DataFrame(make_anisotropic_mixture(300, 4, random_state=0), columns=list("abcd"))
+    for estimator in (skflow.Whitener().fit(frame), skflow.MeanDirectionRemover().fit(frame)):
+        skflow.load(skflow.dump(estimator, tmp_path / "genuine.skops"))  # a frame's names load
+        estimator.feature_names_in_ = names
+        with pytest.raises(InvalidModelError, match="feature_names_in_ must be an array of n_features_in_ strings"):
+            skflow.load(skflow.dump(estimator, tmp_path / "crafted.skops"))
+        with pytest.raises(InvalidModelError, match="feature_names_in_"):
+            pickle.loads(pickle.dumps(estimator))
 
 
 def test_a_genuine_whitener_state_loads_bit_for_bit(tmp_path, X):

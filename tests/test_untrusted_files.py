@@ -300,9 +300,9 @@ def test_a_missing_or_foreign_flow_and_other_arguments_are_refused(tmp_path, exp
     with pytest.raises(InvalidModelError, match="flow.skops: holds an unfitted FlowGaussianizer"):
         load_sentence_transformer(folder)
     (folder / "1_FlowPooling" / "flow.skops").unlink()
-    with pytest.raises(InvalidModelError, match="flow.skops: missing; FlowPooling needs its flow"):
+    with pytest.raises(InvalidModelError, match="flow.skops: cannot be read .*FileNotFoundError"):
         load_sentence_transformer(folder)
-    with pytest.raises(InvalidModelError, match="flow.skops: missing; FlowPooling needs its flow"):
+    with pytest.raises(InvalidModelError, match="flow.skops: cannot be read .*FileNotFoundError"):
         FlowPooling.load(str(folder / "1_FlowPooling"))
 
 

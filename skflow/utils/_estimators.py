@@ -11,9 +11,10 @@ import torch
 from sklearn.utils.validation import check_array, validate_data
 
 from skflow.metrics import sts_spearman
+from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "pairs_or_likelihood_score", "progress_bar",
-           "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "check_feature_names", "pairs_or_likelihood_score",
+           "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
@@ -26,8 +27,7 @@ CHUNK_ROWS = 8192
 
 
 def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
-    """Validate 2-D or 3-D input for ``estimator``; returns it as 2-D rows and the original shape. ``reset=True``
-    (fit) records ``n_features_in_`` and feature names on the estimator, and needs at least two rows."""
+    """2-D or 3-D input validated for ``estimator``, as 2-D rows, and its shape; ``reset`` (fit) needs two rows."""
     min_samples = 2 if reset else 1
     try:
         ndim = np.ndim(X)  # an array's, a tensor's or a frame's own; nested lists made into an array
@@ -40,6 +40,14 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
         return X2d, X3.shape
     X2d = validate_data(estimator, X, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
     return X2d, X2d.shape
+
+
+def check_feature_names(state: dict) -> None:
+    """Refuse a saved state whose ``feature_names_in_`` is not None or an array of ``n_features_in_`` strings."""
+    names = state.get("feature_names_in_")
+    if names is not None and not (isinstance(names, np.ndarray) and names.shape == (state.get("n_features_in_"),)
+                                  and all(isinstance(name, str) for name in names)):
+        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
 
 
 def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable,
@@ -59,8 +67,7 @@ def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, trans
 
 
 def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows)``: the rows of ``X`` at most ``CHUNK_ROWS`` at a time (a memory map is never read whole), as
-    ``dtype`` if given."""
+    """``(start, rows)`` of ``X``, ``CHUNK_ROWS`` at a time (a memory map is never read whole), as ``dtype``."""
     for start in range(0, X.shape[0], CHUNK_ROWS):
         rows = X[start : start + CHUNK_ROWS]
         yield start, rows if dtype is None else np.asarray(rows, dtype=dtype)
@@ -84,17 +91,15 @@ def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[.
 
     with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
         def update(n: int = 1, **postfix) -> None:
+            bar.set_postfix(postfix, refresh=False)  # shown by the update
             bar.update(n)
-            if postfix:
-                bar.set_postfix(postfix)
         yield update
 
 
 @contextlib.contextmanager
 def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
-    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), exactly as they
-    were if the block raises or is interrupted (Ctrl-C too): validation records ``n_features_in_`` before anything
-    can fail, and ``partial_fit`` trains a kept trainer in place."""
+    """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), as they were if
+    the block raises or is interrupted (Ctrl-C too)."""
     before = estimator.__dict__.copy()
     saved = None if also is None else also.snapshot()
     try:

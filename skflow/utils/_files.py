@@ -13,6 +13,7 @@ import secrets
 import shutil
 import socket
 import stat
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ class OutputPathError(ValueError):
 
 class FileKind(NamedTuple):
     name: str  # for messages
-    test: Callable[[BinaryIO], bool]  # on a regular file's bytes from the start; may raise on a file of another kind
+    test: Callable[[BinaryIO], bool]  # on a file's bytes from the start; raising means another kind
 
     def recognises(self, stream: BinaryIO) -> bool:
         try:
@@ -77,25 +78,17 @@ def _small_text(stream: BinaryIO) -> str:
     return stream.read(2**26).decode("utf-8")  # results and manifests are small: never read a big file whole
 
 
-# Every line of a results table evaluate writes: a heading, a table row, or empty.
-_HEADING = ", Spearman x 100"
-_TABLE_LINE = re.compile(rf"(.* protocol `[a-z]+`{_HEADING}|\|.*\||)")
+_TABLE_LINE = re.compile(r"(.* protocol `[a-z]+`, Spearman x 100|\|.*\||)")  # a heading, a table row, or empty
 
 
 def _is_results_table(stream: BinaryIO) -> bool:
     lines = _small_text(stream).splitlines()
-    return all(_TABLE_LINE.fullmatch(line) for line in lines) and any(line.endswith(_HEADING) for line in lines)
+    return all(map(_TABLE_LINE.fullmatch, lines)) and any(line.endswith(", Spearman x 100") for line in lines)
 
 
 def _is_results_json(stream: BinaryIO) -> bool:
     results = json.loads(_small_text(stream))
-    return (isinstance(results, dict) and isinstance(results.get("config"), dict) and "sets" in results
-            and "skflow" in results["config"])
-
-
-def _is_manifest(stream: BinaryIO) -> bool:
-    manifest = json.loads(_small_text(stream))
-    return isinstance(manifest, dict) and isinstance(manifest.get("files"), list)
+    return "sets" in results and isinstance(results["config"], dict) and "skflow" in results["config"]
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
@@ -104,31 +97,27 @@ MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognis
 ONNX = FileKind("an ONNX model", _is_onnx)
 RESULTS_JSON = FileKind("a results file that skflow evaluate wrote", _is_results_json)
 RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote", _is_results_table)
-MANIFEST = FileKind("an skflow output manifest", _is_manifest)
+MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(_small_text(stream))["files"]) is list)
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
 
 def check_replaceable(path: Path, kind: FileKind) -> None:
-    """Refuse, with a one-line :class:`OutputPathError` naming ``path``, an existing ``path`` that is not a regular
-    file of ``kind`` (a link is not followed, a FIFO not blocked on): skflow never replaces a file it did not write."""
-    if not os.path.lexists(path):
-        return
-    shown = printable(str(path))
-    if os.path.islink(path):
-        raise OutputPathError(f"{shown}: is a link; skflow never replaces one: give another name, or remove the link")
+    """Refuse (one line) an existing ``path`` that is not a regular file of ``kind``: skflow never replaces a file
+    it did not write. No link is followed (O_NOFOLLOW fails on one: ELOOP), no FIFO blocked on."""
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)), "rb") as stream:
-            recognised = stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream)
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:
+            if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream):
+                return
+    except (FileNotFoundError, NotADirectoryError):  # nothing there; its folder is checked where it is written
+        return
     except OSError:
-        recognised = False
-    if not recognised:
-        raise OutputPathError(f"{shown}: exists and is not {kind.name}; it is never replaced: give another name, or "
-                              "move it away")
+        pass
+    raise OutputPathError(f"{printable(str(path))}: exists and is not {kind.name} (a link never is); it is never "
+                          "replaced: give another name, or move it away")
 
 
 def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
-    """``path`` with ``~`` expanded, once :func:`check_replaceable` passes and its folder takes files; nothing is
-    written. Else a one-line :class:`OutputPathError`."""
+    """``path`` (``~`` expanded) once :func:`check_replaceable` passes and its folder takes files, else one line."""
     out = Path(path).expanduser()
     check_replaceable(out, kind)
     try:
@@ -140,10 +129,8 @@ def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
 
 
 def prove_writable(folder: Path) -> None:
-    """Create and delete a hidden file in ``folder``: the OSError of the attempt if it does not take files."""
-    probe = folder / f".skflow-probe-{secrets.token_hex(8)}"
-    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    os.unlink(probe)
+    """The OSError of creating a file in ``folder`` (an unnamed one where the filesystem allows), if it takes none."""
+    tempfile.TemporaryFile(dir=folder).close()
 
 
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
@@ -209,15 +196,11 @@ def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overw
             return
         try:
             os.link(tmp, path, follow_symlinks=False)
-            return
-        except FileExistsError:
-            pass
-        except OSError:  # a filesystem without hard links: the check and the rename are two steps there
-            if not os.path.lexists(path):
-                os.replace(tmp, path)
-                return
-        raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and was not "
-                              "replaced; pass --overwrite (overwrite=True) to replace it")
+        except OSError as exc:
+            if isinstance(exc, FileExistsError) or os.path.lexists(path):
+                raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and "
+                                      "was not replaced; pass --overwrite (overwrite=True) to replace it") from None
+            os.replace(tmp, path)  # a filesystem without hard links: the check and the rename are two steps there
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,

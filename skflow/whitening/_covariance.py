@@ -21,6 +21,7 @@ from skflow.utils import (
     ONNX,
     ROUNDING_RELATIVE_STD,
     InvalidModelError,
+    check_feature_names,
     check_output_file,
     replaced_atomically,
     row_chunks,
@@ -226,6 +227,7 @@ def check_whitener_state(state: dict, params: tuple[str, ...]) -> None:
         raise InvalidModelError(f"variance_floor_ must be a float >= 0, got {floor!r}")
     if state.get("n_features_in_") != d or components is None:
         raise InvalidModelError(f"n_features_in_ must be {d}, the length of mean_")
+    check_feature_names(state)
     if np.abs(mean).max() >= MAGNITUDE_LIMIT or np.abs(scatter).max() >= MAGNITUDE_LIMIT:
         raise InvalidModelError(f"mean_ and scatter_ must be below {MAGNITUDE_LIMIT:g} in absolute value")
     top = np.abs(scatter).max()

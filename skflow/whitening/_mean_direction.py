@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from skflow.utils import InvalidModelError, row_chunks, unchanged_on_failure, validate_embeddings
+from skflow.utils import InvalidModelError, check_feature_names, row_chunks, unchanged_on_failure, validate_embeddings
 from skflow.whitening._covariance import MAGNITUDE_LIMIT, write_affine_onnx
 
 __all__ = ["MeanDirectionRemover"]
@@ -258,5 +258,6 @@ def _check_state(state: dict) -> None:
         raise InvalidModelError(f"mean_ must be finite, below {MAGNITUDE_LIMIT:g} and at most max_abs_")
     if not isinstance(state["n_features_in_"], (int, np.integer)) or state["n_features_in_"] != mean.size:
         raise InvalidModelError(f"n_features_in_ must be {mean.size}, the length of mean_")
+    check_feature_names(state)
     if not isinstance(n_samples, (int, np.integer)) or isinstance(n_samples, bool) or not 1 <= n_samples <= MAX_SAMPLES:
         raise InvalidModelError(f"n_samples_seen_ must be an int from 1 to {MAX_SAMPLES}, got {n_samples!r}")
