@@ -1,11 +1,9 @@
 """What the driver makes of a failed Ray job: decided by the type of what the worker raised, never by its text."""
 
-import pyarrow as pa
 import pytest
 from ray.exceptions import RayTaskError, UserCodeException
 
-from skflow.ray_jobs import InputError, JobFailedError, RowChecks, job_failure
-from skflow.ray_jobs._corpus import Corpus
+from skflow.ray_jobs import InputError, JobFailedError, job_failure
 
 BAD_ROW = "s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string"
 
@@ -37,26 +35,4 @@ def test_a_message_that_reads_like_another_error_is_not_taken_for_it():
     failure = job_failure(_from_a_worker(RuntimeError(text)), None)
     assert type(failure) is JobFailedError
     assert str(failure) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke"
-
-
-class _Scanned(RowChecks):
-    def find_the_bad_file(self) -> None:
-        self.scans.append(1)
-        raise InputError("s3://b/x.parquet: cannot be read as Parquet (damaged page)")
-
-
-@pytest.mark.parametrize(("raised", "scanned"), [
-    (OSError("Couldn't deserialize thrift"), True),
-    (pa.ArrowInvalid("Corrupt snappy compressed data"), True),
-    (RuntimeError("OSError: a message that names OSError"), False),
-    (ValueError("ArrowInvalid"), False),
-])
-def test_the_remote_files_are_read_to_name_one_only_after_an_error_of_reading(raised, scanned):
-    checks = _Scanned(Corpus(("s3://b/x.parquet",), "parquet"), "embedding", vectors=True)
-    object.__setattr__(checks, "scans", [])
-    failure = job_failure(_from_a_worker(raised), checks)
-    assert checks.scans == ([1] if scanned else [])  # an encoder that breaks never downloads the corpus
-    assert type(failure) is (InputError if scanned else JobFailedError)
-    if scanned:
-        assert str(failure) == "s3://b/x.parquet: cannot be read as Parquet (damaged page); nothing was written"
-    assert type(job_failure(_from_a_worker(OSError("gone")), None)) is JobFailedError  # local files: read already
+    assert type(job_failure(_from_a_worker(OSError("gone")))) is JobFailedError  # not the input's, so exit 1
