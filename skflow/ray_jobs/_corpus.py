@@ -246,12 +246,8 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-class RowChecks:
-    """Kept until :mod:`skflow.distributed` stops passing it: the read checks the rows (``Corpus.checks``)."""
-
-    @staticmethod
-    def needed(*args, **kwargs) -> None:
-        return None
+class RowChecks:  # until skflow.distributed stops passing it: Ray's read checks the rows (Corpus.checks)
+    needed = staticmethod(lambda *args, **kwargs: None)
 
 
 def _parsed(names: dict, text_column, checks, batch):  # one file a batch
