@@ -1,9 +1,10 @@
 """What the driver makes of a failed Ray job: decided by the type of what the worker raised, never by its text."""
 
+import pyarrow as pa
 import pytest
 from ray.exceptions import RayTaskError, UserCodeException
 
-from skflow.ray_jobs import InputError, JobFailedError, job_failure
+from skflow.ray_jobs import InputError, JobFailedError, job_failure, vectors_array
 
 BAD_ROW = "s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string"
 
@@ -36,3 +37,10 @@ def test_a_message_that_reads_like_another_error_is_not_taken_for_it():
     assert type(failure) is JobFailedError
     assert str(failure) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke"
     assert type(job_failure(_from_a_worker(OSError("gone")))) is JobFailedError  # not the input's, so exit 1
+
+
+def test_vectors_of_two_lengths_in_one_batch_are_the_inputs_error():
+    """Ray's read checks each file alone: a batch of two files of a variable-length column may mix lengths."""
+    batch = pa.chunked_array([pa.array([[1.0, 2.0]]), pa.array([[1.0, 2.0, 3.0]])])
+    with pytest.raises(InputError, match=r"^the input files hold vectors of several lengths \(\[2, 3\]\)$"):
+        vectors_array(batch)

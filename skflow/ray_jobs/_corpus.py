@@ -289,7 +289,9 @@ def vectors_column(vectors: np.ndarray):
 
 
 def vectors_array(values) -> np.ndarray:
-    """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
+    """A list column of equal-length vectors as an ``(n, d)`` float32 array; InputError if their lengths differ."""
     import pyarrow.compute as pc
 
+    if len(lengths := pc.unique(pc.list_value_length(values))) > 1:  # files of a variable-length column, each checked
+        raise InputError(f"the input files hold vectors of several lengths ({sorted(lengths.to_pylist())})")
     return np.asarray(pc.list_flatten(values), dtype=np.float32).reshape(len(values), -1)
