@@ -4,8 +4,7 @@ import pyarrow as pa
 import pytest
 from ray.exceptions import RayTaskError, UserCodeException
 
-from skflow.ray_jobs import InputError, JobFailedError, RowChecks, job_failure
-from skflow.ray_jobs._corpus import Corpus
+from skflow.ray_jobs import InputError, JobFailedError, job_failure, vectors_array
 
 BAD_ROW = "s3://b/x.parquet: row 3 of column 'text' is empty (null), not a string"
 
@@ -37,26 +36,11 @@ def test_a_message_that_reads_like_another_error_is_not_taken_for_it():
     failure = job_failure(_from_a_worker(RuntimeError(text)), None)
     assert type(failure) is JobFailedError
     assert str(failure) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke"
+    assert type(job_failure(_from_a_worker(OSError("gone")))) is JobFailedError  # not the input's, so exit 1
 
 
-class _Scanned(RowChecks):
-    def find_the_bad_file(self) -> None:
-        self.scans.append(1)
-        raise InputError("s3://b/x.parquet: cannot be read as Parquet (damaged page)")
-
-
-@pytest.mark.parametrize(("raised", "scanned"), [
-    (OSError("Couldn't deserialize thrift"), True),
-    (pa.ArrowInvalid("Corrupt snappy compressed data"), True),
-    (RuntimeError("OSError: a message that names OSError"), False),
-    (ValueError("ArrowInvalid"), False),
-])
-def test_the_remote_files_are_read_to_name_one_only_after_an_error_of_reading(raised, scanned):
-    checks = _Scanned(Corpus(("s3://b/x.parquet",), "parquet"), "embedding", vectors=True)
-    object.__setattr__(checks, "scans", [])
-    failure = job_failure(_from_a_worker(raised), checks)
-    assert checks.scans == ([1] if scanned else [])  # an encoder that breaks never downloads the corpus
-    assert type(failure) is (InputError if scanned else JobFailedError)
-    if scanned:
-        assert str(failure) == "s3://b/x.parquet: cannot be read as Parquet (damaged page); nothing was written"
-    assert type(job_failure(_from_a_worker(OSError("gone")), None)) is JobFailedError  # local files: read already
+def test_vectors_of_two_lengths_in_one_batch_are_the_inputs_error():
+    """Ray's read checks each file alone: a batch of two files of a variable-length column may mix lengths."""
+    batch = pa.chunked_array([pa.array([[1.0, 2.0]]), pa.array([[1.0, 2.0, 3.0]])])
+    with pytest.raises(InputError, match=r"^the input files hold vectors of several lengths \(\[2, 3\]\)$"):
+        vectors_array(batch)

@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from skflow.ray_jobs import MARKER, OutputFolder, input_files, looks_like_model_file
+from skflow.ray_jobs import MARKER, OutputFolder, input_files, locate
+from skflow.ray_jobs._models import _is_model_file
 from skflow.utils import OutputPathError, replaced_atomically, run_tag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,12 +212,12 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
     for name, data in genuine.items():
         if data is not None:
             (tmp_path / name).write_bytes(data)
-        assert looks_like_model_file(tmp_path / name), name
+        assert _is_model_file(locate(tmp_path / name)), name
     others = {"notes.txt": b"xylophone notes", "data.csv.gz": gzip.compress(b"a,b\n1,2\n"),
               "x.bz2": bz2.compress(b"text"), "empty": b"", "zip.zip": b"PK\x03\x04" + b"\0" * 40}
     for name, data in others.items():
         (tmp_path / name).write_bytes(data)
-        assert not looks_like_model_file(tmp_path / name), name
+        assert not _is_model_file(locate(tmp_path / name)), name
     os.mkfifo(tmp_path / "fifo")
-    assert not looks_like_model_file(tmp_path / "fifo")  # never opened: it would block
-    assert not looks_like_model_file(tmp_path)
+    assert not _is_model_file(locate(tmp_path / "fifo"))  # never opened: it would block
+    assert not _is_model_file(locate(tmp_path))

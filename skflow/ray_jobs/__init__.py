@@ -11,14 +11,13 @@ from skflow.ray_jobs._corpus import (
                                     vectors_array,
                                     vectors_column,
 )
-from skflow.ray_jobs._models import check_model_output, load_model, looks_like_model_file, save_model
+from skflow.ray_jobs._models import check_model_output, load_model, save_model
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
 from skflow.ray_jobs._session import JobFailedError, RayClusterError, actor_resources, job_failure, ray_session
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 
 __all__ = [
     "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "RowChecks", "actor_resources",
-    "check_model_output", "check_new_column", "check_rows", "input_files", "is_remote",
-    "job_failure", "load_model", "locate", "looks_like_model_file", "ray_session", "read_dataset", "save_model",
-    "scrub", "vectors_array", "vectors_column"
+    "check_model_output", "check_new_column", "check_rows", "input_files", "is_remote", "job_failure", "load_model",
+    "locate", "ray_session", "read_dataset", "save_model", "scrub", "vectors_array", "vectors_column"
 ]

@@ -1,12 +1,12 @@
 """A corpus: which files are read (every one, or the listing is refused naming it), how, and the checks of its rows:
-on the driver, except for Parquet files on object storage, whose rows are checked where Ray reads them."""
+on the driver, except for Parquet files on object storage, whose rows are checked where Ray reads each file."""
 
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -26,11 +26,13 @@ class InputError(ValueError):
     """Bad input, found before any heavy work (the command line prints it as one line and exits 2)."""
 
 
-class Corpus(NamedTuple):
-    """The files to read (local paths or URIs) and their one format."""
+@dataclass
+class Corpus:
+    """The files to read (local paths or URIs), their one format, and the row checks left to Ray's read."""
 
     files: tuple[str, ...]
     kind: str
+    checks: Callable | None = None  # set by check_rows for Parquet files on object storage, whose rows it did not read
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
@@ -100,16 +102,20 @@ def text_rows(data: bytes, path: str = "") -> list[str]:
 
 
 def parse(data: bytes, path: str, text_column: str | None = None):
-    """The table of a CSV, JSON lines or text file's bytes (a CSV text column as strings): the driver's and Ray's."""
+    """The table of a file's bytes (a CSV text column as strings): the driver's and Ray's."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
+    import pyarrow.parquet as pq
 
     kind = file_format(path)[0]
     if kind == "text":
         return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
-    _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
+    if kind != "parquet":
+        _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
     try:
+        if kind == "parquet":
+            return pq.read_table(pa.BufferReader(data))
         if kind == "csv":
             options = pyarrow.csv.ConvertOptions(column_types={text_column: pa.string()} if text_column else {})
             return pyarrow.csv.read_csv(pa.BufferReader(data), convert_options=options)
@@ -164,9 +170,9 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
-               length: int | None = None, remote_rows: bool = False) -> tuple[int, int | None]:
+               length: int | None = None) -> tuple[int, int | None]:
     """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given); ``(rows, length)``.
-    Parquet files on object storage are checked by their footer only unless ``remote_rows``."""
+    Parquet files on object storage are checked by their footer; their rows, as Ray reads them (``corpus.checks``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -180,7 +186,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
                 raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
             schema = metadata.schema.to_arrow_schema()
             _check_columns(path, schema.names, column, new_column)
-            if is_remote(path) and not remote_rows:
+            if is_remote(path):
                 t = schema.field(column).type
                 _check_type(path, column, t, vectors)
                 if getattr(t, "list_size", None) is not None and metadata.num_rows:
@@ -192,12 +198,15 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
         total += rows
     if total == 0:
         raise InputError(f"the input has no rows ({', '.join(corpus.files)})")
+    if corpus.kind == "parquet" and any(map(is_remote, corpus.files)):
+        corpus.checks = functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
+                                          length=length)
     return total, length
 
 
 def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
                 length: int | None = None) -> tuple[int, int | None]:
-    """The rows of one file's table (or a batch), as :func:`check_rows` checks them."""
+    """The rows of one file's table, as :func:`check_rows` checks them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -237,43 +246,20 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-@dataclass(frozen=True)
-class RowChecks:
-    """The row checks the driver left to the processes that read Parquet files on object storage, for each batch."""
-
-    corpus: Corpus
-    column: str
-    vectors: bool
-    length: int | None = None
-    new_column: str | None = None
-
-    @classmethod
-    def needed(cls, corpus: Corpus, column: str, **checks) -> "RowChecks | None":
-        remote = corpus.kind == "parquet" and any(map(is_remote, corpus.files))
-        return cls(corpus, column, **checks) if remote else None
-
-    def __call__(self, table) -> int | None:
-        """Check a batch; returns its vector length so that a caller can pin it."""
-        try:
-            return check_table("a batch", table, self.column, vectors=self.vectors, new_column=self.new_column,
-                               length=self.length)[1]
-        except InputError as batch_error:
-            self.find_the_bad_file()
-            raise InputError(f"{batch_error} (in one of the {len(self.corpus.files)} input files)") from None
-
-    def find_the_bad_file(self) -> None:
-        """An InputError naming a bad row or a damaged page, the remote files read one at a time."""
-        remote = Corpus(tuple(filter(is_remote, self.corpus.files)), "parquet")
-        check_rows(remote, self.column, vectors=self.vectors, new_column=self.new_column, length=self.length,
-                   remote_rows=True)
+class RowChecks:  # until skflow.distributed stops passing it: Ray's read checks the rows (Corpus.checks)
+    needed = staticmethod(lambda *args, **kwargs: None)
 
 
-def _parsed(text_column, batch):  # one file a batch
-    return parse(batch.column("bytes")[0].as_py(), batch.column("path")[0].as_py(), text_column)
+def _parsed(names: dict, text_column, checks, batch):  # one file a batch
+    path = names[batch.column("path")[0].as_py()]
+    table = parse(batch.column("bytes")[0].as_py(), path, text_column)
+    if checks is not None:
+        checks(path, table)
+    return table
 
 
 def read_dataset(corpus: Corpus, text_column: str | None = None):
-    """A Ray dataset of every row of ``corpus``."""
+    """A Ray dataset of every row of ``corpus``, Parquet files on object storage read whole and checked."""
     import ray
 
     groups = {}
@@ -281,16 +267,16 @@ def read_dataset(corpus: Corpus, text_column: str | None = None):
         where, compression = locate(file, InputError), file_format(file)[1]
         store = file.split("/", 3)[:3] if where.is_remote else ""
         filesystem = where.filesystem if where.is_remote else None
-        groups.setdefault(str((store, compression)), (filesystem, compression, []))[2].append(where.path)
+        groups.setdefault(str((store, compression)), (filesystem, compression, {}))[2][where.path] = file
     datasets = []
-    for filesystem, compression, files in groups.values():
-        if corpus.kind == "parquet":
-            datasets.append(ray.data.read_parquet(files, file_extensions=None, filesystem=filesystem))
+    for filesystem, compression, names in groups.values():
+        if corpus.kind == "parquet" and filesystem is None:  # local: every row checked on the driver
+            datasets.append(ray.data.read_parquet(list(names), file_extensions=None))
             continue
-        dataset = ray.data.read_binary_files(files, include_paths=True, filesystem=filesystem,
+        dataset = ray.data.read_binary_files(list(names), include_paths=True, filesystem=filesystem,
                                              arrow_open_stream_args={"compression": compression})
-        datasets.append(dataset.map_batches(functools.partial(_parsed, text_column), batch_format="pyarrow",
-                                            batch_size=1))
+        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, corpus.checks),
+                                            batch_format="pyarrow", batch_size=1))
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 
 
@@ -303,7 +289,9 @@ def vectors_column(vectors: np.ndarray):
 
 
 def vectors_array(values) -> np.ndarray:
-    """A list column of equal-length vectors as an ``(n, d)`` float32 array."""
+    """A list column of equal-length vectors as an ``(n, d)`` float32 array; InputError if their lengths differ."""
     import pyarrow.compute as pc
 
+    if len(lengths := pc.unique(pc.list_value_length(values))) > 1:  # files of a variable-length column, each checked
+        raise InputError(f"the input files hold vectors of several lengths ({sorted(lengths.to_pylist())})")
     return np.asarray(pc.list_flatten(values), dtype=np.float32).reshape(len(values), -1)

@@ -21,9 +21,8 @@ def is_skops_name(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() == ".skops"
 
 
-def looks_like_model_file(path) -> bool:
+def _is_model_file(where: Location) -> bool:
     """Whether an existing file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
-    where = path if isinstance(path, Location) else locate(path)
     if file_type(where, OutputPathError) != "file":  # a FIFO, a device or a folder: never opened, never replaced
         return False
     try:
@@ -40,7 +39,7 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
     if kind != "missing" and not overwrite:
         raise OutputPathError(f"{out.shown}: exists; pass --overwrite to replace it")
-    if kind != "missing" and not looks_like_model_file(out):
+    if kind != "missing" and not _is_model_file(out):
         raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
                               "only those")
     check_writable(out.parent, "the folder of the output")

@@ -44,7 +44,13 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
     out = storage.locate(path, OutputPathError)
     if out.is_remote and "/" not in out.key.split("://", 1)[1]:
         raise OutputPathError(f"{out.shown}: the {what} is a whole bucket; give a name inside it (s3://bucket/name)")
-    storage.check_not_an_input(out, inputs, what)
+    for item in inputs:  # local paths: links resolved
+        source = storage.locate(item, OutputPathError)
+        holds = f"{source.key}/".startswith(f"{out.key.rstrip('/')}/")
+        inside = f"{out.key}/".startswith(f"{source.key.rstrip('/')}/")
+        if holds or inside:
+            relation = "is" if holds and inside else "contains" if holds else "lies inside"
+            raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
     kind = storage.file_type(out, OutputPathError)
     if kind == "missing" and (error := storage.no_bucket(out, OutputPathError)):
         raise error
@@ -155,7 +161,7 @@ def _parquet_files_class():
         ``(name, rows)`` the write tasks reported."""
 
         def __init__(self, folder: Location, run: str) -> None:
-            self.folder, self.run, self.written = folder, run, []
+            self.folder, self.run, self.written, self.rows = folder, run, [], 0
 
         def on_write_start(self, *args) -> None:
             if not self.folder.is_remote:  # an object store has no folders to make
@@ -173,10 +179,7 @@ def _parquet_files_class():
 
         def on_write_complete(self, result) -> None:
             self.written = [file for returned in result.write_returns for file in returned]
-
-        @property
-        def rows(self) -> int:
-            return sum(rows for _, rows in self.written)
+            self.rows = sum(rows for _, rows in self.written)
 
     return ParquetFiles
 

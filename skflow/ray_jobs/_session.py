@@ -9,7 +9,7 @@ import socket
 import warnings
 from collections.abc import Iterator
 
-from skflow.ray_jobs._corpus import InputError, RowChecks
+from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._storage import one_line
 
 
@@ -98,10 +98,9 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
     return options
 
 
-def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
-    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`;
-    after an error of reading remote Parquet files (``checks``), they are read again to name a damaged one."""
-    import pyarrow as pa
+def job_failure(exc: BaseException, checks=None) -> Exception:
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
+    ``checks`` is ignored (skflow.distributed passes it until it drops RowChecks)."""
     from ray.exceptions import RayTaskError, UserCodeException
 
     raised = exc  # the worker's own exception, under Ray's wrappers
@@ -113,9 +112,4 @@ def job_failure(exc: BaseException, checks: RowChecks | None) -> Exception:
     message = one_line(str(raised).strip().split("\n", 1)[0])  # Ray appends its retry advice on further lines
     if isinstance(raised, InputError):
         return InputError(f"{message}; nothing was written")
-    if checks is not None and isinstance(raised, (OSError, pa.ArrowException)):
-        try:
-            checks.find_the_bad_file()
-        except InputError as found:
-            return InputError(f"{found}; nothing was written")
     return JobFailedError(f"the Ray job failed, nothing was written: {type(raised).__name__}: {message}")

@@ -112,9 +112,8 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
     return Location(filesystem, f"{root}/{key}" if key else root, uri, uri)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # pyarrow's S3 asks the store for the region
 def _root(scheme: str, authority: str, variables: tuple):
-    """Cached: pyarrow's S3 asks the store for the region."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -185,29 +184,14 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
 
 
-def check_not_an_input(out: Location, inputs, what: str) -> None:
-    """Refuse an output that is, contains or lies inside an input (local paths: links resolved)."""
-    for item in inputs:
-        source = locate(item, OutputPathError)
-        holds = f"{source.key}/".startswith(f"{out.key.rstrip('/')}/")
-        inside = f"{out.key}/".startswith(f"{source.key.rstrip('/')}/")
-        if holds or inside:
-            relation = "is" if holds and inside else "contains" if holds else "lies inside"
-            raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
-
-
 def check_writable(folder: Location, what: str) -> None:
     """A hidden file written into ``folder`` and deleted: OutputPathError naming it if that fails."""
-    kind = "folder" if folder.is_remote else file_type(folder, OutputPathError)
-    if kind != "folder":
-        raise OutputPathError(f"{folder.shown}: {what} " + ("does not exist" if kind == "missing" else
-                                                             "is a file, not a folder"))
     probe = folder.child(f".skflow-probe-{secrets.token_hex(8)}")
     try:
         write_bytes(probe, b"")
         folder.filesystem.delete_file(probe.path)
     except Exception as exc:  # noqa: BLE001 - no bucket, access denied, a read-only disk: one line
-        reason = getattr(exc, "strerror", None) or one_line(exc)
+        reason = os.strerror(exc.errno) if getattr(exc, "errno", None) else one_line(exc)  # not the probe's name
         raise OutputPathError(f"{folder.shown}: {what} cannot be written ({reason}){_hint(exc)}") from None
 
 
