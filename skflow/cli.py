@@ -9,7 +9,6 @@ import os
 import platform
 import signal
 import sys
-import threading
 import warnings
 from numbers import Integral
 from pathlib import Path
@@ -205,27 +204,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
-        if args.command == "evaluate":
-            return _evaluate_command(args)
-        # SIGTERM ends the command like Ctrl-C: unwinding, so that the staging folder and Ray are cleaned up.
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-        try:
-            return _scale_command(args)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        warnings.showwarning = lambda message, *args, **kwargs: _one_line("warning", message)
+        return _evaluate_command(args) if args.command == "evaluate" else _scale_command(args)
 
 
-def _one_line(label: str, what, file=None) -> None:
-    """``label: what`` as one line on stderr (or ``file``): how the command line reports errors and warnings."""
-    print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr if file is None else file)
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    _one_line("warning", message, file)
+def _one_line(label: str, what) -> None:
+    """``label: what`` as one line on stderr: how the command line reports errors and warnings."""
+    print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr)
 
 
 def _error(what, status: int = 2) -> int:
@@ -235,8 +220,7 @@ def _error(what, status: int = 2) -> int:
 
 @contextlib.contextmanager
 def _silenced():
-    """stdout and stderr go nowhere: the file descriptors (Ray's processes and C++ log lines write there) and
-    Python's streams (a caller's redirection, pytest's capture)."""
+    """stdout and stderr go nowhere: their file descriptors (Ray's C++ log lines) and Python's streams."""
     streams = (sys.stdout, sys.stderr)
     for stream in streams:
         stream.flush()
@@ -255,6 +239,8 @@ def _silenced():
 
 
 def _scale_command(args) -> int:
+    # SIGTERM ends the command like Ctrl-C: unwinding, so that the run's files and Ray are cleaned up.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
             done = _scale_step(args)
@@ -266,6 +252,8 @@ def _scale_command(args) -> int:
         return _error(exc)
     except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
         return _error(exc, status=1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0

@@ -1,13 +1,6 @@
 """Corpora beyond one machine, on Ray Data: embed text files, fit the flow on the embeddings, transform them.
 
-Each step reads sharded files (local paths or object-store URIs) with Ray
-Data's readers, runs the model in Ray actors (loaded once per actor) and
-writes Parquet shards that keep every input column; the flow is fitted on
-the driver by streaming the embeddings into
-:meth:`FlowGaussianizer.partial_fit`. Everything that can be checked is
-checked on the driver before Ray starts; an output is complete or not
-there (:class:`skflow.ray_jobs.OutputFolder`). Needs the ``ray`` extra:
-``pip install "skflow[ray]"``; see ``docs/scale.md``.
+Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 """
 
 import dataclasses
@@ -16,10 +9,11 @@ import os
 from collections.abc import Sequence
 from numbers import Integral, Real
 
+import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
-from skflow import embedding, ray_jobs
+from skflow import ray_jobs
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
@@ -28,9 +22,7 @@ from skflow.utils import OutputPathError, check_given_name, resolve_device
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
 EMBEDDING_COLUMN = "embedding"
-# Rows per actor call (the encoder cuts them into its own batches) and per partial_fit call.
-ROWS_PER_CALL = 8192
-ROWS_PER_PARTIAL_FIT = 8192
+ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
 SHUFFLE_BUFFER_ROWS = 32768
 # The actors' options, checked by sklearn (an InvalidParameterError, a ValueError, before any work); the command
 # line reads its ranges from here.
@@ -48,19 +40,13 @@ class _MapBatches:
         self.model, self.input_column, self.output_column = model, input_column, output_column
         self.threads, self.checks = threads, checks
         if isinstance(model, BertEmbedder):
-            self.set_threads()
             model.transform(["warm-up"])  # load the encoder now, once per actor
 
-    def set_threads(self) -> None:
-        import torch
-
+    def __call__(self, table):
         # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
         # matrix products single-threaded when Ray ran a call in another thread (22% slower).
         torch.set_num_threads(self.threads)
-
-    def __call__(self, table):
-        self.set_threads()
         if self.checks is not None:
             self.checks(table)
         values = table.column(self.input_column)
@@ -69,20 +55,12 @@ class _MapBatches:
 
 
 def _check_encoder(embedder: BertEmbedder) -> None:
-    """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
-    embedder._validate_params()
-    embedding.check_hub_options(embedder)
+    """The embedder's own checks on the driver (an empty transform reads the model's config, loads no weights)."""
     if ray_jobs.is_remote(str(embedder.model_name_or_path)):
         shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
                          "a local path (or give a Hugging Face hub id)")
-    source = embedding.resolve_model_source(embedder.model_name_or_path, embedder.revision, embedder.token)
-    config = embedding.load_config(*source, embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
-    embedding.resolve_pooling(embedder.pooling, embedder.layers, embedding.n_hidden_layers(config))
-    max_positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(max_positions, int) and embedder.max_length > max_positions:
-        raise InputError(f"--max-length {embedder.max_length} exceeds what the model supports ({max_positions})")
-    resolve_device(embedder.device)
+    embedder.transform([])
 
 
 def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected: list,
@@ -210,8 +188,7 @@ def fit(
     model every run. A flow this machine cannot train is a ValueError before Ray starts when the Parquet footers
     give the vectors' length. See ``docs/scale.md``.
     """
-    epochs_range = {"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}
-    validate_parameter_constraints(epochs_range, {"epochs": epochs}, caller_name="fit")
+    validate_parameter_constraints({"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}, locals(), "fit")
     check_given_name("--output", output, OutputPathError, file=True)
     flow = FlowGaussianizer() if flow is None else flow
     flow._validate_params()
@@ -232,19 +209,16 @@ def fit(
         try:
             for _ in range(epochs):
                 epoch = dataset.randomize_block_order(seed=int(seeds.randint(2**31)))
-                for batch in epoch.iter_batches(batch_size=ROWS_PER_PARTIAL_FIT, batch_format="pyarrow",
+                for batch in epoch.iter_batches(batch_size=ROWS_PER_CALL, batch_format="pyarrow",
                                                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
                                                 local_shuffle_seed=int(seeds.randint(2**31))):
                     if checks is not None:  # every batch holds vectors of the first batch's length
                         checks = dataclasses.replace(checks, length=checks(batch))
                     flow.partial_fit(ray_jobs.vectors_array(batch.column(column)))
-            failure = None
         except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line
-            failure = ray_jobs.job_failure(exc, checks)
-        if failure is not None:
-            raise failure
+            raise ray_jobs.job_failure(exc, checks) from None
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     ray_jobs.save_model(flow, out, overwrite=overwrite)
