@@ -204,17 +204,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
-        warnings.showwarning = lambda message, *args, **kwargs: _one_line("warning", message)
+        warnings.showwarning = lambda message, *args, **kwargs: _error(message, label="warning")
         return _evaluate_command(args) if args.command == "evaluate" else _scale_command(args)
 
 
-def _one_line(label: str, what) -> None:
-    """``label: what`` as one line on stderr: how the command line reports errors and warnings."""
+def _error(what, status: int = 2, label: str = "error") -> int:
+    """``label: what`` as one line on stderr (how the command line reports errors and warnings); returns ``status``."""
     print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr)
-
-
-def _error(what, status: int = 2) -> int:
-    _one_line("error", what)
     return status
 
 

@@ -88,14 +88,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         options["compute"] = ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
-                dataset = ray_jobs.read_dataset(corpus, input_column).map_batches(
-                    _MapBatches,
-                    fn_constructor_kwargs=actor,
-                    batch_size=ROWS_PER_CALL,
-                    batch_format="pyarrow",
-                    **options,
-                )
-                dataset.write_datasink(sink)
+                dataset = ray_jobs.read_dataset(corpus, input_column)
+                dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
+                                    batch_format="pyarrow", **options).write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
                 failure = ray_jobs.job_failure(exc, checks)
@@ -112,19 +107,10 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
 
 
 # -------------------------------------------------------------- the three steps
-def embed(
-    inputs: Sequence[str | os.PathLike],
-    output: str | os.PathLike,
-    *,
-    embedder: BertEmbedder | None = None,
-    text_column: str = "text",
-    workers: int = 1,
-    gpus_per_worker: float = 0,
-    threads_per_worker: int | None = None,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> int:
+def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
+          text_column: str = "text", workers: int = 1, gpus_per_worker: float = 0,
+          threads_per_worker: int | None = None, overwrite: bool = False, address: str | None = None,
+          quiet: bool = False) -> int:
     """Embed the texts of ``inputs`` into Parquet shards in ``output``; returns the row count.
 
     Parameters
@@ -165,17 +151,9 @@ def embed(
                   command="embed")
 
 
-def fit(
-    input_dir: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    flow: FlowGaussianizer | None = None,
-    column: str = EMBEDDING_COLUMN,
-    epochs: int = 1,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> FlowGaussianizer:
+def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGaussianizer | None = None,
+        column: str = EMBEDDING_COLUMN, epochs: int = 1, overwrite: bool = False, address: str | None = None,
+        quiet: bool = False) -> FlowGaussianizer:
     """Fit a flow on the embeddings of the Parquet shards in ``input_dir`` and save it to ``output``.
 
     ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe to share, read with
@@ -225,21 +203,10 @@ def fit(
     return flow
 
 
-def transform(
-    input_dir: str | os.PathLike,
-    model: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    column: str = EMBEDDING_COLUMN,
-    text_column: str = "text",
-    output_column: str = "z",
-    workers: int = 1,
-    gpus_per_worker: float = 0,
-    threads_per_worker: int | None = None,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> int:
+def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: str | os.PathLike, *,
+              column: str = EMBEDDING_COLUMN, text_column: str = "text", output_column: str = "z", workers: int = 1,
+              gpus_per_worker: float = 0, threads_per_worker: int | None = None, overwrite: bool = False,
+              address: str | None = None, quiet: bool = False) -> int:
     """Apply a fitted model to every row of ``input_dir`` and write Parquet shards with ``output_column`` added.
 
     ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
