@@ -51,19 +51,15 @@ def _range(interval: Interval) -> str:
     return f"{kind} {'>=' if interval.closed == 'left' else '>'} {interval.left:g}"
 
 
-def _within(interval: Interval):
+def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
-
-    def parse(text: str):
-        try:
-            value = int(text) if interval.type is Integral else float(text)
-        except ValueError:
-            value = None
-        if not text.isascii() or not interval.is_satisfied_by(value):
-            raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
-        return value
-
-    return parse
+    try:
+        value = int(text) if interval.type is Integral else float(text)
+    except ValueError:
+        value = None
+    if not text.isascii() or not interval.is_satisfied_by(value):
+        raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
+    return value
 
 
 def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param: str = "", shown="%(default)s"):
@@ -75,7 +71,7 @@ def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param:
         kwargs = {"choices": sorted(constraint.options), "metavar": param.upper()}
         what = f"{what}: {', '.join(kwargs['choices'])}"
     else:
-        kwargs = {"type": _within(constraint)}
+        kwargs = {"type": functools.partial(_within, constraint)}
         what = f"{what}, {_range(constraint)}"
     sub.add_argument(flag, default=defaults[param], help=f"{what} (default: {shown})", **kwargs)
 
@@ -205,7 +201,16 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *args, **kwargs: _error(message, label="warning")
-        return _evaluate_command(args) if args.command == "evaluate" else _scale_command(args)
+        try:
+            return _evaluate_command(args) if args.command == "evaluate" else _scale_command(args)
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("ray", "pyarrow"):
+                raise
+            return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
+        except (OSError, ValueError) as exc:  # before any work: options, inputs, outputs, data, encoder, cluster
+            return _error(exc)
+        except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
+            return _error(exc, status=1)
 
 
 def _error(what, status: int = 2, label: str = "error") -> int:
@@ -240,14 +245,6 @@ def _scale_command(args) -> int:
     try:
         with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
             done = _scale_step(args)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("ray", "pyarrow"):
-            raise
-        return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
-    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
-        return _error(exc)
-    except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
-        return _error(exc, status=1)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
@@ -255,8 +252,7 @@ def _scale_command(args) -> int:
     return 0
 
 
-def _scale_step(args) -> str:
-    """Run ``skflow embed | fit | transform``; returns what it did, in words."""
+def _scale_step(args) -> str:  # what it did, in words
     ray = {"overwrite": args.overwrite, "address": args.address, "quiet": args.quiet}
     if args.command == "fit":
         flow = FlowGaussianizer(**{param: vars(args)[param] for param in _FIT_OPTIONS}, device=args.device,
@@ -277,17 +273,14 @@ def _scale_step(args) -> str:
 def _evaluate_command(args) -> int:
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
-    try:
-        outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
-        embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
-                                device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
-        results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
-                           download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
-                           skip_missing=args.sets is None, random_state=args.seed,
-                           flow_params={"max_epochs": args.epochs, "device": args.device},
-                           log=None if args.quiet else stderr_log)
-    except (OSError, ValueError) as exc:  # missing data, encoder, cache_dir or output folder; bad options
-        return _error(exc)
+    outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
+    embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
+                            device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
+    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
+                       download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
+                       skip_missing=args.sets is None, random_state=args.seed,
+                       flow_params={"max_epochs": args.epochs, "device": args.device},
+                       log=None if args.quiet else stderr_log)
     if not results["sets"]:
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1

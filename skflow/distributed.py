@@ -127,12 +127,9 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     workers, gpus_per_worker, threads_per_worker : int, float, int or None, default=1, 0, None
         Ray actors, each with its own copy of the encoder (together they reserve all but one of the cluster's
         CPUs, at most one each); GPUs and torch threads per actor (None: this machine's cores shared among them).
-    overwrite : bool, default=False
-        Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in).
-    address : str, default=None
-        A Ray cluster to join (else ``RAY_ADDRESS``, else a local instance).
-    quiet : bool, default=False
-        No progress bars.
+    overwrite, address, quiet : bool, str or None, bool, default=False, None, False
+        Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in);
+        the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bars.
 
     Raises
     ------
