@@ -96,8 +96,6 @@ _FIT_OPTIONS = {
     "coupling": "the coupling layers",
     "permutation": "the channel permutation between steps",
 }
-_OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absent or empty, or pass --overwrite"
-_INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
     _option(actors, "--gpus-per-worker", "GPUs per actor", *_ACTORS)
     _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
             shown="this machine's cores shared among the workers")
+    actors.add_argument("--output", required=True, metavar="DIR", type=_name, help="the folder (or s3:// prefix) of "
+                        "the Parquet shards written: absent or empty, or pass --overwrite")
+    actors.add_argument("--text-column", default="text",
+                        help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
+    shards = argparse.ArgumentParser(add_help=False)
+    shards.add_argument("input_dir", metavar="INPUT_DIR", help="a folder (or s3:// prefix) of Parquet shards, as "
+                        "embed writes them (transform with a pipeline: any format embed reads)")
+    shards.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
 
     ev = commands.add_parser("evaluate", parents=[encoder, flow],
                              help="STS Spearman of raw, whitened and flow-transformed embeddings",
@@ -162,36 +168,24 @@ def _parser() -> argparse.ArgumentParser:
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
-    em.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
-    em.add_argument("--text-column", default="text",
-                    help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
 
-    fi = commands.add_parser("fit", parents=[flow, scale],
+    fi = commands.add_parser("fit", parents=[shards, flow, scale],
                              help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
                              description="Stream the embeddings of Parquet shards (random block order, local "
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
                              "with skops (safe to share; skflow.load reads it), any other name with joblib.")
-    fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
     fi.add_argument("--output", required=True, metavar="MODEL", type=functools.partial(_name, file=True),
                     help="the model file: .skops (recommended) or joblib")
-    fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
     for param, what in _FIT_OPTIONS.items():
         _option(fi, "--" + param.replace("_", "-"), what, *_FLOW)
 
-    tr = commands.add_parser("transform", parents=[actors, scale],
+    tr = commands.add_parser("transform", parents=[shards, actors, scale],
                              help="apply a fitted model to Parquet shards with Ray",
                              description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
-    tr.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS + "; for a pipeline, any format embed reads")
     tr.add_argument("--model", required=True, metavar="MODEL", type=_name,
                     help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
-    tr.add_argument("--column", default="embedding",
-                    help="the column of vectors a FlowGaussianizer transforms (default: %(default)s)")
-    tr.add_argument("--text-column", default="text",
-                    help="the column of texts a pipeline that starts with BertEmbedder transforms "
-                    "(default: %(default)s)")
     tr.add_argument("--output-column", default="z", type=_name,
                     help="the name of the column added, not one the input has (default: %(default)s)")
     return parser
