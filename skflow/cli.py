@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
-    # The options that several commands share, each built once (argparse parents).
+    # Options that several commands share, built once (argparse parents); skflow.distributed checks the Ray names
     encoder = argparse.ArgumentParser(add_help=False)
     encoder.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
                          help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
@@ -126,8 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     _option(actors, "--gpus-per-worker", "GPUs per actor", *_ACTORS)
     _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
             shown="this machine's cores shared among the workers")
-    actors.add_argument("--output", required=True, metavar="DIR", type=_name, help="the folder (or s3:// prefix) of "
-                        "the Parquet shards written: absent or empty, or pass --overwrite")
+    actors.add_argument("--output", required=True, metavar="DIR", help="the folder (or s3:// prefix) of the Parquet "
+                        "shards written: absent or empty, or pass --overwrite")
     actors.add_argument("--text-column", default="text",
                         help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
     shards = argparse.ArgumentParser(add_help=False)
@@ -174,8 +174,7 @@ def _parser() -> argparse.ArgumentParser:
                              description="Stream the embeddings of Parquet shards (random block order, local "
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
                              "with skops (safe to share; skflow.load reads it), any other name with joblib.")
-    fi.add_argument("--output", required=True, metavar="MODEL", type=functools.partial(_name, file=True),
-                    help="the model file: .skops (recommended) or joblib")
+    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     for param, what in _FIT_OPTIONS.items():
         _option(fi, "--" + param.replace("_", "-"), what, *_FLOW)
 
@@ -184,9 +183,8 @@ def _parser() -> argparse.ArgumentParser:
                              description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
-    tr.add_argument("--model", required=True, metavar="MODEL", type=_name,
-                    help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output-column", default="z", type=_name,
+    tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
+    tr.add_argument("--output-column", default="z",
                     help="the name of the column added, not one the input has (default: %(default)s)")
     return parser
 
@@ -209,7 +207,7 @@ def main(argv=None) -> int:
 
 def _error(what, status: int = 2, label: str = "error") -> int:
     """``label: what`` as one line on stderr (how the command line reports errors and warnings); returns ``status``."""
-    print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr)
+    print(f"{label}: {' '.join(line.strip() for line in str(what).splitlines())}", file=sys.stderr)
     return status
 
 
