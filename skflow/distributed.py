@@ -24,8 +24,7 @@ __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "l
 EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
 SHUFFLE_BUFFER_ROWS = 32768
-# The actors' options, checked by sklearn (an InvalidParameterError, a ValueError, before any work); the command
-# line reads its ranges from here.
+# The actors' options, checked by sklearn before any work (a ValueError); the command line reads their ranges here.
 ACTOR_OPTIONS = {
     "workers": [Interval(Integral, 1, None, closed="left")],
     "gpus_per_worker": [Interval(Real, 0, None, closed="left")],
@@ -54,16 +53,7 @@ class _MapBatches:
         return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 
-def _check_encoder(embedder: BertEmbedder) -> None:
-    """The embedder's own checks on the driver (an empty transform reads the model's config, loads no weights)."""
-    if ray_jobs.is_remote(str(embedder.model_name_or_path)):
-        shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
-        raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
-                         "a local path (or give a Hugging Face hub id)")
-    embedder.transform([])
-
-
-def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected: list,
+def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected=(),
            workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
            command: str) -> int:
     """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
@@ -76,7 +66,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     length = model.n_features_in_ if vectors else None
     n_rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
     checks = ray_jobs.RowChecks.needed(corpus, input_column, vectors=vectors, length=length, new_column=output_column)
-    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*protected, *corpus.files])
+    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
@@ -106,7 +96,6 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     return n_rows
 
 
-# -------------------------------------------------------------- the three steps
 def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
           text_column: str = "text", workers: int = 1, gpus_per_worker: float = 0,
           threads_per_worker: int | None = None, overwrite: bool = False, address: str | None = None,
@@ -141,11 +130,14 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
-    _check_encoder(embedder)
+    if ray_jobs.is_remote(str(embedder.model_name_or_path)):
+        shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
+        raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
+                         "a local path (or give a Hugging Face hub id)")
+    embedder.transform([])  # the embedder's own checks, on the driver: it reads the model's config, loads no weights
     return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
-                  protected=list(inputs), workers=workers, gpus_per_worker=gpus_per_worker,
-                  threads_per_worker=threads_per_worker, overwrite=overwrite, address=address, quiet=quiet,
-                  command="embed")
+                  workers=workers, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
+                  overwrite=overwrite, address=address, quiet=quiet, command="embed")
 
 
 def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGaussianizer | None = None,
@@ -207,15 +199,14 @@ def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: st
     """Apply a fitted model to every row of ``input_dir`` and write Parquet shards with ``output_column`` added.
 
     ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
-    ``column``) or of a fitted pipeline that starts with a BertEmbedder
-    (reads ``text_column`` of any input format). ``output`` is written as in
-    :func:`embed`: complete or not at all, replacing only skflow's own output.
+    ``column``) or of a fitted pipeline that starts with a BertEmbedder (reads ``text_column`` of any input format).
+    ``output`` is written as in :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="transform")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
     ray_jobs.check_new_column("--output-column", output_column)
     return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
-                  output_column=output_column, protected=[input_dir, model], workers=workers,
+                  output_column=output_column, protected=[model], workers=workers,
                   gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,
                   address=address, quiet=quiet, command="transform")
