@@ -112,9 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     _option(flow, "--epochs", "passes over the data (the paper: 1)", *_FLOW, param="max_epochs")
     _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
             {"seed": 0})
-    flow.add_argument("--device", default=_FLOW[1]["device"],
-                      help="where the flow trains (and evaluate's encoder runs): auto, cpu, cuda, cuda:N "
-                      "(default: %(default)s)")
+    flow.add_argument("--device", default=_FLOW[1]["device"], help="where the flow trains (and evaluate's encoder "
+                      "runs): auto, cpu, cuda, cuda:N (default: %(default)s)")
     scale = argparse.ArgumentParser(add_help=False)
     scale.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
     scale.add_argument("--overwrite", action="store_true",

@@ -70,12 +70,11 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
-        import ray
-
+        from ray.data import ActorPoolStrategy
         options = ray_jobs.actor_resources(workers, gpus_per_worker)
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
-        options["compute"] = ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
+        options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
                 dataset = ray_jobs.read_dataset(corpus, input_column)
