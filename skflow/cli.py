@@ -9,7 +9,6 @@ import os
 import platform
 import signal
 import sys
-import threading
 import warnings
 from numbers import Integral
 from pathlib import Path
@@ -52,19 +51,15 @@ def _range(interval: Interval) -> str:
     return f"{kind} {'>=' if interval.closed == 'left' else '>'} {interval.left:g}"
 
 
-def _within(interval: Interval):
+def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
-
-    def parse(text: str):
-        try:
-            value = int(text) if interval.type is Integral else float(text)
-        except ValueError:
-            value = None
-        if not text.isascii() or not interval.is_satisfied_by(value):
-            raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
-        return value
-
-    return parse
+    try:
+        value = int(text) if interval.type is Integral else float(text)
+    except ValueError:
+        value = None
+    if not text.isascii() or not interval.is_satisfied_by(value):
+        raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
+    return value
 
 
 def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param: str = "", shown="%(default)s"):
@@ -76,7 +71,7 @@ def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param:
         kwargs = {"choices": sorted(constraint.options), "metavar": param.upper()}
         what = f"{what}: {', '.join(kwargs['choices'])}"
     else:
-        kwargs = {"type": _within(constraint)}
+        kwargs = {"type": functools.partial(_within, constraint)}
         what = f"{what}, {_range(constraint)}"
     sub.add_argument(flag, default=defaults[param], help=f"{what} (default: {shown})", **kwargs)
 
@@ -101,15 +96,13 @@ _FIT_OPTIONS = {
     "coupling": "the coupling layers",
     "permutation": "the channel permutation between steps",
 }
-_OUTPUT_DIR = "the folder (or s3:// prefix) of the Parquet shards written: absent or empty, or pass --overwrite"
-_INPUT_SHARDS = "a folder (or s3:// prefix) of Parquet shards, as embed writes them"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(prog="python -m skflow", description="skflow: BERT-flow as scikit-learn estimators.")
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
-    # The options that several commands share, each built once (argparse parents).
+    # Options that several commands share, built once (argparse parents); skflow.distributed checks the Ray names
     encoder = argparse.ArgumentParser(add_help=False)
     encoder.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
                          help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
@@ -119,9 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     _option(flow, "--epochs", "passes over the data (the paper: 1)", *_FLOW, param="max_epochs")
     _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
             {"seed": 0})
-    flow.add_argument("--device", default=_FLOW[1]["device"],
-                      help="where the flow trains (and evaluate's encoder runs): auto, cpu, cuda, cuda:N "
-                      "(default: %(default)s)")
+    flow.add_argument("--device", default=_FLOW[1]["device"], help="where the flow trains (and evaluate's encoder "
+                      "runs): auto, cpu, cuda, cuda:N (default: %(default)s)")
     scale = argparse.ArgumentParser(add_help=False)
     scale.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local instance)")
     scale.add_argument("--overwrite", action="store_true",
@@ -133,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
     _option(actors, "--gpus-per-worker", "GPUs per actor", *_ACTORS)
     _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
             shown="this machine's cores shared among the workers")
+    actors.add_argument("--output", required=True, metavar="DIR", help="the folder (or s3:// prefix) of the Parquet "
+                        "shards written: absent or empty, or pass --overwrite")
+    actors.add_argument("--text-column", default="text",
+                        help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
+    shards = argparse.ArgumentParser(add_help=False)
+    shards.add_argument("input_dir", metavar="INPUT_DIR", help="a folder (or s3:// prefix) of Parquet shards, as "
+                        "embed writes them (transform with a pipeline: any format embed reads)")
+    shards.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
 
     ev = commands.add_parser("evaluate", parents=[encoder, flow],
                              help="STS Spearman of raw, whitened and flow-transformed embeddings",
@@ -167,37 +167,23 @@ def _parser() -> argparse.ArgumentParser:
                              "texts with BertEmbedder in Ray actors, and write Parquet shards with every input column "
                              "plus 'embedding'.")
     em.add_argument("inputs", nargs="+", metavar="INPUT", help="files or folders of one format")
-    em.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
-    em.add_argument("--text-column", default="text",
-                    help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
 
-    fi = commands.add_parser("fit", parents=[flow, scale],
+    fi = commands.add_parser("fit", parents=[shards, flow, scale],
                              help="fit a FlowGaussianizer on Parquet embeddings, streamed with Ray",
                              description="Stream the embeddings of Parquet shards (random block order, local "
                              "shuffle buffer) into FlowGaussianizer.partial_fit and save the model: MODEL.skops "
                              "with skops (safe to share; skflow.load reads it), any other name with joblib.")
-    fi.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS)
-    fi.add_argument("--output", required=True, metavar="MODEL", type=functools.partial(_name, file=True),
-                    help="the model file: .skops (recommended) or joblib")
-    fi.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
+    fi.add_argument("--output", required=True, metavar="MODEL", help="the model file: .skops (recommended) or joblib")
     for param, what in _FIT_OPTIONS.items():
         _option(fi, "--" + param.replace("_", "-"), what, *_FLOW)
 
-    tr = commands.add_parser("transform", parents=[actors, scale],
+    tr = commands.add_parser("transform", parents=[shards, actors, scale],
                              help="apply a fitted model to Parquet shards with Ray",
                              description="Apply a fitted FlowGaussianizer (to the embedding column) or a fitted "
                              "pipeline that starts with BertEmbedder (to the text column) in Ray actors, and write "
                              "Parquet shards with the result column added.")
-    tr.add_argument("input_dir", metavar="INPUT_DIR", help=_INPUT_SHARDS + "; for a pipeline, any format embed reads")
-    tr.add_argument("--model", required=True, metavar="MODEL", type=_name,
-                    help="a .skops file (read safely) or a joblib file")
-    tr.add_argument("--output", required=True, metavar="DIR", type=_name, help=_OUTPUT_DIR)
-    tr.add_argument("--column", default="embedding",
-                    help="the column of vectors a FlowGaussianizer transforms (default: %(default)s)")
-    tr.add_argument("--text-column", default="text",
-                    help="the column of texts a pipeline that starts with BertEmbedder transforms "
-                    "(default: %(default)s)")
-    tr.add_argument("--output-column", default="z", type=_name,
+    tr.add_argument("--model", required=True, metavar="MODEL", help="a .skops file (read safely) or a joblib file")
+    tr.add_argument("--output-column", default="z",
                     help="the name of the column added, not one the input has (default: %(default)s)")
     return parser
 
@@ -205,38 +191,28 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
-        if args.command == "evaluate":
-            return _evaluate_command(args)
-        # SIGTERM ends the command like Ctrl-C: unwinding, so that the staging folder and Ray are cleaned up.
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        warnings.showwarning = lambda message, *args, **kwargs: _error(message, label="warning")
         try:
-            return _scale_command(args)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            return _evaluate_command(args) if args.command == "evaluate" else _scale_command(args)
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("ray", "pyarrow"):
+                raise
+            return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
+        except (OSError, ValueError) as exc:  # before any work: options, inputs, outputs, data, encoder, cluster
+            return _error(exc)
+        except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
+            return _error(exc, status=1)
 
 
-def _one_line(label: str, what, file=None) -> None:
-    """``label: what`` as one line on stderr (or ``file``): how the command line reports errors and warnings."""
-    print(f"{label}: {' '.join(str(what).split())}", file=sys.stderr if file is None else file)
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    _one_line("warning", message, file)
-
-
-def _error(what, status: int = 2) -> int:
-    _one_line("error", what)
+def _error(what, status: int = 2, label: str = "error") -> int:
+    """``label: what`` as one line on stderr (how the command line reports errors and warnings); returns ``status``."""
+    print(f"{label}: {' '.join(line.strip() for line in str(what).splitlines())}", file=sys.stderr)
     return status
 
 
 @contextlib.contextmanager
 def _silenced():
-    """stdout and stderr go nowhere: the file descriptors (Ray's processes and C++ log lines write there) and
-    Python's streams (a caller's redirection, pytest's capture)."""
+    """stdout and stderr go nowhere: their file descriptors (Ray's C++ log lines) and Python's streams."""
     streams = (sys.stdout, sys.stderr)
     for stream in streams:
         stream.flush()
@@ -255,24 +231,19 @@ def _silenced():
 
 
 def _scale_command(args) -> int:
+    # SIGTERM ends the command like Ctrl-C: unwinding, so that the run's files and Ray are cleaned up.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
             done = _scale_step(args)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("ray", "pyarrow"):
-            raise
-        return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
-    except (OSError, ValueError) as exc:  # InputError, OutputPathError, EncoderNotFoundError, RayClusterError
-        return _error(exc)
-    except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written
-        return _error(exc, status=1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
         print(done, file=sys.stderr)
     return 0
 
 
-def _scale_step(args) -> str:
-    """Run ``skflow embed | fit | transform``; returns what it did, in words."""
+def _scale_step(args) -> str:  # what it did, in words
     ray = {"overwrite": args.overwrite, "address": args.address, "quiet": args.quiet}
     if args.command == "fit":
         flow = FlowGaussianizer(**{param: vars(args)[param] for param in _FIT_OPTIONS}, device=args.device,
@@ -293,17 +264,14 @@ def _scale_step(args) -> str:
 def _evaluate_command(args) -> int:
     output = Path(args.output).expanduser()
     stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
-    try:
-        outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
-        embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
-                                device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
-        results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
-                           download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
-                           skip_missing=args.sets is None, random_state=args.seed,
-                           flow_params={"max_epochs": args.epochs, "device": args.device},
-                           log=None if args.quiet else stderr_log)
-    except (OSError, ValueError) as exc:  # missing data, encoder, cache_dir or output folder; bad options
-        return _error(exc)
+    outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
+    embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
+                            device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
+    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
+                       download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
+                       skip_missing=args.sets is None, random_state=args.seed,
+                       flow_params={"max_epochs": args.epochs, "device": args.device},
+                       log=None if args.quiet else stderr_log)
     if not results["sets"]:
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1

@@ -1,13 +1,6 @@
 """Corpora beyond one machine, on Ray Data: embed text files, fit the flow on the embeddings, transform them.
 
-Each step reads sharded files (local paths or object-store URIs) with Ray
-Data's readers, runs the model in Ray actors (loaded once per actor) and
-writes Parquet shards that keep every input column; the flow is fitted on
-the driver by streaming the embeddings into
-:meth:`FlowGaussianizer.partial_fit`. Everything that can be checked is
-checked on the driver before Ray starts; an output is complete or not
-there (:class:`skflow.ray_jobs.OutputFolder`). Needs the ``ray`` extra:
-``pip install "skflow[ray]"``; see ``docs/scale.md``.
+Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 """
 
 import dataclasses
@@ -16,10 +9,11 @@ import os
 from collections.abc import Sequence
 from numbers import Integral, Real
 
+import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
-from skflow import embedding, ray_jobs
+from skflow import ray_jobs
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
@@ -28,12 +22,9 @@ from skflow.utils import OutputPathError, check_given_name, resolve_device
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
 EMBEDDING_COLUMN = "embedding"
-# Rows per actor call (the encoder cuts them into its own batches) and per partial_fit call.
-ROWS_PER_CALL = 8192
-ROWS_PER_PARTIAL_FIT = 8192
+ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
 SHUFFLE_BUFFER_ROWS = 32768
-# The actors' options, checked by sklearn (an InvalidParameterError, a ValueError, before any work); the command
-# line reads its ranges from here.
+# The actors' options, checked by sklearn before any work (a ValueError); the command line reads their ranges here.
 ACTOR_OPTIONS = {
     "workers": [Interval(Integral, 1, None, closed="left")],
     "gpus_per_worker": [Interval(Real, 0, None, closed="left")],
@@ -48,19 +39,13 @@ class _MapBatches:
         self.model, self.input_column, self.output_column = model, input_column, output_column
         self.threads, self.checks = threads, checks
         if isinstance(model, BertEmbedder):
-            self.set_threads()
             model.transform(["warm-up"])  # load the encoder now, once per actor
 
-    def set_threads(self) -> None:
-        import torch
-
+    def __call__(self, table):
         # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
         # matrix products single-threaded when Ray ran a call in another thread (22% slower).
         torch.set_num_threads(self.threads)
-
-    def __call__(self, table):
-        self.set_threads()
         if self.checks is not None:
             self.checks(table)
         values = table.column(self.input_column)
@@ -68,24 +53,7 @@ class _MapBatches:
         return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 
-def _check_encoder(embedder: BertEmbedder) -> None:
-    """The embedder's parameters, and that its model exists and fits them: on the driver, no weights loaded."""
-    embedder._validate_params()
-    embedding.check_hub_options(embedder)
-    if ray_jobs.is_remote(str(embedder.model_name_or_path)):
-        shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
-        raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
-                         "a local path (or give a Hugging Face hub id)")
-    source = embedding.resolve_model_source(embedder.model_name_or_path, embedder.revision, embedder.token)
-    config = embedding.load_config(*source, embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
-    embedding.resolve_pooling(embedder.pooling, embedder.layers, embedding.n_hidden_layers(config))
-    max_positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(max_positions, int) and embedder.max_length > max_positions:
-        raise InputError(f"--max-length {embedder.max_length} exceeds what the model supports ({max_positions})")
-    resolve_device(embedder.device)
-
-
-def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected: list,
+def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected=(),
            workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
            command: str) -> int:
     """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
@@ -98,26 +66,20 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     length = model.n_features_in_ if vectors else None
     n_rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
     checks = ray_jobs.RowChecks.needed(corpus, input_column, vectors=vectors, length=length, new_column=output_column)
-    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*protected, *corpus.files])
+    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
-        import ray
-
+        from ray.data import ActorPoolStrategy
         options = ray_jobs.actor_resources(workers, gpus_per_worker)
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
-        options["compute"] = ray.data.ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
+        options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
         with target.writing() as sink:  # the run's files are deleted unless committed
             try:
-                dataset = ray_jobs.read_dataset(corpus, input_column).map_batches(
-                    _MapBatches,
-                    fn_constructor_kwargs=actor,
-                    batch_size=ROWS_PER_CALL,
-                    batch_format="pyarrow",
-                    **options,
-                )
-                dataset.write_datasink(sink)
+                dataset = ray_jobs.read_dataset(corpus, input_column)
+                dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
+                                    batch_format="pyarrow", **options).write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
                 failure = ray_jobs.job_failure(exc, checks)
@@ -133,20 +95,10 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     return n_rows
 
 
-# -------------------------------------------------------------- the three steps
-def embed(
-    inputs: Sequence[str | os.PathLike],
-    output: str | os.PathLike,
-    *,
-    embedder: BertEmbedder | None = None,
-    text_column: str = "text",
-    workers: int = 1,
-    gpus_per_worker: float = 0,
-    threads_per_worker: int | None = None,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> int:
+def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
+          text_column: str = "text", workers: int = 1, gpus_per_worker: float = 0,
+          threads_per_worker: int | None = None, overwrite: bool = False, address: str | None = None,
+          quiet: bool = False) -> int:
     """Embed the texts of ``inputs`` into Parquet shards in ``output``; returns the row count.
 
     Parameters
@@ -163,12 +115,9 @@ def embed(
     workers, gpus_per_worker, threads_per_worker : int, float, int or None, default=1, 0, None
         Ray actors, each with its own copy of the encoder (together they reserve all but one of the cluster's
         CPUs, at most one each); GPUs and torch threads per actor (None: this machine's cores shared among them).
-    overwrite : bool, default=False
-        Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in).
-    address : str, default=None
-        A Ray cluster to join (else ``RAY_ADDRESS``, else a local instance).
-    quiet : bool, default=False
-        No progress bars.
+    overwrite, address, quiet : bool, str or None, bool, default=False, None, False
+        Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in);
+        the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bars.
 
     Raises
     ------
@@ -180,24 +129,19 @@ def embed(
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     embedder = BertEmbedder() if embedder is None else embedder
-    _check_encoder(embedder)
+    if ray_jobs.is_remote(str(embedder.model_name_or_path)):
+        shown = ray_jobs.scrub(str(embedder.model_name_or_path).split("?", 1)[0])
+        raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
+                         "a local path (or give a Hugging Face hub id)")
+    embedder.transform([])  # the embedder's own checks, on the driver: it reads the model's config, loads no weights
     return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
-                  protected=list(inputs), workers=workers, gpus_per_worker=gpus_per_worker,
-                  threads_per_worker=threads_per_worker, overwrite=overwrite, address=address, quiet=quiet,
-                  command="embed")
+                  workers=workers, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
+                  overwrite=overwrite, address=address, quiet=quiet, command="embed")
 
 
-def fit(
-    input_dir: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    flow: FlowGaussianizer | None = None,
-    column: str = EMBEDDING_COLUMN,
-    epochs: int = 1,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> FlowGaussianizer:
+def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGaussianizer | None = None,
+        column: str = EMBEDDING_COLUMN, epochs: int = 1, overwrite: bool = False, address: str | None = None,
+        quiet: bool = False) -> FlowGaussianizer:
     """Fit a flow on the embeddings of the Parquet shards in ``input_dir`` and save it to ``output``.
 
     ``output`` ending in ``.skops`` is written with :func:`skflow.dump` (safe to share, read with
@@ -210,8 +154,7 @@ def fit(
     model every run. A flow this machine cannot train is a ValueError before Ray starts when the Parquet footers
     give the vectors' length. See ``docs/scale.md``.
     """
-    epochs_range = {"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}
-    validate_parameter_constraints(epochs_range, {"epochs": epochs}, caller_name="fit")
+    validate_parameter_constraints({"epochs": FlowGaussianizer._parameter_constraints["max_epochs"]}, locals(), "fit")
     check_given_name("--output", output, OutputPathError, file=True)
     flow = FlowGaussianizer() if flow is None else flow
     flow._validate_params()
@@ -232,52 +175,37 @@ def fit(
         try:
             for _ in range(epochs):
                 epoch = dataset.randomize_block_order(seed=int(seeds.randint(2**31)))
-                for batch in epoch.iter_batches(batch_size=ROWS_PER_PARTIAL_FIT, batch_format="pyarrow",
+                for batch in epoch.iter_batches(batch_size=ROWS_PER_CALL, batch_format="pyarrow",
                                                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
                                                 local_shuffle_seed=int(seeds.randint(2**31))):
                     if checks is not None:  # every batch holds vectors of the first batch's length
                         checks = dataclasses.replace(checks, length=checks(batch))
                     flow.partial_fit(ray_jobs.vectors_array(batch.column(column)))
-            failure = None
         except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line
-            failure = ray_jobs.job_failure(exc, checks)
-        if failure is not None:
-            raise failure
+            raise ray_jobs.job_failure(exc, checks) from None
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     ray_jobs.save_model(flow, out, overwrite=overwrite)
     return flow
 
 
-def transform(
-    input_dir: str | os.PathLike,
-    model: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    column: str = EMBEDDING_COLUMN,
-    text_column: str = "text",
-    output_column: str = "z",
-    workers: int = 1,
-    gpus_per_worker: float = 0,
-    threads_per_worker: int | None = None,
-    overwrite: bool = False,
-    address: str | None = None,
-    quiet: bool = False,
-) -> int:
+def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: str | os.PathLike, *,
+              column: str = EMBEDDING_COLUMN, text_column: str = "text", output_column: str = "z", workers: int = 1,
+              gpus_per_worker: float = 0, threads_per_worker: int | None = None, overwrite: bool = False,
+              address: str | None = None, quiet: bool = False) -> int:
     """Apply a fitted model to every row of ``input_dir`` and write Parquet shards with ``output_column`` added.
 
     ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
-    ``column``) or of a fitted pipeline that starts with a BertEmbedder
-    (reads ``text_column`` of any input format). ``output`` is written as in
-    :func:`embed`: complete or not at all, replacing only skflow's own output.
+    ``column``) or of a fitted pipeline that starts with a BertEmbedder (reads ``text_column`` of any input format).
+    ``output`` is written as in :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="transform")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
     ray_jobs.check_new_column("--output-column", output_column)
     return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
-                  output_column=output_column, protected=[input_dir, model], workers=workers,
+                  output_column=output_column, protected=[model], workers=workers,
                   gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,
                   address=address, quiet=quiet, command="transform")

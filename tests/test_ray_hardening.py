@@ -170,7 +170,8 @@ def test_a_command_that_fails_with_overwrite_keeps_the_previous_output(tmp_path,
     (["embed", "{corpus}", "--threads-per-worker", "-3"], "argument --threads-per-worker: must be an integer >= 1"),
     (["embed", "{corpus}", "--gpus-per-worker", "-1"], "argument --gpus-per-worker: must be a number >= 0"),
     (["embed", "{corpus}", "--gpus-per-worker", "nan"], "argument --gpus-per-worker: must be a number >= 0, got 'nan'"),
-    (["embed", "{corpus}", "--max-length", "100000"], "exceeds what the model supports (512)"),
+    (["embed", "{corpus}", "--max-length", "100000"],
+     "max_length=100000 exceeds what 'sentence-transformers/all-MiniLM-L6-v2' supports (512 positions)"),
     (["embed", "{emb_with_text}"], "has a column 'embedding' already"),
     (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be an integer from 1 to 10000, got '0'"),
     (["fit", "{emb}", "--device", "meta"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'meta'"),
@@ -254,7 +255,7 @@ _EMPTY, _BREAK, _NOT_UTF8 = "must not be empty", "must not hold a line break or 
 def test_an_output_column_that_is_not_a_name_is_refused_before_ray(tmp_path, capsys, no_ray, column, problem):
     emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--output-column", column])
-    assert err == f"error: argument --output-column: {problem} (see python -m skflow transform --help)"
+    assert err == f"error: --output-column {problem}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
     with pytest.raises(distributed.InputError) as info:
         distributed.transform(emb, flow, tmp_path / "z", output_column=column)
@@ -278,7 +279,7 @@ def test_an_output_that_is_not_a_name_is_refused_before_ray(tmp_path, corpus, ca
     before = _tree(tmp_path), sorted(os.listdir(tmp_path))
     argv = {"embed": ["embed", corpus], "fit": ["fit", emb], "transform": ["transform", emb, "--model", flow]}[command]
     err = _refused(capsys, [*argv, "--output", value])
-    assert err == f"error: argument --output: {problem} (see python -m skflow {command} --help)"
+    assert err == f"error: --output {problem}"
     run = {"embed": lambda: distributed.embed([corpus], value), "fit": lambda: distributed.fit(emb, value),
            "transform": lambda: distributed.transform(emb, flow, value)}[command]
     with pytest.raises(OutputPathError) as info:

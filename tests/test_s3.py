@@ -463,7 +463,7 @@ def test_bad_uris_are_one_line_and_never_repeat_credentials(s3, capfd, no_ray, t
                      ["transform", emb, "--model", uri, "--output", tmp_path / "z", "--quiet"],
                      ["fit", emb, "--output", uri, "--quiet"]):
             err = _refused(capfd, argv)
-            expected = (f"argument --output: must name a file, not a folder, got '{uri}'"  # the parser's check first
+            expected = (f"--output must name a file, not a folder, got '{uri}'"  # the name's check first
                         if uri == "s3://" and argv[0] == "fit" else message)
             assert err == f"error: {expected}" or err.startswith(f"error: {expected} ") or expected in err, (argv, err)
             assert KEY_ID not in err
