@@ -3,7 +3,6 @@
 Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 """
 
-import dataclasses
 import gc
 import os
 from collections.abc import Sequence
@@ -35,9 +34,8 @@ ACTOR_OPTIONS = {
 class _MapBatches:
     """Ray actor: applies a model (loaded once per actor) to the input column of each batch, adds the output column."""
 
-    def __init__(self, model, input_column: str, output_column: str, threads: int, checks: ray_jobs.RowChecks | None):
-        self.model, self.input_column, self.output_column = model, input_column, output_column
-        self.threads, self.checks = threads, checks
+    def __init__(self, model, input_column: str, output_column: str, threads: int):
+        self.model, self.input_column, self.output_column, self.threads = model, input_column, output_column, threads
         if isinstance(model, BertEmbedder):
             model.transform(["warm-up"])  # load the encoder now, once per actor
 
@@ -46,8 +44,6 @@ class _MapBatches:
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
         # matrix products single-threaded when Ray ran a call in another thread (22% slower).
         torch.set_num_threads(self.threads)
-        if self.checks is not None:
-            self.checks(table)
         values = table.column(self.input_column)
         X = ray_jobs.vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
         return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
@@ -65,9 +61,8 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
     length = model.n_features_in_ if vectors else None
     n_rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
-    checks = ray_jobs.RowChecks.needed(corpus, input_column, vectors=vectors, length=length, new_column=output_column)
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
-    actor = {"model": model, "input_column": input_column, "output_column": output_column, "checks": checks,
+    actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
         from ray.data import ActorPoolStrategy
@@ -82,7 +77,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
                                     batch_format="pyarrow", **options).write_datasink(sink)
                 failure = None
             except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                failure = ray_jobs.job_failure(exc, checks)
+                failure = ray_jobs.job_failure(exc)
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
@@ -165,7 +160,6 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     _, length = ray_jobs.check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
-    checks = ray_jobs.RowChecks.needed(corpus, column, vectors=True, length=length)
     out = ray_jobs.check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
@@ -178,13 +172,11 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
                 for batch in epoch.iter_batches(batch_size=ROWS_PER_CALL, batch_format="pyarrow",
                                                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
                                                 local_shuffle_seed=int(seeds.randint(2**31))):
-                    if checks is not None:  # every batch holds vectors of the first batch's length
-                        checks = dataclasses.replace(checks, length=checks(batch))
                     flow.partial_fit(ray_jobs.vectors_array(batch.column(column)))
         except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line
-            raise ray_jobs.job_failure(exc, checks) from None
+            raise ray_jobs.job_failure(exc) from None
     if not getattr(flow, "n_samples_seen_", 0):
         raise JobFailedError(f"{input_dir}: no rows reached the flow; nothing was written")
     ray_jobs.save_model(flow, out, overwrite=overwrite)

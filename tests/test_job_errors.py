@@ -25,7 +25,7 @@ def _wrapped_by_ray_data(exc: BaseException) -> BaseException:
 
 @pytest.mark.parametrize("deliver", [_from_a_worker, _wrapped_by_ray_data])
 def test_a_bad_row_found_in_a_worker_is_the_users_input_error(deliver):
-    failure = job_failure(deliver(InputError(BAD_ROW)), None)
+    failure = job_failure(deliver(InputError(BAD_ROW)))
     assert type(failure) is InputError and str(failure) == f"{BAD_ROW}; nothing was written"
 
 
@@ -33,7 +33,7 @@ def test_a_message_that_reads_like_another_error_is_not_taken_for_it():
     """A worker's error whose text holds a line ``...InputError: ...`` (a regex over Ray's traceback text took
     the last such line for the error raised) is what it is: the job failed, exit 1, first line only."""
     text = f"the encoder broke\nskflow.ray_jobs._corpus_files.InputError: {BAD_ROW}\nOSError: disk"
-    failure = job_failure(_from_a_worker(RuntimeError(text)), None)
+    failure = job_failure(_from_a_worker(RuntimeError(text)))
     assert type(failure) is JobFailedError
     assert str(failure) == "the Ray job failed, nothing was written: RuntimeError: the encoder broke"
     assert type(job_failure(_from_a_worker(OSError("gone")))) is JobFailedError  # not the input's, so exit 1

@@ -22,7 +22,7 @@ import torch
 
 from skflow.flow_estimator._size import check_flow_size
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.utils import InvalidModelError
+from skflow.utils import InvalidModelError, check_feature_names
 
 _CONFIG_INTS = ("n_features", "n_levels", "depth", "hidden_channels")
 TRAINER_KEYS = ("exp_avg", "exp_avg_sq", "n_steps", "generator", "reference_loss")
@@ -149,12 +149,7 @@ def _check_fitted_values(state: dict, n_modelled: int) -> None:
             "mean_ must be at most 1e20 in absolute value and scale_ from 1e-35 to 1e20 (fit refuses values whose "
             "squares overflow float32)"
         )
-    names = state.get("feature_names_in_")
-    if names is not None and not (
-        isinstance(names, np.ndarray) and names.shape == (state["n_features_in_"],)
-        and all(isinstance(n, str) for n in names)
-    ):
-        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
+    check_feature_names(state)
     for key in ("n_iter_", "n_samples_seen_", "n_steps_"):
         if not _is_count(state[key]):
             raise InvalidModelError(f"{key} must be a non-negative int, got {state[key]!r}")

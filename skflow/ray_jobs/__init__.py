@@ -3,7 +3,6 @@ Ray Data reads, output folders committed by a manifest, model files, the Ray ses
 
 from skflow.ray_jobs._corpus import (
                                     InputError,
-                                    RowChecks,
                                     check_new_column,
                                     check_rows,
                                     input_files,
@@ -17,7 +16,7 @@ from skflow.ray_jobs._session import JobFailedError, RayClusterError, actor_reso
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 
 __all__ = [
-    "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "RowChecks", "actor_resources",
+    "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "actor_resources",
     "check_model_output", "check_new_column", "check_rows", "input_files", "is_remote", "job_failure", "load_model",
     "locate", "ray_session", "read_dataset", "save_model", "scrub", "vectors_array", "vectors_column"
 ]

@@ -246,10 +246,6 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-class RowChecks:  # until skflow.distributed stops passing it: Ray's read checks the rows (Corpus.checks)
-    needed = staticmethod(lambda *args, **kwargs: None)
-
-
 def _parsed(names: dict, text_column, checks, batch):  # one file a batch
     path = names[batch.column("path")[0].as_py()]
     table = parse(batch.column("bytes")[0].as_py(), path, text_column)

@@ -98,9 +98,8 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
     return options
 
 
-def job_failure(exc: BaseException, checks=None) -> Exception:
-    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`.
-    ``checks`` is ignored (skflow.distributed passes it until it drops RowChecks)."""
+def job_failure(exc: BaseException) -> Exception:
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`."""
     from ray.exceptions import RayTaskError, UserCodeException
 
     raised = exc  # the worker's own exception, under Ray's wrappers

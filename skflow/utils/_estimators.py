@@ -13,14 +13,10 @@ from sklearn.utils.validation import check_array, validate_data
 from skflow.metrics import sts_spearman
 from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "ROUNDING_RELATIVE_STD", "check_feature_names", "pairs_or_likelihood_score",
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "check_feature_names", "pairs_or_likelihood_score",
            "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
-# A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
-# copies of one row gave at most 1.5e-13 (float64 centred moments, 2,000,000 rows); 1e-11 keeps a margin and fits
-# rows that differ by 1 around a common offset of 1e10 (docs/reliability.md, Whitener on equal rows).
-ROUNDING_RELATIVE_STD = 1e-11
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
 # 8192 rows x 384 features in float64 are 25 MB.
 CHUNK_ROWS = 8192

@@ -19,7 +19,6 @@ import numpy as np
 
 from skflow.utils import (
     ONNX,
-    ROUNDING_RELATIVE_STD,
     InvalidModelError,
     check_feature_names,
     check_output_file,
@@ -27,6 +26,10 @@ from skflow.utils import (
     row_chunks,
 )
 
+# A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
+# copies of one row gave at most 1.5e-13 (float64 centred moments, 2,000,000 rows); 1e-11 keeps a margin and fits
+# rows that differ by 1 around a common offset of 1e10 (docs/reliability.md, Whitener on equal rows).
+ROUNDING_RELATIVE_STD = 1e-11
 # The window of data a Whitener fits (and loads), checked by `RunningMoments.check_spread`: a mean and a
 # scatter matrix below MAGNITUDE_LIMIT (beyond it the scatter's products overflow float64), and a largest
 # variance of at least SMALLEST_VARIANCE (below it the squares of the deviations near float64's subnormal
@@ -77,7 +80,7 @@ class RunningMoments:
         """A ValueError unless these moments can be whitened in float64 and saved: ``mean`` and ``scatter``
         below `MAGNITUDE_LIMIT` in magnitude, a largest variance of at least `SMALLEST_VARIANCE`, and rows
         that are not all equal to rounding (each feature's standard deviation at most
-        `skflow.utils.ROUNDING_RELATIVE_STD`, 1e-11, of its mean's magnitude: float64 rounding of the moments,
+        `ROUNDING_RELATIVE_STD`, 1e-11, of its mean's magnitude: float64 rounding of the moments,
         justified there)."""
         if not (np.abs(self.mean).max() < MAGNITUDE_LIMIT and np.abs(self.scatter).max() < MAGNITUDE_LIMIT):
             raise ValueError(_TOO_LARGE)
