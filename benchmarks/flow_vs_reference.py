@@ -9,14 +9,19 @@ reference's, and every round's ratio is printed.
 
 skflow's training steps on batches this small run on one torch thread (``SINGLE_THREAD_MAX_ELEMENTS``);
 the reference runs on ``--threads``. Like for like, the reference is also run on one thread and both
-ratios are reported.
+ratios are reported. ``--busy N`` runs N processes that spin on a core during the measurement (a machine
+shared with other work: a second fit, a browser, Ray workers).
 
     python benchmarks/flow_vs_reference.py --reference ../shared/benchmarks/ref_glow.py [--rounds 7] [--threads 2]
+                                           [--busy 0]
 """
 
 import argparse
+import contextlib
 import importlib.util
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -52,12 +57,29 @@ def reference_throughput(reference, X: np.ndarray, seed: int, threads: int) -> f
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def busy_cores(n: int):
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, help="path of ref_glow.py")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the process")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on a core meanwhile")
     args = parser.parse_args()
+    with busy_cores(args.busy):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     reference, X = load_reference(args.reference), reference_data()
     skflow_throughput(X[:4000], 0)  # warm-up of both
@@ -73,7 +95,7 @@ def main() -> None:
             runs[name].append(measure())
         print(f"round {round_ + 1}: " + ", ".join(f"{name} {values[-1]:,.0f}" for name, values in runs.items()))
     ours = statistics.median(runs["skflow"])
-    print(f"\ntorch {torch.__version__}, {args.threads} threads, {args.rounds} rounds, vectors / s (median):")
+    print(f"\ntorch {torch.__version__}, {args.threads} threads, {args.busy} busy cores, {args.rounds} rounds:")
     print("| side | vectors / s (median) | skflow's ratio (of medians) | ratio per round |")
     print("|---|---|---|---|")
     for name, values in runs.items():
