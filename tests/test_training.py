@@ -152,3 +152,26 @@ def test_losses_and_scores_are_reported_in_the_data_units():
 
     assert shifted.mean_log_prob(Rows()) == pytest.approx(plain.mean_log_prob(Rows()) + 2.5, rel=1e-9)
     assert plain.mean_log_prob(Rows()) == pytest.approx(float(plain.flow.log_prob(x).double().mean()), rel=1e-6)
+
+
+@pytest.mark.parametrize("n_rows,threads_in_steps", [(32, 1), (8192, 2)])
+def test_small_cpu_steps_run_on_one_thread_and_the_setting_comes_back(monkeypatch, n_rows, threads_in_steps):
+    """Batches under SINGLE_THREAD_MAX_ELEMENTS step on one torch thread; larger ones on the process's setting.
+
+    The process's setting is restored after the pass, also when a step fails."""
+    trainer, _ = _trainer()
+    x = torch.randn(n_rows, 8)
+    seen = []
+    real_step = FlowTrainer.step
+    monkeypatch.setattr(FlowTrainer, "step", lambda self, batch: seen.append(torch.get_num_threads()) or 0.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer.run([x, x])
+        assert seen == [threads_in_steps] * 2 and torch.get_num_threads() == 2
+        monkeypatch.setattr(FlowTrainer, "step", lambda self, batch: real_step(self, batch * math.inf))
+        with pytest.raises(NonFiniteLossError):
+            trainer.run([x])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -7,7 +7,9 @@ is in the data's own units (``log_det``), so the estimator keeps them as they
 come.
 """
 
+import contextlib
 import copy
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +25,10 @@ from skflow.flows.optim import adam_weight_decay_update, flatten_parameters, ste
 # that the fit diverges, finite or not.
 EXPLOSION_NATS_PER_FEATURE = 10.0
 EXPLOSION_MARGIN_NATS = 100.0
+# A CPU step on batches smaller than this (rows x features) runs on one thread. torch does not split elementwise
+# operations this small (its grain size is 32,768 elements) and the matrix products of such a step take ~20 us:
+# waking a second thread for them costs more than it saves, and on a busy machine it costs up to 100x.
+SINGLE_THREAD_MAX_ELEMENTS = 32_768
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -192,15 +198,20 @@ class FlowTrainer:
     ) -> PassResult:
         """A step on each batch, in order (``n_batches``, if known, only names the step in errors)."""
         result = PassResult()
-        for index, batch in enumerate(batches):
-            try:
-                loss = self.step(batch)
-            except NonFiniteLossError as exc:
-                exc.step, exc.n_batches = index + 1, n_batches
-                raise
-            result.add(loss, len(batch))
-            if on_step is not None:
-                on_step(loss)
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is None:
+            return result
+        with _threads_for(first):
+            for index, batch in enumerate(itertools.chain([first], batches)):
+                try:
+                    loss = self.step(batch)
+                except NonFiniteLossError as exc:
+                    exc.step, exc.n_batches = index + 1, n_batches
+                    raise
+                result.add(loss, len(batch))
+                if on_step is not None:
+                    on_step(loss)
         return result
 
     @torch.no_grad()
@@ -280,6 +291,20 @@ def _flat_step_scales(flow: Glow, flat: torch.Tensor) -> torch.Tensor | None:
         offset = (parameter.data_ptr() - flat.data_ptr()) // flat.element_size()
         scales[offset : offset + parameter.numel()] = scale
     return scales
+
+
+@contextlib.contextmanager
+def _threads_for(batch: torch.Tensor) -> Iterator[None]:
+    """One torch thread while steps on batches like ``batch`` run on the CPU (see SINGLE_THREAD_MAX_ELEMENTS)."""
+    threads = torch.get_num_threads()
+    if batch.device.type != "cpu" or batch.numel() > SINGLE_THREAD_MAX_ELEMENTS or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class Rows(Protocol):

@@ -35,20 +35,20 @@ def is_log_scale(name: str) -> bool:
 
 
 class _StepViews:
-    """One step's parameters, their gradient views and where its log-scales lie in the flat buffer."""
+    """One step's parameters, scales and gradients as views, made once: plain tensors, no lookups per step.
 
-    def __init__(self, step, offset) -> None:
+    The scales ``exp(3 s)`` are views into ``exp_logs``, which every call refills.
+    """
+
+    def __init__(self, step, offset, exp_logs: torch.Tensor) -> None:
         self.split = step.coupling.split
         self.bias = step.actnorm.bias
         net = step.coupling.net.layers()
-        self.net_weights = [(layer.weight, layer.bias) for layer in net]  # plain tensors: no Module lookups per step
-        logs = [step.actnorm.logs] + [layer.logs for layer in net]
-        self.log_scales = [(offset(p), p.numel()) for p in logs]
+        self.log_scales = [(offset(p), p.numel()) for p in [step.actnorm.logs] + [layer.logs for layer in net]]
+        self.scale, *net_scales = [exp_logs[start : start + n] for start, n in self.log_scales]
+        self.net = [(layer.weight, layer.bias, scale) for layer, scale in zip(net, net_scales)]
         self.actnorm_grads = (step.actnorm.bias.grad, step.actnorm.logs.grad)
         self.net_grads = [(layer.weight.grad, layer.bias.grad, layer.logs.grad) for layer in net]
-
-    def scales(self, exp_logs: torch.Tensor) -> list[torch.Tensor]:
-        return [exp_logs[start : start + n] for start, n in self.log_scales]
 
 
 class OfficialGlowGradient:
@@ -77,7 +77,8 @@ class OfficialGlowGradient:
             raise ValueError("flatten the flow with flatten_parameters(flow, first=is_log_scale)")
         self.flat = flat
         self.sizes = flow.sizes
-        self.levels = [[_StepViews(step, offset) for step in level] for level in flow.levels]
+        self.exp_logs = torch.empty(self.n_logs, dtype=flat.dtype, device=flat.device)
+        self.levels = [[_StepViews(step, offset, self.exp_logs) for step in level] for level in flow.levels]
         # log|det| = 3 * (sum of the flow-level ActNorm log-scales); the nets' ones do not count.
         self.logdet_mask = torch.zeros(self.n_logs, dtype=flat.dtype, device=flat.device)
         for level in self.levels:
@@ -89,17 +90,15 @@ class OfficialGlowGradient:
     def __call__(self, x: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
         """Mean NLL per row in nats (a 0-d tensor); ``flat.grad`` gets ``loss_scale *`` its gradient."""
         n_rows, n_features = x.shape
-        exp_logs = torch.exp(self.flat[: self.n_logs] * LOGSCALE_FACTOR)
+        torch.exp(torch.mul(self.flat[: self.n_logs], LOGSCALE_FACTOR, out=self.exp_logs), out=self.exp_logs)
         saved, factored, h = [], [], x
         for index, level in enumerate(self.levels):
             for step in level:
-                scale, *net_scales = step.scales(exp_logs)
-                net = [(w, b, e) for (w, b), e in zip(step.net_weights, net_scales)]
-                y = scale_shift(h, step.bias, scale)  # ActNorm
+                y = scale_shift(h, step.bias, step.scale)  # ActNorm
                 p = y.flip(1)  # ReversePermutation
-                shift, net_saved = coupling_net(p[:, : step.split], net)  # AdditiveCoupling
+                shift, net_saved = coupling_net(p[:, : step.split], step.net)  # AdditiveCoupling
                 p[:, step.split :] += shift
-                saved.append((y, scale, net, net_saved))
+                saved.append((y, net_saved))
                 h = p
             if index + 1 < len(self.sizes):
                 keep = self.sizes[index + 1]
@@ -114,10 +113,10 @@ class OfficialGlowGradient:
         for index in reversed(range(len(self.levels))):
             g = grad_z[:, : self.sizes[index]]
             for step in reversed(self.levels[index]):
-                y, scale, net, net_saved = saved.pop()
+                y, net_saved = saved.pop()
                 grad_p = g.clone()
-                coupling_net_backward(net_saved, net, g[:, step.split :], step.net_grads, grad_p[:, : step.split])
-                g = scale_shift_backward(grad_p.flip(1), y, scale, *step.actnorm_grads, inplace=True)
+                coupling_net_backward(net_saved, step.net, g[:, step.split :], step.net_grads, grad_p[:, : step.split])
+                g = scale_shift_backward(grad_p.flip(1), y, step.scale, *step.actnorm_grads, inplace=True)
             if index:  # the level below continues from this gradient; the data's own is not needed
                 grad_z[:, : self.sizes[index]] = g
         # Every log-scale enters as exp(3 s): one multiply for all; the flow's ActNorms add the log-det term.
