@@ -163,7 +163,7 @@ def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(
     table = pq.read_table(folder / "part-0.parquet")
     X = np.random.RandomState(0).normal(size=(200, 4)).astype(np.float32)
     table = table.append_column("embedding", pa.array(X[: table.num_rows].tolist(), pa.list_(pa.float32(), 4)))
-    actor = _MapBatches(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), "embedding", "z", threads=2, checks=None)
+    actor = _MapBatches(FlowGaussianizer(max_epochs=1, random_state=0).fit(X), "embedding", "z", threads=2)
     seen = []
 
     def ray_call():
