@@ -50,15 +50,14 @@ class FlowPooling(Module):
         super().__init__()
         if reduction not in saved_models.REDUCTIONS:  # pool would mean-pool anything but "cls"
             raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {saved_models.REDUCTIONS}")
-        if layers is not None and not (isinstance(layers, list) and layers and all(
-                type(layer) is int and layer >= 0 for layer in layers)):
+        if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
+                isinstance(layer, (int, np.integer)) and type(layer) is not bool and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
                              f"{layers!r}")
-        if type(normalize) is not bool:
+        if not isinstance(normalize, (bool, np.bool_)):
             raise ValueError(f"normalize must be true or false, got {normalize!r}")
-        self.reduction = reduction
-        self.layers, self.normalize = layers, normalize
-        self.flow = flow
+        self.reduction, self.flow = reduction, flow
+        self.layers, self.normalize = layers and [int(layer) for layer in layers], bool(normalize)
 
     def forward(self, features: dict, **kwargs) -> dict:
         if self.layers is None:
@@ -85,10 +84,20 @@ class FlowPooling(Module):
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "FlowPooling":
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
-        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
-        flow = cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
         where = Path(model_name_or_path, subfolder)
-        return _flow_pooling(config, where / cls.config_file_name, Path(flow or where / FLOW_FILE))
+        try:
+            pooling = cls(**cls.load_config(model_name_or_path, subfolder=subfolder, **hub))
+        except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
+            raise persistence.InvalidModelError(f"{where / cls.config_file_name}: FlowPooling's configuration is "
+                                                f"refused: {exc}") from None
+        flow = Path(cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
+                    or where / FLOW_FILE)
+        pooling.flow = persistence.load(flow)  # a missing file: an InvalidModelError naming it
+        if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
+            fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
+            raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
+                                                "FlowGaussianizer, Whitener or MeanDirectionRemover")
+        return pooling
 
 
 def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> Path:
@@ -203,15 +212,6 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
         The folder is not one skflow writes; the message names the file.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from skflow.serving import load_sentence_transformer
-    >>> load_sentence_transformer(tempfile.mkdtemp())
-    Traceback (most recent call last):
-    ...
-    skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:
@@ -226,9 +226,9 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         modules, layers = saved_models.load_stock_modules(folder), None
         where, takes = config_file, modules[0].embedding_dimension
     else:
-        modules = [_flow_pooling(folder.pooling_config, config_file, folder.pooling / FLOW_FILE)]
+        modules = [FlowPooling.load(str(folder.pooling), local_files_only=True)]
         where, takes, layers = folder.pooling / FLOW_FILE, modules[0].flow.n_features_in_, modules[0].layers
-    transformer = _load_transformer(folder, hidden_states=layers is not None)
+    transformer = _load_transformer(folder.transformer, hidden_states=layers is not None)
     n_hidden, width = embedding.n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
     if layers is not None and max(layers) > n_hidden:
         raise persistence.InvalidModelError(f"{config_file}: layers {layers} do not exist; the encoder has "
@@ -239,35 +239,13 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)
 
 
-def _flow_pooling(config, where: Path, flow: Path) -> FlowPooling:
-    """A FlowPooling from its saved configuration (``where``; exactly as skflow writes it) and its fitted flow."""
+def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
+    """The encoder and tokenizer with the folder's checked settings, as sentence-transformers applies them."""
     try:
-        pooling = FlowPooling(**config, flow=None)
-    except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
-        raise persistence.InvalidModelError(f"{where}: FlowPooling's configuration is refused: {exc}") from None
-    pooling.flow = persistence.load(flow)  # a missing file: an InvalidModelError naming it
-    if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
-        fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
-        raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
-                                            "FlowGaussianizer, Whitener or MeanDirectionRemover")
-    return pooling
-
-
-def _load_transformer(exported, hidden_states: bool) -> Transformer:
-    """The encoder and tokenizer, with the folder's checked settings; nothing in the folder can make them run code."""
-    never = {"trust_remote_code": False, "local_files_only": True}
-    folder = exported.transformer
-    try:
-        with embedding.quiet_transformers():
-            return Transformer(
-                str(folder),
-                **exported.transformer_settings,  # max_seq_length, do_lower_case, ...: applied as for any folder
-                model_kwargs={**never, "use_safetensors": True},  # no pickled .bin weights
-                processor_kwargs=dict(never),
-                config_kwargs={**never, **({"output_hidden_states": True} if hidden_states else {})},
-                modality_config={"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
-                module_output_name="token_embeddings",
-            )
+        with embedding.quiet_transformers():  # trust_remote_code=False and local_files_only go to each loader
+            return Transformer.load(str(folder), local_files_only=True, trust_remote_code=False,
+                                    model_kwargs={"use_safetensors": True},  # no pickled .bin weights
+                                    config_kwargs={"output_hidden_states": True} if hidden_states else None)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
         first_line = str(exc).partition("\n")[0]
         raise persistence.InvalidModelError(f"{folder}: the encoder cannot be loaded without code from the folder or "

@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from skflow import BertEmbedder, FlowGaussianizer, export_sentence_transformer
 from skflow.metrics import sts_spearman
 from skflow.persistence import UntrustedTypeError
-from skflow.serving import load_sentence_transformer
+from skflow.serving import FlowPooling, load_sentence_transformer
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +118,12 @@ def test_the_safe_loader_refuses_other_modules_and_never_runs_the_folders_code(t
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_payload.Payload"}}))
     model = load_sentence_transformer(folder, device="cpu")  # builds the encoder itself: the payload is never imported
     assert _cosines(model.encode(list(texts[:6])), pipe.transform(texts[:6])).min() >= 0.9999
+
+
+def test_flow_pooling_takes_a_tuple_of_layers_and_a_numpy_bool_as_earlier_releases_did():
+    pooling = FlowPooling("mean", (2, np.int64(4)), np.bool_(True))
+    assert pooling.get_config_dict() == {"reduction": "mean", "layers": [2, 4], "normalize": True}
+    assert type(pooling.layers[1]) is int and pooling.normalize is True
+    for layers, normalize in (([True], False), ((2,), 1)):  # a bool is no index, an int no boolean
+        with pytest.raises(ValueError, match="layers must be|normalize must be"):
+            FlowPooling("mean", layers, normalize)

@@ -34,7 +34,7 @@ MODEL_FIXED = {"model_type": "SentenceTransformer",  # a tuple: the values allow
 # sentence-transformers reads the Transformer's settings from the first of these that holds any
 TRANSFORMER_CONFIG_FILES = tuple(f"sentence_{name}_config.json" for name in (
     "bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet"))
-# passed on to sentence-transformers' Transformer, which applies them as it does for any folder
+# applied by sentence-transformers' Transformer.load, as for any folder
 TRANSFORMER_SETTINGS = ("max_seq_length", "do_lower_case", "query_length", "document_length", "unpad_inputs")
 # Transformer settings that may only hold a plain text encoder's value (no task, modality or loading argument)
 TEXT_ENCODER = {"transformer_task": "feature-extraction",
@@ -80,15 +80,14 @@ def check_folder(path: str | os.PathLike) -> SimpleNamespace:
     if "Normalize" in kinds:  # releases before 3 wrote no config.json
         where = folders["Normalize"] / "config.json"
         _check_settings(read_json(where) if where.exists() else {}, where, NORMALIZE_FIXED)
-    dense = folders.get("Dense")  # stock folders only, as dense_config (in_features, out_features, bias)
+    check_transformer_config(folders["Transformer"])
     return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],
                            pooling_config=read_json(folders[kinds[1]] / "config.json"),  # its constructor checks it
-                           transformer_settings=check_transformer_config(folders["Transformer"]),
-                           model_settings=check_model_config(root), normalize="Normalize" in kinds, dense=dense,
-                           dense_config=dense and check_dense_config(dense / "config.json"))
+                           model_settings=check_model_config(root), normalize="Normalize" in kinds,
+                           dense=folders.get("Dense"))  # stock folders only
 
 
-def check_transformer_config(folder: Path) -> dict:
+def check_transformer_config(folder: Path) -> None:
     for name in TRANSFORMER_CONFIG_FILES:
         path = folder / name
         config = read_json(path) if path.exists() else {}
@@ -102,7 +101,6 @@ def check_transformer_config(folder: Path) -> dict:
                         f"{encoder_file}: attn_implementation")
     except ValueError as exc:
         raise InvalidModelError(str(exc)) from None
-    return {key: config[key] for key in TRANSFORMER_SETTINGS if key in config}
 
 
 def check_model_config(root: Path) -> dict:
@@ -131,18 +129,6 @@ def _check_settings(config, path: Path, fixed: dict, free: tuple[str, ...] = ())
         allowed = value if isinstance(value, tuple) else (value,)
         if key in config and config[key] not in allowed:
             raise InvalidModelError(f"{path}: {key} must be {' or '.join(map(repr, allowed))}, got {config[key]!r}")
-
-
-def check_dense_config(where: Path) -> tuple[int, int, bool]:
-    config = read_json(where)
-    _check_settings(config, where, DENSE_FIXED, ("in_features", "out_features", "bias"))
-    n_in, n_out, bias = (config.get(key) for key in ("in_features", "out_features", "bias"))
-    sizes = all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out))
-    if not ("activation_function" in config and isinstance(bias, bool) and sizes and n_out <= n_in):
-        raise InvalidModelError(f"{where}: Dense must be linear (activation_function given), bias true or false, "
-                                f"0 < out_features <= in_features <= 2**20 (skflow's keeps or drops directions), got "
-                                f"bias={bias!r}, out_features={n_out!r}, in_features={n_in!r}")
-    return int(n_in), int(n_out), bias
 
 
 def read_json(path: Path):
@@ -211,7 +197,16 @@ def load_stock_modules(folder: SimpleNamespace) -> list[torch.nn.Module]:
     from safetensors.torch import load
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-    where, (n_in, n_out, bias) = folder.pooling / "config.json", folder.dense_config
+    where = folder.dense / "config.json"
+    config = read_json(where)
+    _check_settings(config, where, DENSE_FIXED, ("in_features", "out_features", "bias"))
+    n_in, n_out, bias = (config.get(key) for key in ("in_features", "out_features", "bias"))
+    sizes = all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out))
+    if not ("activation_function" in config and isinstance(bias, bool) and sizes and n_out <= n_in):
+        raise InvalidModelError(f"{where}: Dense must be linear (activation_function given), bias true or false, "
+                                f"0 < out_features <= in_features <= 2**20 (skflow's keeps or drops directions), got "
+                                f"bias={bias!r}, out_features={n_out!r}, in_features={n_in!r}")
+    where = folder.pooling / "config.json"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # the format before 5.4, which skflow writes
