@@ -11,6 +11,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules.module import Module
 from sentence_transformers.base.modules.transformer import Transformer
+from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 from sentence_transformers.util import check_version_requirements
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
@@ -27,6 +28,7 @@ FLOW_FILE = "flow.skops"
 LINEAR = (Whitener, MeanDirectionRemover)  # exported as a stock Dense module where the pooling allows
 POST_PROCESSINGS = (FlowGaussianizer, *LINEAR)
 PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
+REDUCTIONS = tuple(sorted({reduction for reduction, _ in embedding.POOLINGS.values()}))
 
 
 class FlowPooling(Module):
@@ -48,8 +50,8 @@ class FlowPooling(Module):
 
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
-        if reduction not in saved_models.REDUCTIONS:  # pool would mean-pool anything but "cls"
-            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {saved_models.REDUCTIONS}")
+        if reduction not in REDUCTIONS:  # pool would mean-pool anything but "cls"
+            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {REDUCTIONS}")
         if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
                 isinstance(layer, (int, np.integer)) and type(layer) is not bool and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
@@ -87,7 +89,7 @@ class FlowPooling(Module):
         where = Path(model_name_or_path, subfolder)
         try:
             pooling = cls(**cls.load_config(model_name_or_path, subfolder=subfolder, **hub))
-        except (TypeError, ValueError) as exc:  # the constructor's own checks; other keys, a configuration not a dict
+        except (OSError, TypeError, ValueError) as exc:  # the constructor's checks; other keys, not a JSON object
             raise persistence.InvalidModelError(f"{where / cls.config_file_name}: FlowPooling's configuration is "
                                                 f"refused: {exc}") from None
         flow = Path(cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
@@ -129,9 +131,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     """
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
     if len(steps) != 2 or not (isinstance(steps[0], BertEmbedder) and isinstance(steps[1], POST_PROCESSINGS)):
-        raise TypeError("export_sentence_transformer takes a pipeline of two steps, a BertEmbedder then a "
-                        "FlowGaussianizer, a Whitener or a MeanDirectionRemover, e.g. make_pipeline(BertEmbedder(), "
-                        f"FlowGaussianizer()); got {', '.join(type(step).__name__ for step in steps)}")
+        raise TypeError("export_sentence_transformer takes a pipeline of a BertEmbedder then a FlowGaussianizer, "
+                        f"a Whitener or a MeanDirectionRemover; got {', '.join(type(s).__name__ for s in steps)}")
     embedder, post = steps
     check_is_fitted(post)
     embedder._validate_params()
@@ -144,8 +145,8 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
                                            getattr(embedder, "encoder_identity_", None), embedder.token)
     embedding.check_prompt(embedder.prompt)
     if embedder.trust_remote_code:
-        raise ValueError("the encoder needs remote code (trust_remote_code=True): loaders of the folder would build "
-                         "transformers' own class, giving other vectors; serve the pipeline with skflow.dump instead")
+        raise ValueError("the encoder needs remote code (trust_remote_code=True), which the folder's loaders never "
+                         "run: serve the pipeline with skflow.dump instead")
     hub = dict(embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
     config = embedding.load_config(*source, tuple(hub.items()))
     n_hidden, width = embedding.n_hidden_layers(config), embedding.hidden_size(config)
@@ -160,22 +161,20 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
     loading = {k: v for k, v in embedding.check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
     with embedding.quiet_transformers():
-        transformer = Transformer(
-            source.path_or_id,
-            max_seq_length=embedder.max_length,
-            model_kwargs={**pinned, **loading},
-            processor_kwargs=dict(pinned),
-            config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})},
-        )
+        transformer = Transformer(source.path_or_id, max_seq_length=embedder.max_length,
+                                  model_kwargs={**pinned, **loading}, processor_kwargs=dict(pinned),
+                                  config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})})
         tokenizer = transformer.tokenizer
         tokenizer.padding_side = "right"  # every real token keeps its unpadded position
         if tokenizer.pad_token is None:
             if tokenizer.eos_token is None:
-                raise ValueError("the tokenizer has neither a padding token nor an EOS token, so sentence-transformers "
-                                 "cannot pad batches: give it one (tokenizer.pad_token = ...; save it) and refit")
+                raise ValueError("the tokenizer has neither a padding token nor an EOS token to pad batches with: "
+                                 "give it one (tokenizer.pad_token = ...; save it) and refit")
             tokenizer.pad_token = tokenizer.eos_token
-        if stock:
-            modules = saved_models.stock_modules(post, width, mode, embedder.normalize)
+        if stock:  # Pooling, Normalize (before the map, as skflow does), a Dense of x @ matrix + bias
+            matrix, bias = (torch.from_numpy(array.astype(np.float32)) for array in post.linear_map())
+            dense = Dense(*matrix.shape, activation_function=torch.nn.Identity(), init_weight=matrix.T, init_bias=bias)
+            modules = [Pooling(width, mode), *([Normalize()] if embedder.normalize else []), dense]
         else:
             modules = [FlowPooling(reduction, None if last else list(layers), bool(embedder.normalize), post)]
         with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
@@ -228,7 +227,15 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     else:
         modules = [FlowPooling.load(str(folder.pooling), local_files_only=True)]
         where, takes, layers = folder.pooling / FLOW_FILE, modules[0].flow.n_features_in_, modules[0].layers
-    transformer = _load_transformer(folder.transformer, hidden_states=layers is not None)
+    try:
+        with embedding.quiet_transformers():  # trust_remote_code=False and local_files_only go to each loader
+            transformer = Transformer.load(str(folder.transformer), local_files_only=True, trust_remote_code=False,
+                                           model_kwargs={"use_safetensors": True},  # no pickled .bin weights
+                                           config_kwargs={"output_hidden_states": True} if layers else None)
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        first_line = str(exc).partition("\n")[0]
+        raise persistence.InvalidModelError(f"{folder.transformer}: the encoder cannot be loaded without code from the "
+                                            f"folder or files it lacks ({type(exc).__name__}: {first_line})") from None
     n_hidden, width = embedding.n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
     if layers is not None and max(layers) > n_hidden:
         raise persistence.InvalidModelError(f"{config_file}: layers {layers} do not exist; the encoder has "
@@ -237,16 +244,3 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         raise persistence.InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder "
                                             f"gives {width}")
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)
-
-
-def _load_transformer(folder: Path, hidden_states: bool) -> Transformer:
-    """The encoder and tokenizer with the folder's checked settings, as sentence-transformers applies them."""
-    try:
-        with embedding.quiet_transformers():  # trust_remote_code=False and local_files_only go to each loader
-            return Transformer.load(str(folder), local_files_only=True, trust_remote_code=False,
-                                    model_kwargs={"use_safetensors": True},  # no pickled .bin weights
-                                    config_kwargs={"output_hidden_states": True} if hidden_states else None)
-    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
-        first_line = str(exc).partition("\n")[0]
-        raise persistence.InvalidModelError(f"{folder}: the encoder cannot be loaded without code from the folder or "
-                                            f"files it lacks ({type(exc).__name__}: {first_line})") from None

@@ -63,7 +63,7 @@ def test_what_cannot_be_exported_is_a_clear_error(tmp_path, stsb_test):
     other = make_pipeline(PCA(8), FlowGaussianizer(random_state=0)).fit(vectors)
     with pytest.raises(TypeError, match="a Whitener or a MeanDirectionRemover, .*; got PCA, FlowGaussianizer"):
         export_sentence_transformer(other, tmp_path / "b")
-    with pytest.raises(TypeError, match="a pipeline of two steps"):
+    with pytest.raises(TypeError, match="a pipeline of a BertEmbedder then"):
         export_sentence_transformer(FlowGaussianizer(), tmp_path / "c")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")

@@ -1,10 +1,8 @@
-"""sentence-transformers folders: written in stock modules; from somebody else, a layout skflow writes, every setting
-honoured or refused, nothing from the folder ever run (``docs/serving.md``)."""
+"""A sentence-transformers folder from elsewhere: a layout skflow writes, every setting honoured or refused."""
 
 import json
 import os
 import stat
-import warnings
 from numbers import Integral
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from skflow.embedding import POOLINGS, check_attention
+from skflow.embedding import check_attention
 from skflow.saved_models._skops import read_regular_file
 from skflow.utils import InvalidModelError, UntrustedTypeError
 
@@ -25,7 +23,6 @@ MODULE_KINDS = {name: name.rsplit(".", 1)[1] for name in (
     "skflow.serving.FlowPooling")}
 LAYOUTS = (("Transformer", "FlowPooling"), ("Transformer", "Pooling", "Dense"),
            ("Transformer", "Pooling", "Normalize", "Dense"))
-REDUCTIONS = tuple(sorted({reduction for reduction, _ in POOLINGS.values()}))
 # skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
 MODEL_SETTINGS = ("__version__", "prompts", "default_prompt_name", "truncate_dim", "requirements")
@@ -81,8 +78,7 @@ def check_folder(path: str | os.PathLike) -> SimpleNamespace:
         where = folders["Normalize"] / "config.json"
         _check_settings(read_json(where) if where.exists() else {}, where, NORMALIZE_FIXED)
     check_transformer_config(folders["Transformer"])
-    return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],
-                           pooling_config=read_json(folders[kinds[1]] / "config.json"),  # its constructor checks it
+    return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],  # its loader checks it
                            model_settings=check_model_config(root), normalize="Normalize" in kinds,
                            dense=folders.get("Dense"))  # stock folders only
 
@@ -167,17 +163,6 @@ def _module_dir(root: Path, relative: str) -> Path:
                             "folder (links resolved)")
 
 
-def stock_modules(linear, dimension: int, reduction: str, normalize: bool) -> list[torch.nn.Module]:
-    """``Pooling``, ``Normalize`` (before the map, as skflow does) and a ``Dense`` of ``linear.linear_map()``."""
-    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
-
-    matrix, bias = linear.linear_map()  # x @ matrix + bias: Dense's weight is matrix.T
-    dense = Dense(*matrix.shape, bias=True, activation_function=torch.nn.Identity(),
-                  init_weight=torch.from_numpy(matrix.T.astype(np.float32)),
-                  init_bias=torch.from_numpy(bias.astype(np.float32)))
-    return [Pooling(dimension, reduction), *([Normalize()] if normalize else []), dense]
-
-
 def write_interoperable_configs(folder: Path, reduction: str, dimension: int, max_seq_length: int) -> None:
     """Rewrite what sentence-transformers saved in the format before 5.4, which every release and TEI read."""
     modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
@@ -203,20 +188,16 @@ def load_stock_modules(folder: SimpleNamespace) -> list[torch.nn.Module]:
     n_in, n_out, bias = (config.get(key) for key in ("in_features", "out_features", "bias"))
     sizes = all(isinstance(n, Integral) and not isinstance(n, bool) and 0 < n <= 2**20 for n in (n_in, n_out))
     if not ("activation_function" in config and isinstance(bias, bool) and sizes and n_out <= n_in):
-        raise InvalidModelError(f"{where}: Dense must be linear (activation_function given), bias true or false, "
-                                f"0 < out_features <= in_features <= 2**20 (skflow's keeps or drops directions), got "
-                                f"bias={bias!r}, out_features={n_out!r}, in_features={n_in!r}")
+        raise InvalidModelError(f"{where}: Dense must be linear, bias a boolean, 0 < out_features <= in_features <= "
+                                f"2**20, got bias={bias!r}, out_features={n_out!r}, in_features={n_in!r}")
     where = folder.pooling / "config.json"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # the format before 5.4, which skflow writes
-            pooling = Pooling(**folder.pooling_config)
-    except (TypeError, ValueError) as exc:
+    try:  # either format sentence-transformers has had; another key is the constructor's TypeError
+        pooling = Pooling.load(str(folder.pooling), local_files_only=True)
+    except (OSError, TypeError, ValueError) as exc:
         raise InvalidModelError(f"{where}: not a Pooling configuration ({exc})") from None
     if pooling.pooling_mode not in STOCK_MODES.values() or not isinstance(pooling.include_prompt, bool):
         raise InvalidModelError(f"{where}: Pooling's mode must be exactly one of {', '.join(STOCK_MODES.values())}, "
-                                f"got {pooling.pooling_mode!r}, and include_prompt true or false, got "
-                                f"{pooling.include_prompt!r}")
+                                f"got {pooling.pooling_mode!r}; include_prompt a boolean: {pooling.include_prompt!r}")
     if pooling.embedding_dimension != n_in:
         raise InvalidModelError(f"{folder.dense / 'config.json'}: in_features is {n_in}, the pooling gives "
                                 f"{pooling.embedding_dimension!r}")
