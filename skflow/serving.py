@@ -1,7 +1,5 @@
-"""A fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers folder, written by
-:func:`export_sentence_transformer` and loaded, without running code from the folder, by
-:func:`load_sentence_transformer` (see ``docs/serving.md``). Needs the ``serve`` extra: ``pip install "skflow[serve]"``.
-"""
+"""A fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers folder, and its loader that runs
+no code from the folder (``docs/serving.md``). Needs the ``serve`` extra: ``pip install "skflow[serve]"``."""
 
 import os
 from pathlib import Path
@@ -9,9 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules.module import Module
-from sentence_transformers.base.modules.transformer import Transformer
-from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
+from sentence_transformers.sentence_transformer.modules import Dense, Module, Normalize, Pooling, Transformer
 from sentence_transformers.util import check_version_requirements
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
@@ -19,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from skflow import embedding, persistence, saved_models
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.utils import temporary_sibling
+from skflow.utils import InvalidModelError, temporary_sibling
 from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
@@ -90,15 +86,15 @@ class FlowPooling(Module):
         try:
             pooling = cls(**cls.load_config(model_name_or_path, subfolder=subfolder, **hub))
         except (OSError, TypeError, ValueError) as exc:  # the constructor's checks; other keys, not a JSON object
-            raise persistence.InvalidModelError(f"{where / cls.config_file_name}: FlowPooling's configuration is "
-                                                f"refused: {exc}") from None
+            raise InvalidModelError(f"{where / cls.config_file_name}: FlowPooling's configuration is refused: "
+                                    f"{exc}") from None
         flow = Path(cls.load_file_path(model_name_or_path, filename=FLOW_FILE, subfolder=subfolder, **hub)
                     or where / FLOW_FILE)
         pooling.flow = persistence.load(flow)  # a missing file: an InvalidModelError naming it
         if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
             fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
-            raise persistence.InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
-                                                "FlowGaussianizer, Whitener or MeanDirectionRemover")
+            raise InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
+                                    "FlowGaussianizer, Whitener or MeanDirectionRemover")
         return pooling
 
 
@@ -220,10 +216,9 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     settings = dict(folder.model_settings)
     check_version_requirements(settings.pop("requirements", None), source=str(path))
     kwargs = {**settings, **kwargs}  # the caller's arguments first, as sentence-transformers has them
-    config_file = folder.pooling / "config.json"
     if folder.dense is not None:
         modules, layers = saved_models.load_stock_modules(folder), None
-        where, takes = config_file, modules[0].embedding_dimension
+        where, takes = folder.pooling / "config.json", modules[0].embedding_dimension
     else:
         modules = [FlowPooling.load(str(folder.pooling), local_files_only=True)]
         where, takes, layers = folder.pooling / FLOW_FILE, modules[0].flow.n_features_in_, modules[0].layers
@@ -234,13 +229,12 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
                                            config_kwargs={"output_hidden_states": True} if layers else None)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
         first_line = str(exc).partition("\n")[0]
-        raise persistence.InvalidModelError(f"{folder.transformer}: the encoder cannot be loaded without code from the "
-                                            f"folder or files it lacks ({type(exc).__name__}: {first_line})") from None
+        raise InvalidModelError(f"{folder.transformer}: the encoder cannot be loaded without code from the folder or "
+                                f"files it lacks ({type(exc).__name__}: {first_line})") from None
     n_hidden, width = embedding.n_hidden_layers(transformer.auto_model.config), transformer.get_embedding_dimension()
     if layers is not None and max(layers) > n_hidden:
-        raise persistence.InvalidModelError(f"{config_file}: layers {layers} do not exist; the encoder has "
-                                            f"hidden_states 0 to {n_hidden}")
+        raise InvalidModelError(f"{folder.pooling / 'config.json'}: layers {layers} do not exist; the encoder has "
+                                f"hidden_states 0 to {n_hidden}")
     if takes != width:
-        raise persistence.InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder "
-                                            f"gives {width}")
+        raise InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder gives {width}")
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)

@@ -53,9 +53,7 @@ def estimators(model) -> Iterator[BaseEstimator]:
         if isinstance(value, BaseEstimator):
             yield value
             stack.extend(reversed(list(vars(value).values())))
-        elif isinstance(value, (list, tuple)):
-            stack.extend(reversed(value))
-        elif isinstance(value, dict):
-            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, (list, tuple, dict)):
+            stack.extend(reversed(list(value.values() if isinstance(value, dict) else value)))
         elif isinstance(value, np.ndarray) and value.dtype == object:
             stack.extend(reversed(value.ravel().tolist()))

@@ -59,12 +59,10 @@ def _nodes(schema) -> list[dict]:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise InvalidModelError(f"schema.json nests deeper than {MAX_DEPTH} levels")
-        if isinstance(value, dict):
-            if "__loader__" in value and "file" in value:
-                nodes.append(value)
-            stack.extend((child, depth + 1) for child in value.values())
-        elif isinstance(value, list):
-            stack.extend((child, depth + 1) for child in value)
+        if isinstance(value, dict) and "__loader__" in value and "file" in value:
+            nodes.append(value)
+        if isinstance(value, (dict, list)):
+            stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
     return nodes
 
 

@@ -105,8 +105,7 @@ def check_model_config(root: Path) -> dict:
     _check_settings(config, path, MODEL_FIXED, MODEL_SETTINGS)
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
     if not (isinstance(prompts, dict) and len(prompts) <= MAX_PROMPTS and default in (None, *prompts) and all(
-        isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items()
-    )):
+            isinstance(k, str) and isinstance(v, str) and len(v) <= PROMPT_MAX_CHARS for k, v in prompts.items())):
         raise InvalidModelError(f"{path}: prompts must map at most {MAX_PROMPTS} names to strings of at most "
                                 f"{PROMPT_MAX_CHARS} characters, default_prompt_name one of them or null")
     return {key: value for key, value in config.items()
