@@ -37,7 +37,7 @@ def write_like_ray(target: OutputFolder, *tables: pa.Table, command: str = "embe
         sink.on_write_start()
         written = sink.write(iter(tables), types.SimpleNamespace(task_idx=0))
         sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))
-        target.commit(sink, command=command)
+        target.commit(sink, rows=sum(table.num_rows for table in tables), command=command)
 
 
 def _ids(folder) -> list[int]:

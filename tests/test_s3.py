@@ -237,7 +237,8 @@ def test_a_manifest_that_cannot_be_written_leaves_the_old_output_or_nothing(s3, 
 
     monkeypatch.setattr(_outputs, "write_bytes", store_gone)
     for uri, overwrite in ((f"s3://{BUCKET}/commit-new", False), (f"s3://{BUCKET}/commit-old", True)):
-        with pytest.raises(OSError, match=f"{uri}: the manifest could not be written \\(the store went away\\)"):
+        with pytest.raises(distributed.JobFailedError, match=f"{uri}: the manifest could not be written \\(the store "
+                           "went away\\); nothing was written"):
             write_like_ray(OutputFolder(uri, overwrite=overwrite), pa.table({"id": [1, 2, 3]}))
     assert _objects(client, "commit-new") == {} and _objects(client, "commit-old/") == before
 

@@ -5,14 +5,14 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, one_line, read_bytes
-from skflow.utils import check_given_name, check_name, some_names
+from skflow.utils import check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -26,13 +26,11 @@ class InputError(ValueError):
     """Bad input, found before any heavy work (the command line prints it as one line and exits 2)."""
 
 
-@dataclass
-class Corpus:
-    """The files to read (local paths or URIs), their one format, and the row checks left to Ray's read."""
+class Corpus(NamedTuple):
+    """The files to read (local paths or URIs) and their one format."""
 
     files: tuple[str, ...]
     kind: str
-    checks: Callable | None = None  # set by check_rows for Parquet files on object storage, whose rows it did not read
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
@@ -154,13 +152,6 @@ def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
         raise InputError(f"{path}: column {column!r} holds {t} values, not strings{first}")
 
 
-def check_new_column(option: str, name) -> None:
-    """Refuse an output column name that is not a string, or that :func:`skflow.utils.check_given_name` refuses."""
-    if not isinstance(name, str):
-        raise InputError(f"{option} must name a column, got {type(name).__name__}")
-    check_given_name(option, name, InputError)
-
-
 def _check_columns(path: str, names: list[str], column: str, new_column: str | None) -> None:
     if column not in names:
         raise InputError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
@@ -170,9 +161,10 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
-               length: int | None = None) -> tuple[int, int | None]:
-    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given); ``(rows, length)``.
-    Parquet files on object storage are checked by their footer; their rows, as Ray reads them (``corpus.checks``)."""
+               length: int | None = None) -> tuple[int, int | None, functools.partial]:
+    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given). Parquet files on
+    object storage are checked by their footer here, their rows as Ray reads them: ``(rows, length, the row checks)``
+    for :func:`read_dataset`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -198,10 +190,8 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
         total += rows
     if total == 0:
         raise InputError(f"the input has no rows ({', '.join(corpus.files)})")
-    if corpus.kind == "parquet" and any(map(is_remote, corpus.files)):
-        corpus.checks = functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
-                                          length=length)
-    return total, length
+    return total, length, functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
+                                            length=length)
 
 
 def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
@@ -254,8 +244,8 @@ def _parsed(names: dict, text_column, checks, batch):  # one file a batch
     return table
 
 
-def read_dataset(corpus: Corpus, text_column: str | None = None):
-    """A Ray dataset of every row of ``corpus``, Parquet files on object storage read whole and checked."""
+def read_dataset(corpus: Corpus, text_column: str | None = None, checks: Callable | None = None):
+    """A Ray dataset of every row of ``corpus``; but local Parquet files, read whole and checked by ``checks``."""
     import ray
 
     groups = {}
@@ -271,7 +261,7 @@ def read_dataset(corpus: Corpus, text_column: str | None = None):
             continue
         dataset = ray.data.read_binary_files(list(names), include_paths=True, filesystem=filesystem,
                                              arrow_open_stream_args={"compression": compression})
-        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, corpus.checks),
+        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, checks),
                                             batch_format="pyarrow", batch_size=1))
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 

@@ -18,6 +18,10 @@ MARKER = ".skflow-output"
 _RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
 
 
+class JobFailedError(RuntimeError):
+    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
+
+
 def is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
@@ -116,9 +120,12 @@ class OutputFolder:
                     if self.created and not self.out.is_remote:
                         os.rmdir(self.out.path)  # a folder this run made, if empty
 
-    def commit(self, sink, *, command: str) -> None:
-        """Write the manifest of the sink's files, then delete what it replaces; OutputPathError if the folder was
-        filled during the run, OSError if the manifest could not be written: the output is then as it was."""
+    def commit(self, sink, *, rows: int, command: str) -> None:
+        """Write the manifest of the sink's files, then delete what it replaces; JobFailedError if the sink wrote
+        another number of ``rows`` or the manifest could not be written, OutputPathError if the folder was filled
+        during the run: the output is then as it was."""
+        if sink.rows != rows:
+            raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {rows:,}; nothing was written")
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
         if not self.overwrite:
@@ -137,7 +144,8 @@ class OutputFolder:
             else:
                 utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST, overwrite=self.overwrite)
         except OSError as exc:
-            raise OSError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)})") from None
+            raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
+                                 "nothing was written") from None
         self.committed = True
         left = []
         for name in old:

@@ -10,15 +10,12 @@ import warnings
 from collections.abc import Iterator
 
 from skflow.ray_jobs._corpus import InputError
+from skflow.ray_jobs._outputs import JobFailedError
 from skflow.ray_jobs._storage import one_line
 
 
 class RayClusterError(ConnectionError):
     """No Ray cluster at the address, or not the resources the command needs (found before any work)."""
-
-
-class JobFailedError(RuntimeError):
-    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 def probe(address: str, timeout: float = 10.0) -> None:
