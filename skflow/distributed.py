@@ -56,8 +56,6 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
-    if vectors and corpus.kind != "parquet":
-        raise InputError(f"{inputs[0]}: a FlowGaussianizer reads the embedding column of Parquet shards")
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
     length = model.n_features_in_ if vectors else None
     n_rows, _, checks = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
@@ -151,8 +149,6 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     flow._validate_params()
     resolve_device(flow.device)
     corpus = ray_jobs.input_files([input_dir])
-    if corpus.kind != "parquet":
-        raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
     _, length, checks = ray_jobs.check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from skflow.ray_jobs import MARKER, OutputFolder, input_files, locate
+from skflow.ray_jobs import MARKER, OutputFolder, check_model_output, input_files, locate
 from skflow.ray_jobs._models import _is_model_file
 from skflow.utils import OutputPathError, replaced_atomically, run_tag
 
@@ -219,5 +219,7 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
         (tmp_path / name).write_bytes(data)
         assert not _is_model_file(locate(tmp_path / name)), name
     os.mkfifo(tmp_path / "fifo")
-    assert not _is_model_file(locate(tmp_path / "fifo"))  # never opened: it would block
-    assert not _is_model_file(locate(tmp_path))
+    with pytest.raises(OutputPathError, match="fifo: exists and is not a model file"):  # never opened: it would block
+        check_model_output(tmp_path / "fifo", overwrite=True)
+    with pytest.raises(OutputPathError, match="is a folder"):
+        check_model_output(tmp_path, overwrite=True)

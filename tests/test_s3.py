@@ -405,7 +405,7 @@ def test_file_uris_are_local_paths_under_the_local_rules(capfd, no_ray, tmp_path
     err = _refused(capfd, _embed_args(f"file://{corpus}", "--output", f"file://{corpus}/out"))
     assert err == f"error: {corpus}/out: the output folder lies inside the input {corpus}; choose another output"
     err = _refused(capfd, ["fit", f"file://{corpus}", "--output", f"file://{corpus}/flow.skops", "--quiet"])
-    assert err.endswith("skflow fit reads Parquet shards (as written by skflow embed)")
+    assert err == f"error: {corpus}/a.txt: vectors are read from Parquet shards (as written by skflow embed)"
 
 
 def test_overwrite_replaces_only_a_prefix_that_skflow_wrote(s3, capfd, no_ray):

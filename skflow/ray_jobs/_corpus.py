@@ -168,6 +168,8 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if vectors and corpus.kind != "parquet":
+        raise InputError(f"{corpus.files[0]}: vectors are read from Parquet shards (as written by skflow embed)")
     total = 0
     for path in corpus.files:
         if corpus.kind == "parquet":

@@ -22,9 +22,7 @@ def is_skops_name(path: str | os.PathLike) -> bool:
 
 
 def _is_model_file(where: Location) -> bool:
-    """Whether an existing file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
-    if file_type(where, OutputPathError) != "file":  # a FIFO, a device or a folder: never opened, never replaced
-        return False
+    """Whether a regular file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
     try:
         with where.filesystem.open_input_file(where.path) as file:
             return MODEL.recognises(file)
@@ -39,7 +37,7 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
     if kind != "missing" and not overwrite:
         raise OutputPathError(f"{out.shown}: exists; pass --overwrite to replace it")
-    if kind != "missing" and not _is_model_file(out):
+    if kind == "other" or kind == "file" and not _is_model_file(out):  # a FIFO or a device is never opened
         raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
                               "only those")
     check_writable(out.parent, "the folder of the output")
@@ -78,10 +76,7 @@ def _dump(model, file: Path) -> None:
 
 
 @contextlib.contextmanager
-def _local_copy(where: Location):
-    if not where.is_remote:
-        yield Path(where.path)
-        return
+def _local_copy(where: Location):  # of a local file too: what is checked is what is read
     import pyarrow.fs as pafs
 
     with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:

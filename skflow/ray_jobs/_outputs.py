@@ -76,10 +76,8 @@ class OutputFolder:
                                   "replace it (only a folder that skflow wrote is replaced)")
         if found:
             self._replaced(found)
-        if kind == "folder" or out.is_remote:
-            storage.check_writable(out, "the output folder")
-        else:
-            storage.check_writable(out.parent, "the folder of the output")
+        folder = out if kind == "folder" or out.is_remote else out.parent
+        storage.check_writable(folder, "the output folder" if folder is out else "the folder of the output")
         self.run = f"skflow-{run_tag()}"
         self.committed = False
 

@@ -175,10 +175,8 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
         start = len(folder.path.rstrip("/")) + 1
         return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
                       if info.type != pafs.FileType.Directory)
-    except UnicodeDecodeError:  # a local name that is not UTF-8: pyarrow's error names none
-        for parent, folders, files in os.walk(folder.path):
-            for name in folders + files:
-                check_name(os.path.join(parent, name), error)
+    except UnicodeDecodeError as exc:  # a local name that is not UTF-8: the bytes of its path, in pyarrow's error
+        check_name(folder.shown + os.fsdecode(exc.object)[len(folder.path):], error)
         raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
