@@ -69,7 +69,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        with target.writing() as sink:  # the run's files are deleted unless committed
+        with target.writing(rows=n_rows, command=command) as sink:  # committed at the end, else its files deleted
             try:
                 dataset = ray_jobs.read_dataset(corpus, input_column, checks)
                 dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
@@ -80,7 +80,6 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
-            target.commit(sink, rows=n_rows, command=command)
     return n_rows
 
 

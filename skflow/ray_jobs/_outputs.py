@@ -79,7 +79,6 @@ class OutputFolder:
         folder = out if kind == "folder" or out.is_remote else out.parent
         storage.check_writable(folder, "the output folder" if folder is out else "the folder of the output")
         self.run = f"skflow-{run_tag()}"
-        self.committed = False
 
     def _listing(self) -> list[str]:
         return [name for name, _ in storage.list_files(self.out, OutputPathError)]
@@ -104,24 +103,29 @@ class OutputFolder:
         return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
     @contextlib.contextmanager
-    def writing(self):
-        """A Ray Data sink for this run's files; they are deleted unless :meth:`commit` is called."""
+    def writing(self, *, rows: int, command: str):
+        """A Ray Data sink for this run's files, committed when the block ends; if the block or the commit raises,
+        the run's files are deleted and the output is as it was."""
         sink = _parquet_files_class()(self.out, self.run)
         try:
             yield sink
-        finally:
-            if not self.committed:
-                with contextlib.suppress(Exception):
-                    for name in self._listing():
-                        if name.startswith(self.run):
-                            storage.delete(self.out.child(name))
-                    if self.created and not self.out.is_remote:
-                        os.rmdir(self.out.path)  # a folder this run made, if empty
+            replaced = self._commit(sink, rows=rows, command=command)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                for name in self._listing():
+                    if name.startswith(self.run):
+                        storage.delete(self.out.child(name))
+                if self.created and not self.out.is_remote:
+                    os.rmdir(self.out.path)  # a folder this run made, if empty
+            raise
+        for name in replaced:  # one left behind is outside the manifest: never read, and a dead run's file
+            with contextlib.suppress(Exception):
+                storage.delete(self.out.child(name))
 
-    def commit(self, sink, *, rows: int, command: str) -> None:
-        """Write the manifest of the sink's files, then delete what it replaces; JobFailedError if the sink wrote
+    def _commit(self, sink, *, rows: int, command: str) -> list[str]:
+        """Write the manifest of the sink's files and return the files it replaces; JobFailedError if the sink wrote
         another number of ``rows`` or the manifest could not be written, OutputPathError if the folder was filled
-        during the run: the output is then as it was."""
+        during the run."""
         if sink.rows != rows:
             raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {rows:,}; nothing was written")
         files = sorted(name for name, _ in sink.written)
@@ -144,16 +148,7 @@ class OutputFolder:
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
-        self.committed = True
-        left = []
-        for name in old:
-            try:
-                storage.delete(self.out.child(name))
-            except OSError:
-                left.append(name)
-        if left:
-            warnings.warn(f"{self.out.shown}: the new output is complete; {len(left)} file(s) of the one it replaced "
-                          f"could not be deleted ({printable(some_names(left))})", RuntimeWarning, stacklevel=2)
+        return old
 
 
 @functools.cache
