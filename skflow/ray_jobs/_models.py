@@ -17,10 +17,6 @@ from skflow.ray_jobs._storage import Location, check_writable, file_type, locate
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
-def is_skops_name(path: str | os.PathLike) -> bool:
-    return Path(path).suffix.lower() == ".skops"
-
-
 def _is_model_file(where: Location) -> bool:
     """Whether a regular file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
     try:
@@ -67,7 +63,7 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
 
 
 def _dump(model, file: Path) -> None:
-    if is_skops_name(file):
+    if file.suffix.lower() == ".skops":
         import skops.io
 
         skops.io.dump(model, file)
@@ -95,7 +91,7 @@ def load_model(path: str | os.PathLike):
     from sklearn.utils.validation import check_is_fitted
 
     where = locate(path, InputError)
-    shown, skops_name = where.shown, is_skops_name(where.path)
+    shown, skops_name = where.shown, Path(where.path).suffix.lower() == ".skops"
     if file_type(where, InputError, must_exist=True) == "folder":
         raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
     with _local_copy(where) as file, open(file, "rb") as f:

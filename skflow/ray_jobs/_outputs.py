@@ -16,25 +16,18 @@ from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run
 MARKER = ".skflow-output"
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 _RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
+HIDDEN = (".", "_")  # the first characters of names that readers skip
 
 
 class JobFailedError(RuntimeError):
     """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
-def is_hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
-
-
-def _is_run_file(name: str) -> bool:
-    return _RUN_FILE.match(name) is not None
-
-
 def manifest_files(manifest: Location) -> list[str]:
     """The files a manifest lists, names skflow could write (no subfolder); OSError or ValueError if it cannot say."""
     try:
         files = json.loads(storage.read_bytes(manifest).decode("utf-8"))["files"]
-        listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not is_hidden(name)
+        listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not name.startswith(HIDDEN)
                                                   and name for name in files)
     except (KeyError, TypeError, AttributeError, RecursionError):
         listed = False
@@ -55,10 +48,7 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
         if holds or inside:
             relation = "is" if holds and inside else "contains" if holds else "lies inside"
             raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
-    kind = storage.file_type(out, OutputPathError)
-    if kind == "missing" and (error := storage.no_bucket(out, OutputPathError)):
-        raise error
-    return out, kind
+    return out, storage.file_type(out, OutputPathError)
 
 
 class OutputFolder:
@@ -88,13 +78,13 @@ class OutputFolder:
         listed = None
         with contextlib.suppress(OSError, ValueError):
             listed = manifest_files(self.out.child(MARKER)) if MARKER in found else None
-        runs = [name for name in found if _is_run_file(name)]
+        runs = [name for name in found if _RUN_FILE.match(name)]
         if listed is None and not runs:
             raise OutputPathError(
                 f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
         listed = listed or []
-        foreign = [name for name in found if name not in listed and not _is_run_file(name)
+        foreign = [name for name in found if name not in listed and not _RUN_FILE.match(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
         if foreign:
             raise OutputPathError(
@@ -131,7 +121,7 @@ class OutputFolder:
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
         if not self.overwrite:
-            filled = [name for name in found if not _is_run_file(name)
+            filled = [name for name in found if not _RUN_FILE.match(name)
                       and (name == MARKER or not name.startswith(".skflow-"))]
             if filled:
                 raise OutputPathError(
@@ -194,15 +184,15 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
         if any(part in ("", ".", "..") for part in parts):
             raise error(f"{shown}: the object '{printable(name)}' has an empty, '.' or '..' part "
                         "in its name, which cannot be read; rename it or name the files to read")
-        if folders and base == MARKER and not any(map(is_hidden, folders)):
+        if folders and base == MARKER and not any(part.startswith(HIDDEN) for part in folders):
             raise error(f"{printable(folder.child(name[: -len(base) - 1]).shown)}: is an skflow output inside the "
                         f"input {shown}; give it as an input of its own, read as its {MARKER} "
                         "manifest lists")
-        if not any(map(is_hidden, parts)):
+        if not any(part.startswith(HIDDEN) for part in parts):
             visible.append((name, regular))
     names = {name for name, _ in visible}
     if not any(name == MARKER for name, _ in listed):
-        if runs := [name for name in sorted(names) if _is_run_file(name.rsplit("/", 1)[-1])]:
+        if runs := [name for name in sorted(names) if _RUN_FILE.match(name.rsplit("/", 1)[-1])]:
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
                         f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
                         "wait for it")
