@@ -57,9 +57,8 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
-    length = model.n_features_in_ if vectors else None
     n_rows, _, checks = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
-                                           length=length)
+                                           length=model.n_features_in_ if vectors else None)
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}

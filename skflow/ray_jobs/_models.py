@@ -46,20 +46,18 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
     if not where.is_remote:
         with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
             _dump(model, tmp)
-    else:
-        import pyarrow.fs as pafs
+        return
+    import pyarrow.fs as pafs
 
-        with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
-            local = Path(folder) / Path(where.path).name
-            _dump(model, local)
-            if not overwrite and file_type(where, OutputPathError) != "missing":
-                raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
-                                      "replace it")
-            try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
-                pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
-            except Exception as exc:  # noqa: BLE001 - the target is untouched
-                raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
-                    from None
+    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+        local = Path(folder) / Path(where.path).name
+        _dump(model, local)
+        if not overwrite and file_type(where, OutputPathError) != "missing":
+            raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to replace it")
+        try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
+            pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
+        except Exception as exc:  # noqa: BLE001 - the target is untouched
+            raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") from None
 
 
 def _dump(model, file: Path) -> None:

@@ -104,13 +104,13 @@ class OutputFolder:
             with contextlib.suppress(Exception):
                 for name in self._listing():
                     if name.startswith(self.run):
-                        storage.delete(self.out.child(name))
+                        self.out.filesystem.delete_file(self.out.child(name).path)
                 if self.created and not self.out.is_remote:
                     os.rmdir(self.out.path)  # a folder this run made, if empty
             raise
         for name in replaced:  # one left behind is outside the manifest: never read, and a dead run's file
             with contextlib.suppress(Exception):
-                storage.delete(self.out.child(name))
+                self.out.filesystem.delete_file(self.out.child(name).path)
 
     def _commit(self, sink, *, rows: int, command: str) -> list[str]:
         """Write the manifest of the sink's files and return the files it replaces; JobFailedError if the sink wrote
@@ -120,13 +120,12 @@ class OutputFolder:
             raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {rows:,}; nothing was written")
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
-        if not self.overwrite:
-            filled = [name for name in found if not _RUN_FILE.match(name)
-                      and (name == MARKER or not name.startswith(".skflow-"))]
-            if filled:
-                raise OutputPathError(
-                    f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
-                    "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
+        filled = [name for name in found if not _RUN_FILE.match(name)
+                  and (name == MARKER or not name.startswith(".skflow-"))]  # a manifest, or any file but a probe's
+        if filled and not self.overwrite:
+            raise OutputPathError(
+                f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
+                "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
         text = json.dumps({"files": files, "rows": sink.rows, "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)

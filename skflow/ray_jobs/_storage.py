@@ -1,7 +1,6 @@
 """One ``pyarrow.fs`` layer for local paths and URIs (pyarrow's filesystems, else fsspec's). Credentials come from
 the environment only: a URI holding them is refused without repeating it; messages from a store are scrubbed."""
 
-import contextlib
 import functools
 import os
 import re
@@ -192,8 +191,3 @@ def write_bytes(where: Location, data: bytes) -> None:
 def read_bytes(where: Location, compression: str | None = None) -> bytes:
     with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
         return stream.read()
-
-
-def delete(where: Location) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        where.filesystem.delete_file(where.path)
