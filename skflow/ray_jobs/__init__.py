@@ -1,5 +1,4 @@
-"""What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`): one filesystem layer, corpora and
-Ray Data reads, output folders committed by a manifest, model files, the Ray session."""
+"""What ``skflow embed | fit | transform`` run on Ray: filesystems, corpora, manifest outputs, models, the session."""
 
 from skflow.ray_jobs._corpus import InputError, check_rows, input_files, read_dataset, vectors_array, vectors_column
 from skflow.ray_jobs._models import check_model_output, load_model, save_model

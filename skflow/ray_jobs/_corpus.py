@@ -51,20 +51,18 @@ def input_files(inputs) -> Corpus:
     for item in inputs:
         check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
-        if file_type(where, InputError, must_exist=True) == "file":
-            if file_format(where.shown) is None:
-                raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
-            files.append(where.shown)
-            continue
-        listed = read_as_listed(where, list_files(where, InputError), InputError)
+        kind = file_type(where, InputError, must_exist=True)
+        if kind == "file" and file_format(where.shown) is None:
+            raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
+        listed = [("", True)] if kind == "file" else read_as_listed(where, list_files(where, InputError), InputError)
         if not listed:
             raise InputError(f"{where.shown}: no data files in this folder (skflow reads {_KNOWN})")
         for name, regular in listed:
-            path = where.child(name).shown
+            path = where.child(name).shown if name else where.shown
             check_name(path, InputError)
             if not regular:
                 skipped.append(f"{path} (not a regular file)")
-            elif file_format(name) is None:
+            elif file_format(path) is None:
                 skipped.append(path)
             else:
                 files.append(path)
@@ -199,7 +197,6 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
 def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
                 length: int | None = None) -> tuple[int, int | None]:
     """The rows of one file's table, as :func:`check_rows` checks them."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     _check_columns(path, table.column_names, column, new_column)
@@ -215,9 +212,7 @@ def check_table(path: str, table, column: str, *, vectors: bool = False, new_col
     lengths = set(pc.unique(pc.list_value_length(values)).to_pylist()) if len(values) else set()
     length = _one_length(path, column, lengths, length)
     flat = pc.list_flatten(values)  # every vector has ``length`` numbers: a number's row is its position // length
-    bad = pc.is_null(flat)
-    if pa.types.is_floating(flat.type):
-        bad = pc.or_(bad, pc.invert(pc.is_finite(flat)))
+    bad = pc.invert(pc.fill_null(pc.is_finite(flat), False))  # a null, a NaN or an infinity (integers are finite)
     if pc.any(bad).as_py():
         position = int(pc.index(bad, True).as_py())
         raise InputError(f"{path}: row {position // length + 1} of column {column!r} holds {flat[position].as_py()} "

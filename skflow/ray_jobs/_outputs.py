@@ -147,8 +147,7 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names); ``written``: the
-        ``(name, rows)`` the write tasks reported."""
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports."""
 
         def __init__(self, folder: Location, run: str) -> None:
             self.folder, self.run, self.written, self.rows = folder, run, [], 0

@@ -69,10 +69,8 @@ def _assign(settings) -> None:
 
 
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
-    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them.
-
-    Ray Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node.
-    """
+    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them. Ray
+    Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node."""
     import ray
 
     nodes = [node["Resources"] | {"id": node["NodeID"]} for node in ray.nodes() if node.get("Alive")]

@@ -158,9 +158,8 @@ def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tu
     """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``."""
     import pyarrow.fs as pafs
 
-    selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
     try:
-        infos = folder.filesystem.get_file_info(selector)
+        infos = folder.filesystem.get_file_info(pafs.FileSelector(folder.path, recursive=True, allow_not_found=True))
         start = len(folder.path.rstrip("/")) + 1
         return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
                       if info.type != pafs.FileType.Directory)
