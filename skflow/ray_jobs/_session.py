@@ -47,8 +47,7 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
         ray.init(address=target or "local", include_dashboard=False, log_to_driver=not quiet, logging_level="ERROR")
     context = ray.data.DataContext.get_current()
     # quiet: Ray Data's console lines ("Data sink Parquet finished", ...) too; its log file keeps everything
-    handlers = logging.getLogger("ray.data").handlers if quiet else []
-    consoles = [h for h in handlers if isinstance(h, logging.StreamHandler)]
+    consoles = [h for h in logging.getLogger("ray.data").handlers if quiet and isinstance(h, logging.StreamHandler)]
     settings = [(context, "enable_progress_bars", not quiet), (context, "raise_original_map_exception", True),
                 (context, "retried_io_errors", []), *((h, "level", logging.CRITICAL + 1) for h in consoles)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
