@@ -108,7 +108,7 @@ class OutputFolder:
                 if self.created and not self.out.is_remote:
                     os.rmdir(self.out.path)  # a folder this run made, if empty
             raise
-        for name in replaced:  # one left behind is outside the manifest: never read, and a dead run's file
+        for name in replaced:  # one that cannot be deleted lies outside the new manifest: never read
             with contextlib.suppress(Exception):
                 self.out.filesystem.delete_file(self.out.child(name).path)
 
@@ -121,7 +121,7 @@ class OutputFolder:
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
         filled = [name for name in found if not _RUN_FILE.match(name)
-                  and (name == MARKER or not name.startswith(".skflow-"))]  # a manifest, or any file but a probe's
+                  and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
         if filled and not self.overwrite:
             raise OutputPathError(
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
