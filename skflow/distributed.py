@@ -56,11 +56,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
-    if vectors and corpus.kind != "parquet":
-        raise InputError(f"{inputs[0]}: a FlowGaussianizer reads the embedding column of Parquet shards")
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
-    length = model.n_features_in_ if vectors else None
-    n_rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column, length=length)[0]
+    n_rows, _, checks = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
+                                           length=model.n_features_in_ if vectors else None)
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
@@ -70,9 +68,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        with target.writing() as sink:  # the run's files are deleted unless committed
+        with target.writing(rows=n_rows, command=command) as sink:  # committed at the end, else its files deleted
             try:
-                dataset = ray_jobs.read_dataset(corpus, input_column)
+                dataset = ray_jobs.read_dataset(corpus, input_column, checks)
                 dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
                                     batch_format="pyarrow", **options).write_datasink(sink)
                 failure = None
@@ -81,12 +79,6 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
             if failure is not None:
                 gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
                 raise failure
-            if sink.rows != n_rows:
-                raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {n_rows:,}; nothing was written")
-            try:
-                target.commit(sink, command=command)
-            except OSError as exc:  # the store failed while the manifest was written: the output is as it was
-                raise JobFailedError(f"{ray_jobs.scrub(' '.join(str(exc).split()))}; nothing was written") from None
     return n_rows
 
 
@@ -155,16 +147,14 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     flow._validate_params()
     resolve_device(flow.device)
     corpus = ray_jobs.input_files([input_dir])
-    if corpus.kind != "parquet":
-        raise InputError(f"{input_dir}: skflow fit reads Parquet shards (as written by skflow embed)")
-    _, length = ray_jobs.check_rows(corpus, column, vectors=True)
+    _, length, checks = ray_jobs.check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
     out = ray_jobs.check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
         ray_jobs.actor_resources(1)  # a cluster without a CPU would never read
-        dataset = ray_jobs.read_dataset(corpus).select_columns([column])
+        dataset = ray_jobs.read_dataset(corpus, checks=checks).select_columns([column])
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):
@@ -193,10 +183,10 @@ def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: st
     ``column``) or of a fitted pipeline that starts with a BertEmbedder (reads ``text_column`` of any input format).
     ``output`` is written as in :func:`embed`: complete or not at all, replacing only skflow's own output.
     """
-    validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="transform")  # the arguments, as given
+    validate_parameter_constraints(ACTOR_OPTIONS | {"output_column": [str]}, locals(), caller_name="transform")
     check_given_name("--output", output, OutputPathError)
     check_given_name("--model", model, InputError)
-    ray_jobs.check_new_column("--output-column", output_column)
+    check_given_name("--output-column", output_column, InputError)
     return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
                   output_column=output_column, protected=[model], workers=workers,
                   gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from skflow.ray_jobs import MARKER, OutputFolder, input_files, locate
+from skflow.ray_jobs import MARKER, OutputFolder, check_model_output, input_files, locate
 from skflow.ray_jobs._models import _is_model_file
 from skflow.utils import OutputPathError, replaced_atomically, run_tag
 
@@ -33,11 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def write_like_ray(target: OutputFolder, *tables: pa.Table, command: str = "embed") -> None:
     """Write ``tables`` into ``target`` through its sink, as Ray Data's write does (one task), and commit them."""
-    with target.writing() as sink:
+    with target.writing(rows=sum(table.num_rows for table in tables), command=command) as sink:
         sink.on_write_start()
         written = sink.write(iter(tables), types.SimpleNamespace(task_idx=0))
         sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))
-        target.commit(sink, command=command)
 
 
 def _ids(folder) -> list[int]:
@@ -107,7 +106,8 @@ def test_a_file_that_appears_during_the_run_is_never_deleted_and_the_run_deletes
     with pytest.raises(OutputPathError, match="the output folder was filled during the run"):
         write_like_ray(late, pa.table({"id": [2]}))
     assert _ids(tmp_path / "new") == [1] and len(_names(tmp_path / "new")) == 2
-    with pytest.raises(ValueError, match="boom"), OutputFolder(tmp_path / "failed", overwrite=False).writing() as sink:
+    failed = OutputFolder(tmp_path / "failed", overwrite=False)
+    with pytest.raises(ValueError, match="boom"), failed.writing(rows=1, command="embed") as sink:
         sink.on_write_start()
         sink.write(iter([pa.table({"id": [1]})]), types.SimpleNamespace(task_idx=0))
         raise ValueError("boom")
@@ -127,7 +127,7 @@ _WRITER = textwrap.dedent("""
     while not go.exists():
         time.sleep(0.01)
     if name == "killed":  # a driver killed by its own pid after its first file, before its manifest
-        with target.writing() as sink:
+        with target.writing(rows=1, command="embed") as sink:
             sink.on_write_start()
             sink.write(iter([pa.table({"id": [99]})]), types.SimpleNamespace(task_idx=0))
             os.kill(os.getpid(), signal.SIGKILL)
@@ -219,5 +219,7 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
         (tmp_path / name).write_bytes(data)
         assert not _is_model_file(locate(tmp_path / name)), name
     os.mkfifo(tmp_path / "fifo")
-    assert not _is_model_file(locate(tmp_path / "fifo"))  # never opened: it would block
-    assert not _is_model_file(locate(tmp_path))
+    with pytest.raises(OutputPathError, match="fifo: exists and is not a model file"):  # never opened: it would block
+        check_model_output(tmp_path / "fifo", overwrite=True)
+    with pytest.raises(OutputPathError, match="is a folder"):
+        check_model_output(tmp_path, overwrite=True)

@@ -237,7 +237,8 @@ def test_a_manifest_that_cannot_be_written_leaves_the_old_output_or_nothing(s3, 
 
     monkeypatch.setattr(_outputs, "write_bytes", store_gone)
     for uri, overwrite in ((f"s3://{BUCKET}/commit-new", False), (f"s3://{BUCKET}/commit-old", True)):
-        with pytest.raises(OSError, match=f"{uri}: the manifest could not be written \\(the store went away\\)"):
+        with pytest.raises(distributed.JobFailedError, match=f"{uri}: the manifest could not be written \\(the store "
+                           "went away\\); nothing was written"):
             write_like_ray(OutputFolder(uri, overwrite=overwrite), pa.table({"id": [1, 2, 3]}))
     assert _objects(client, "commit-new") == {} and _objects(client, "commit-old/") == before
 
@@ -404,7 +405,7 @@ def test_file_uris_are_local_paths_under_the_local_rules(capfd, no_ray, tmp_path
     err = _refused(capfd, _embed_args(f"file://{corpus}", "--output", f"file://{corpus}/out"))
     assert err == f"error: {corpus}/out: the output folder lies inside the input {corpus}; choose another output"
     err = _refused(capfd, ["fit", f"file://{corpus}", "--output", f"file://{corpus}/flow.skops", "--quiet"])
-    assert err.endswith("skflow fit reads Parquet shards (as written by skflow embed)")
+    assert err == f"error: {corpus}/a.txt: vectors are read from Parquet shards (as written by skflow embed)"
 
 
 def test_overwrite_replaces_only_a_prefix_that_skflow_wrote(s3, capfd, no_ray):

@@ -1,22 +1,11 @@
-"""What ``skflow embed | fit | transform`` run on Ray (:mod:`skflow.distributed`): one filesystem layer, corpora and
-Ray Data reads, output folders committed by a manifest, model files, the Ray session."""
+"""What ``skflow embed | fit | transform`` run on Ray: filesystems, corpora, manifest outputs, models, the session."""
 
-from skflow.ray_jobs._corpus import (
-                                    InputError,
-                                    check_new_column,
-                                    check_rows,
-                                    input_files,
-                                    read_dataset,
-                                    vectors_array,
-                                    vectors_column,
-)
+from skflow.ray_jobs._corpus import InputError, check_rows, input_files, read_dataset, vectors_array, vectors_column
 from skflow.ray_jobs._models import check_model_output, load_model, save_model
-from skflow.ray_jobs._outputs import MARKER, OutputFolder
-from skflow.ray_jobs._session import JobFailedError, RayClusterError, actor_resources, job_failure, ray_session
+from skflow.ray_jobs._outputs import MARKER, JobFailedError, OutputFolder
+from skflow.ray_jobs._session import RayClusterError, actor_resources, job_failure, ray_session
 from skflow.ray_jobs._storage import is_remote, locate, scrub
 
-__all__ = [
-    "MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "actor_resources",
-    "check_model_output", "check_new_column", "check_rows", "input_files", "is_remote", "job_failure", "load_model",
-    "locate", "ray_session", "read_dataset", "save_model", "scrub", "vectors_array", "vectors_column"
-]
+__all__ = ["MARKER", "InputError", "JobFailedError", "OutputFolder", "RayClusterError", "actor_resources",
+           "check_model_output", "check_rows", "input_files", "is_remote", "job_failure", "load_model", "locate",
+           "ray_session", "read_dataset", "save_model", "scrub", "vectors_array", "vectors_column"]

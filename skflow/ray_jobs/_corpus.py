@@ -5,14 +5,14 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
 from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, one_line, read_bytes
-from skflow.utils import check_given_name, check_name, some_names
+from skflow.utils import check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
@@ -26,13 +26,11 @@ class InputError(ValueError):
     """Bad input, found before any heavy work (the command line prints it as one line and exits 2)."""
 
 
-@dataclass
-class Corpus:
-    """The files to read (local paths or URIs), their one format, and the row checks left to Ray's read."""
+class Corpus(NamedTuple):
+    """The files to read (local paths or URIs) and their one format."""
 
     files: tuple[str, ...]
     kind: str
-    checks: Callable | None = None  # set by check_rows for Parquet files on object storage, whose rows it did not read
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
@@ -53,20 +51,18 @@ def input_files(inputs) -> Corpus:
     for item in inputs:
         check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
-        if file_type(where, InputError, must_exist=True) == "file":
-            if file_format(where.shown) is None:
-                raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
-            files.append(where.shown)
-            continue
-        listed = read_as_listed(where, list_files(where, InputError), InputError)
+        kind = file_type(where, InputError, must_exist=True)
+        if kind == "file" and file_format(where.shown) is None:
+            raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
+        listed = [("", True)] if kind == "file" else read_as_listed(where, list_files(where, InputError), InputError)
         if not listed:
             raise InputError(f"{where.shown}: no data files in this folder (skflow reads {_KNOWN})")
         for name, regular in listed:
-            path = where.child(name).shown
+            path = where.child(name).shown if name else where.shown
             check_name(path, InputError)
             if not regular:
                 skipped.append(f"{path} (not a regular file)")
-            elif file_format(name) is None:
+            elif file_format(path) is None:
                 skipped.append(path)
             else:
                 files.append(path)
@@ -154,13 +150,6 @@ def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
         raise InputError(f"{path}: column {column!r} holds {t} values, not strings{first}")
 
 
-def check_new_column(option: str, name) -> None:
-    """Refuse an output column name that is not a string, or that :func:`skflow.utils.check_given_name` refuses."""
-    if not isinstance(name, str):
-        raise InputError(f"{option} must name a column, got {type(name).__name__}")
-    check_given_name(option, name, InputError)
-
-
 def _check_columns(path: str, names: list[str], column: str, new_column: str | None) -> None:
     if column not in names:
         raise InputError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
@@ -170,12 +159,15 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
-               length: int | None = None) -> tuple[int, int | None]:
-    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given); ``(rows, length)``.
-    Parquet files on object storage are checked by their footer; their rows, as Ray reads them (``corpus.checks``)."""
+               length: int | None = None) -> tuple[int, int | None, functools.partial]:
+    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given). Parquet files on
+    object storage are checked by their footer here, their rows as Ray reads them: ``(rows, length, the row checks)``
+    for :func:`read_dataset`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if vectors and corpus.kind != "parquet":
+        raise InputError(f"{corpus.files[0]}: vectors are read from Parquet shards (as written by skflow embed)")
     total = 0
     for path in corpus.files:
         if corpus.kind == "parquet":
@@ -198,16 +190,13 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
         total += rows
     if total == 0:
         raise InputError(f"the input has no rows ({', '.join(corpus.files)})")
-    if corpus.kind == "parquet" and any(map(is_remote, corpus.files)):
-        corpus.checks = functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
-                                          length=length)
-    return total, length
+    return total, length, functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
+                                            length=length)
 
 
 def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
                 length: int | None = None) -> tuple[int, int | None]:
     """The rows of one file's table, as :func:`check_rows` checks them."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     _check_columns(path, table.column_names, column, new_column)
@@ -223,9 +212,7 @@ def check_table(path: str, table, column: str, *, vectors: bool = False, new_col
     lengths = set(pc.unique(pc.list_value_length(values)).to_pylist()) if len(values) else set()
     length = _one_length(path, column, lengths, length)
     flat = pc.list_flatten(values)  # every vector has ``length`` numbers: a number's row is its position // length
-    bad = pc.is_null(flat)
-    if pa.types.is_floating(flat.type):
-        bad = pc.or_(bad, pc.invert(pc.is_finite(flat)))
+    bad = pc.invert(pc.fill_null(pc.is_finite(flat), False))  # a null, a NaN or an infinity (integers are finite)
     if pc.any(bad).as_py():
         position = int(pc.index(bad, True).as_py())
         raise InputError(f"{path}: row {position // length + 1} of column {column!r} holds {flat[position].as_py()} "
@@ -254,8 +241,8 @@ def _parsed(names: dict, text_column, checks, batch):  # one file a batch
     return table
 
 
-def read_dataset(corpus: Corpus, text_column: str | None = None):
-    """A Ray dataset of every row of ``corpus``, Parquet files on object storage read whole and checked."""
+def read_dataset(corpus: Corpus, text_column: str | None = None, checks: Callable | None = None):
+    """A Ray dataset of every row of ``corpus``; but local Parquet files, read whole and checked by ``checks``."""
     import ray
 
     groups = {}
@@ -271,7 +258,7 @@ def read_dataset(corpus: Corpus, text_column: str | None = None):
             continue
         dataset = ray.data.read_binary_files(list(names), include_paths=True, filesystem=filesystem,
                                              arrow_open_stream_args={"compression": compression})
-        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, corpus.checks),
+        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, checks),
                                             batch_format="pyarrow", batch_size=1))
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 

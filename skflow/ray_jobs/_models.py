@@ -17,14 +17,8 @@ from skflow.ray_jobs._storage import Location, check_writable, file_type, locate
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
 
 
-def is_skops_name(path: str | os.PathLike) -> bool:
-    return Path(path).suffix.lower() == ".skops"
-
-
 def _is_model_file(where: Location) -> bool:
-    """Whether an existing file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
-    if file_type(where, OutputPathError) != "file":  # a FIFO, a device or a folder: never opened, never replaced
-        return False
+    """Whether a regular file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
     try:
         with where.filesystem.open_input_file(where.path) as file:
             return MODEL.recognises(file)
@@ -39,7 +33,7 @@ def check_model_output(path, *, overwrite: bool, inputs=()) -> Location:
         raise OutputPathError(f"{out.shown}: is a folder; give a file name")
     if kind != "missing" and not overwrite:
         raise OutputPathError(f"{out.shown}: exists; pass --overwrite to replace it")
-    if kind != "missing" and not _is_model_file(out):
+    if kind == "other" or kind == "file" and not _is_model_file(out):  # a FIFO or a device is never opened
         raise OutputPathError(f"{out.shown}: exists and is not a model file (skops or joblib); --overwrite replaces "
                               "only those")
     check_writable(out.parent, "the folder of the output")
@@ -52,24 +46,22 @@ def save_model(model, path, *, overwrite: bool = True) -> None:
     if not where.is_remote:
         with replaced_atomically(where.path, kind=MODEL, overwrite=overwrite) as tmp:
             _dump(model, tmp)
-    else:
-        import pyarrow.fs as pafs
+        return
+    import pyarrow.fs as pafs
 
-        with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
-            local = Path(folder) / Path(where.path).name
-            _dump(model, local)
-            if not overwrite and file_type(where, OutputPathError) != "missing":
-                raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to "
-                                      "replace it")
-            try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
-                pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
-            except Exception as exc:  # noqa: BLE001 - the target is untouched
-                raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") \
-                    from None
+    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
+        local = Path(folder) / Path(where.path).name
+        _dump(model, local)
+        if not overwrite and file_type(where, OutputPathError) != "missing":
+            raise OutputPathError(f"{where.shown}: appeared while this command ran; pass --overwrite to replace it")
+        try:  # one call into Arrow, whole or not at all: S3 shows a multipart upload only once complete
+            pafs.copy_files(str(local), where.path, destination_filesystem=where.filesystem)
+        except Exception as exc:  # noqa: BLE001 - the target is untouched
+            raise OSError(f"{where.shown}: writing the model failed, it was not replaced ({one_line(exc)})") from None
 
 
 def _dump(model, file: Path) -> None:
-    if is_skops_name(file):
+    if file.suffix.lower() == ".skops":
         import skops.io
 
         skops.io.dump(model, file)
@@ -78,10 +70,7 @@ def _dump(model, file: Path) -> None:
 
 
 @contextlib.contextmanager
-def _local_copy(where: Location):
-    if not where.is_remote:
-        yield Path(where.path)
-        return
+def _local_copy(where: Location):  # of a local file too: what is checked is what is read
     import pyarrow.fs as pafs
 
     with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
@@ -100,7 +89,7 @@ def load_model(path: str | os.PathLike):
     from sklearn.utils.validation import check_is_fitted
 
     where = locate(path, InputError)
-    shown, skops_name = where.shown, is_skops_name(where.path)
+    shown, skops_name = where.shown, Path(where.path).suffix.lower() == ".skops"
     if file_type(where, InputError, must_exist=True) == "folder":
         raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
     with _local_copy(where) as file, open(file, "rb") as f:

@@ -16,21 +16,18 @@ from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run
 MARKER = ".skflow-output"
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 _RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
+HIDDEN = (".", "_")  # the first characters of names that readers skip
 
 
-def is_hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
-
-
-def _is_run_file(name: str) -> bool:
-    return _RUN_FILE.match(name) is not None
+class JobFailedError(RuntimeError):
+    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 def manifest_files(manifest: Location) -> list[str]:
     """The files a manifest lists, names skflow could write (no subfolder); OSError or ValueError if it cannot say."""
     try:
         files = json.loads(storage.read_bytes(manifest).decode("utf-8"))["files"]
-        listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not is_hidden(name)
+        listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not name.startswith(HIDDEN)
                                                   and name for name in files)
     except (KeyError, TypeError, AttributeError, RecursionError):
         listed = False
@@ -51,10 +48,7 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
         if holds or inside:
             relation = "is" if holds and inside else "contains" if holds else "lies inside"
             raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
-    kind = storage.file_type(out, OutputPathError)
-    if kind == "missing" and (error := storage.no_bucket(out, OutputPathError)):
-        raise error
-    return out, kind
+    return out, storage.file_type(out, OutputPathError)
 
 
 class OutputFolder:
@@ -72,12 +66,9 @@ class OutputFolder:
                                   "replace it (only a folder that skflow wrote is replaced)")
         if found:
             self._replaced(found)
-        if kind == "folder" or out.is_remote:
-            storage.check_writable(out, "the output folder")
-        else:
-            storage.check_writable(out.parent, "the folder of the output")
+        folder = out if kind == "folder" or out.is_remote else out.parent
+        storage.check_writable(folder, "the output folder" if folder is out else "the folder of the output")
         self.run = f"skflow-{run_tag()}"
-        self.committed = False
 
     def _listing(self) -> list[str]:
         return [name for name, _ in storage.list_files(self.out, OutputPathError)]
@@ -87,13 +78,13 @@ class OutputFolder:
         listed = None
         with contextlib.suppress(OSError, ValueError):
             listed = manifest_files(self.out.child(MARKER)) if MARKER in found else None
-        runs = [name for name in found if _is_run_file(name)]
+        runs = [name for name in found if _RUN_FILE.match(name)]
         if listed is None and not runs:
             raise OutputPathError(
                 f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
         listed = listed or []
-        foreign = [name for name in found if name not in listed and not _is_run_file(name)
+        foreign = [name for name in found if name not in listed and not _RUN_FILE.match(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
         if foreign:
             raise OutputPathError(
@@ -102,32 +93,39 @@ class OutputFolder:
         return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
     @contextlib.contextmanager
-    def writing(self):
-        """A Ray Data sink for this run's files; they are deleted unless :meth:`commit` is called."""
+    def writing(self, *, rows: int, command: str):
+        """A Ray Data sink for this run's files, committed when the block ends; if the block or the commit raises,
+        the run's files are deleted and the output is as it was."""
         sink = _parquet_files_class()(self.out, self.run)
         try:
             yield sink
-        finally:
-            if not self.committed:
-                with contextlib.suppress(Exception):
-                    for name in self._listing():
-                        if name.startswith(self.run):
-                            storage.delete(self.out.child(name))
-                    if self.created and not self.out.is_remote:
-                        os.rmdir(self.out.path)  # a folder this run made, if empty
+            replaced = self._commit(sink, rows=rows, command=command)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                for name in self._listing():
+                    if name.startswith(self.run):
+                        self.out.filesystem.delete_file(self.out.child(name).path)
+                if self.created and not self.out.is_remote:
+                    os.rmdir(self.out.path)  # a folder this run made, if empty
+            raise
+        for name in replaced:  # one that cannot be deleted lies outside the new manifest: never read
+            with contextlib.suppress(Exception):
+                self.out.filesystem.delete_file(self.out.child(name).path)
 
-    def commit(self, sink, *, command: str) -> None:
-        """Write the manifest of the sink's files, then delete what it replaces; OutputPathError if the folder was
-        filled during the run, OSError if the manifest could not be written: the output is then as it was."""
+    def _commit(self, sink, *, rows: int, command: str) -> list[str]:
+        """Write the manifest of the sink's files and return the files it replaces; JobFailedError if the sink wrote
+        another number of ``rows`` or the manifest could not be written, OutputPathError if the folder was filled
+        during the run."""
+        if sink.rows != rows:
+            raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {rows:,}; nothing was written")
         files = sorted(name for name, _ in sink.written)
         found = self._listing()
-        if not self.overwrite:
-            filled = [name for name in found if not _is_run_file(name)
-                      and (name == MARKER or not name.startswith(".skflow-"))]
-            if filled:
-                raise OutputPathError(
-                    f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
-                    "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
+        filled = [name for name in found if not _RUN_FILE.match(name)
+                  and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
+        if filled and not self.overwrite:
+            raise OutputPathError(
+                f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
+                "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
         text = json.dumps({"files": files, "rows": sink.rows, "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)
@@ -137,17 +135,9 @@ class OutputFolder:
             else:
                 utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST, overwrite=self.overwrite)
         except OSError as exc:
-            raise OSError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)})") from None
-        self.committed = True
-        left = []
-        for name in old:
-            try:
-                storage.delete(self.out.child(name))
-            except OSError:
-                left.append(name)
-        if left:
-            warnings.warn(f"{self.out.shown}: the new output is complete; {len(left)} file(s) of the one it replaced "
-                          f"could not be deleted ({printable(some_names(left))})", RuntimeWarning, stacklevel=2)
+            raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
+                                 "nothing was written") from None
+        return old
 
 
 @functools.cache
@@ -157,8 +147,7 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names); ``written``: the
-        ``(name, rows)`` the write tasks reported."""
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports."""
 
         def __init__(self, folder: Location, run: str) -> None:
             self.folder, self.run, self.written, self.rows = folder, run, [], 0
@@ -193,15 +182,15 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
         if any(part in ("", ".", "..") for part in parts):
             raise error(f"{shown}: the object '{printable(name)}' has an empty, '.' or '..' part "
                         "in its name, which cannot be read; rename it or name the files to read")
-        if folders and base == MARKER and not any(map(is_hidden, folders)):
+        if folders and base == MARKER and not any(part.startswith(HIDDEN) for part in folders):
             raise error(f"{printable(folder.child(name[: -len(base) - 1]).shown)}: is an skflow output inside the "
                         f"input {shown}; give it as an input of its own, read as its {MARKER} "
                         "manifest lists")
-        if not any(map(is_hidden, parts)):
+        if not any(part.startswith(HIDDEN) for part in parts):
             visible.append((name, regular))
     names = {name for name, _ in visible}
     if not any(name == MARKER for name, _ in listed):
-        if runs := [name for name in sorted(names) if _is_run_file(name.rsplit("/", 1)[-1])]:
+        if runs := [name for name in sorted(names) if _RUN_FILE.match(name.rsplit("/", 1)[-1])]:
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
                         f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
                         "wait for it")

@@ -10,15 +10,12 @@ import warnings
 from collections.abc import Iterator
 
 from skflow.ray_jobs._corpus import InputError
+from skflow.ray_jobs._outputs import JobFailedError
 from skflow.ray_jobs._storage import one_line
 
 
 class RayClusterError(ConnectionError):
     """No Ray cluster at the address, or not the resources the command needs (found before any work)."""
-
-
-class JobFailedError(RuntimeError):
-    """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
 def probe(address: str, timeout: float = 10.0) -> None:
@@ -50,8 +47,7 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
         ray.init(address=target or "local", include_dashboard=False, log_to_driver=not quiet, logging_level="ERROR")
     context = ray.data.DataContext.get_current()
     # quiet: Ray Data's console lines ("Data sink Parquet finished", ...) too; its log file keeps everything
-    handlers = logging.getLogger("ray.data").handlers if quiet else []
-    consoles = [h for h in handlers if isinstance(h, logging.StreamHandler)]
+    consoles = [h for h in logging.getLogger("ray.data").handlers if quiet and isinstance(h, logging.StreamHandler)]
     settings = [(context, "enable_progress_bars", not quiet), (context, "raise_original_map_exception", True),
                 (context, "retried_io_errors", []), *((h, "level", logging.CRITICAL + 1) for h in consoles)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
@@ -72,10 +68,8 @@ def _assign(settings) -> None:
 
 
 def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
-    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them.
-
-    Ray Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node.
-    """
+    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them. Ray
+    Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node."""
     import ray
 
     nodes = [node["Resources"] | {"id": node["NodeID"]} for node in ray.nodes() if node.get("Alive")]

@@ -1,7 +1,6 @@
 """One ``pyarrow.fs`` layer for local paths and URIs (pyarrow's filesystems, else fsspec's). Credentials come from
 the environment only: a URI holding them is refused without repeating it; messages from a store are scrubbed."""
 
-import contextlib
 import functools
 import os
 import re
@@ -64,12 +63,6 @@ def is_remote(item) -> bool:
     return isinstance(item, str) and _SCHEME.match(item) is not None and not item.lower().startswith("file://")
 
 
-def _shown(uri: str) -> str:
-    uri = uri.split("?", 1)[0].split("#", 1)[0]
-    return _PASSWORD.sub(r"\g<scheme>***@", uri) if uri.lower().startswith(_USER_IS_CONTAINER) else \
-        _USERINFO.sub(r"\g<scheme>***@", uri)
-
-
 def locate(item, error: type[Exception] = ValueError) -> Location:
     """The :class:`Location` of a local path or URI; ``error`` (one line, no credentials) if it cannot be used."""
     item = os.fspath(item)
@@ -82,7 +75,8 @@ def locate(item, error: type[Exception] = ValueError) -> Location:
         shown = str(Path(item).expanduser())
         return Location(pafs.LocalFileSystem(), os.path.abspath(shown), shown, os.path.realpath(shown))
     scheme, rest = match["scheme"].lower(), match["rest"]
-    shown = _shown(item)
+    uri = item.split("?", 1)[0].split("#", 1)[0]
+    shown = (_PASSWORD if scheme in _USER_IS_CONTAINER else _USERINFO).sub(r"\g<scheme>***@", uri)
     authority = rest.split("/", 1)[0]
     user, at, _ = authority.rpartition("@")
     if at and (scheme not in _USER_IS_CONTAINER or ":" in user):
@@ -140,8 +134,8 @@ def _hint(exc: BaseException) -> str:
 
 
 def file_type(where: Location, error: type[Exception] = ValueError, *, must_exist: bool = False) -> str:
-    """``"file"``, ``"folder"``, ``"missing"`` or ``"other"`` (a FIFO, a device); ``error`` if the store fails, or
-    (``must_exist``) for the last two."""
+    """``"file"``, ``"folder"``, ``"missing"`` or ``"other"`` (a FIFO, a device); ``error`` if the store fails, if
+    the bucket (or container) is missing, or (``must_exist``) for the last two."""
     import pyarrow.fs as pafs
 
     try:
@@ -150,35 +144,27 @@ def file_type(where: Location, error: type[Exception] = ValueError, *, must_exis
         raise error(f"{where.shown}: cannot be read ({one_line(exc)}){_hint(exc)}") from None
     kind = {pafs.FileType.File: "file", pafs.FileType.Directory: "folder",
             pafs.FileType.NotFound: "missing"}.get(info.type, "other")
+    bucket = where._replace(path=where.path.split("/", 1)[0])
+    if kind == "missing" and where.is_remote and bucket != where and file_type(bucket, error) == kind:
+        raise error(f"{where.shown}: no such bucket {bucket.path!r} (or no access to it)")
     if must_exist and kind == "missing":
-        raise no_bucket(where, error) or error(f"{where.shown}: no such file or folder")
+        raise error(f"{where.shown}: no such file or folder")
     if must_exist and kind == "other":
         raise error(f"{where.shown}: not a regular file")
     return kind
-
-
-def no_bucket(where: Location, error: type[Exception] = ValueError) -> Exception | None:
-    """The error to raise if the bucket (or container) of a remote ``where`` does not exist, else None."""
-    top = where.path.split("/", 1)[0]
-    if where.is_remote and where.path != top and file_type(where._replace(path=top), error) == "missing":
-        return error(f"{where.shown}: no such bucket {top!r} (or no access to it)")
-    return None
 
 
 def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
     """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``."""
     import pyarrow.fs as pafs
 
-    selector = pafs.FileSelector(folder.path, recursive=True, allow_not_found=True)
     try:
-        infos = folder.filesystem.get_file_info(selector)
+        infos = folder.filesystem.get_file_info(pafs.FileSelector(folder.path, recursive=True, allow_not_found=True))
         start = len(folder.path.rstrip("/")) + 1
         return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
                       if info.type != pafs.FileType.Directory)
-    except UnicodeDecodeError:  # a local name that is not UTF-8: pyarrow's error names none
-        for parent, folders, files in os.walk(folder.path):
-            for name in folders + files:
-                check_name(os.path.join(parent, name), error)
+    except UnicodeDecodeError as exc:  # a local name that is not UTF-8: the bytes of its path, in pyarrow's error
+        check_name(folder.shown + os.fsdecode(exc.object)[len(folder.path):], error)
         raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
@@ -204,8 +190,3 @@ def write_bytes(where: Location, data: bytes) -> None:
 def read_bytes(where: Location, compression: str | None = None) -> bytes:
     with where.filesystem.open_input_stream(where.path, compression=compression) as stream:
         return stream.read()
-
-
-def delete(where: Location) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        where.filesystem.delete_file(where.path)
