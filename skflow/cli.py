@@ -212,20 +212,17 @@ def _error(what, status: int = 2, label: str = "error") -> int:
 
 @contextlib.contextmanager
 def _silenced():
-    """stdout and stderr go nowhere: their file descriptors (Ray's C++ log lines) and Python's streams."""
-    streams = (sys.stdout, sys.stderr)
-    for stream in streams:
-        stream.flush()
+    """File descriptors 1 and 2 go nowhere (Ray's C++ log lines, and Python's streams, flushed on both sides)."""
     saved = [os.dup(1), os.dup(2)]
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    with open(os.devnull, "w") as sink:
         try:
-            for fd in (1, 2):
+            for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+                stream.flush()
                 os.dup2(sink.fileno(), fd)
             yield
         finally:
-            for stream in streams:  # what was written to them while they were silenced goes nowhere too
-                stream.flush()
-            for fd, copy in zip((1, 2), saved):
+            for fd, stream, copy in zip((1, 2), (sys.stdout, sys.stderr), saved):
+                stream.flush()  # what was written while silenced goes nowhere too
                 os.dup2(copy, fd)
                 os.close(copy)
 
@@ -235,11 +232,9 @@ def _scale_command(args) -> int:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
-            done = _scale_step(args)
+            print(_scale_step(args), file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if not args.quiet:
-        print(done, file=sys.stderr)
     return 0
 
 
@@ -288,9 +283,8 @@ def _evaluate_command(args) -> int:
     try:
         for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
             utils.check_replaceable(path, kind)  # have appeared, or been changed, during the run
-        replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
         for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
-            utils.write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
+            utils.write_text_atomically(path, text, kind=kind)
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _error(f"the results are printed above, but writing them failed: {exc}")
     if not args.quiet:

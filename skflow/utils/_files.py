@@ -101,19 +101,20 @@ MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
 
-def check_replaceable(path: Path, kind: FileKind) -> None:
-    """Refuse (one line) an existing ``path`` that is not a regular file of ``kind``: skflow never replaces a file
-    it did not write. No link is followed (O_NOFOLLOW fails on one: ELOOP), no FIFO blocked on."""
+def check_replaceable(path: Path, kind: FileKind, overwrite: bool = True) -> None:
+    """Refuse (one line) an existing ``path`` unless ``overwrite`` and it is a regular file of ``kind``: skflow never
+    replaces a file it did not write. No link is followed (O_NOFOLLOW fails on one: ELOOP), no FIFO blocked on."""
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:
-            if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream):
+            if overwrite and stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream):
                 return
     except (FileNotFoundError, NotADirectoryError):  # nothing there; its folder is checked where it is written
         return
     except OSError:
         pass
-    raise OutputPathError(f"{printable(str(path))}: exists and is not {kind.name} (a link never is); it is never "
-                          "replaced: give another name, or move it away")
+    why = f" and is not {kind.name} (a link never is); it is never replaced: give another name, or move it away" \
+        if overwrite else "; pass --overwrite (overwrite=True) to replace it"
+    raise OutputPathError(f"{printable(str(path))}: exists{why}")
 
 
 def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
@@ -180,27 +181,21 @@ def _remove(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync,
-    ``os.replace``), else it is deleted. With ``overwrite``, :func:`check_replaceable` before the block and at the
-    rename; without, only where nothing is (a hard link fails if a file appeared since the caller's check)."""
+    """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync, then
+    a hard link, which never replaces a file that appeared, else ``os.replace``), else it is deleted. An existing
+    ``path`` must pass :func:`check_replaceable`, before the block and again at the rename."""
     path = Path(path)
-    if overwrite:
-        check_replaceable(path, kind)
+    check_replaceable(path, kind, overwrite)
     with temporary_sibling(path) as tmp:
         yield tmp
         with open(tmp, "rb") as written:
             os.fsync(written.fileno())
-        if overwrite:
-            check_replaceable(path, kind)
-            os.replace(tmp, path)
-            return
         try:
             os.link(tmp, path, follow_symlinks=False)
-        except OSError as exc:
+        except OSError as exc:  # a file there, or a filesystem without hard links (then checked and renamed)
             if isinstance(exc, FileExistsError) or os.path.lexists(path):
-                raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and "
-                                      "was not replaced; pass --overwrite (overwrite=True) to replace it") from None
-            os.replace(tmp, path)  # a filesystem without hard links: the check and the rename are two steps there
+                check_replaceable(path, kind, overwrite)
+            os.replace(tmp, path)
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
