@@ -43,14 +43,6 @@ def _name(text: str, file: bool = False) -> str:
     return text
 
 
-def _range(interval: Interval) -> str:
-    """An sklearn Interval in the words of the help texts ("an integer from 1 to 10000", "a number > 0")."""
-    kind = "an integer" if interval.type is Integral else "a number"
-    if interval.right is not None:
-        return f"{kind} from {interval.left} to {interval.right}"
-    return f"{kind} {'>=' if interval.closed == 'left' else '>'} {interval.left:g}"
-
-
 def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
     try:
@@ -58,7 +50,7 @@ def _within(interval: Interval, text: str):
     except ValueError:
         value = None
     if not text.isascii() or not interval.is_satisfied_by(value):
-        raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {interval}, got {text!r}")
     return value
 
 
@@ -72,7 +64,7 @@ def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param:
         what = f"{what}: {', '.join(kwargs['choices'])}"
     else:
         kwargs = {"type": functools.partial(_within, constraint)}
-        what = f"{what}, {_range(constraint)}"
+        what = f"{what}, {constraint}"
     sub.add_argument(flag, default=defaults[param], help=f"{what} (default: {shown})", **kwargs)
 
 
