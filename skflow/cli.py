@@ -272,11 +272,10 @@ def _evaluate_command(args) -> int:
         "python": platform.python_version(), "numpy": np.__version__,
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
-    try:
-        for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
-            utils.check_replaceable(path, kind)  # have appeared, or been changed, during the run
-        for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
-            utils.write_text_atomically(path, text, kind=kind)
+    try:  # each file checked again (it may have appeared, or changed, during the run) before either is renamed
+        with contextlib.ExitStack() as both:
+            for path, text, kind in zip(outputs, texts, _RESULTS.values()):
+                both.enter_context(utils.replaced_atomically(path, kind=kind)).write_text(text, encoding="utf-8")
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _error(f"the results are printed above, but writing them failed: {exc}")
     if not args.quiet:

@@ -9,7 +9,7 @@ from skflow.embedder import BertEmbedder
 from skflow.embedding import check_hub_options
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
-from skflow.utils import InvalidModelError, UntrustedTypeError
+from skflow.utils import MODEL, InvalidModelError, UntrustedTypeError, replaced_atomically
 from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
@@ -47,8 +47,6 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     True
     """
     import skops.io
-
-    from skflow.utils import MODEL, replaced_atomically
 
     path = Path(path).expanduser()
     with replaced_atomically(path, kind=MODEL, overwrite=overwrite) as tmp:

@@ -23,8 +23,8 @@ from typing import BinaryIO, NamedTuple
 from skflow.utils._names import printable
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-           "OutputPathError", "UntrustedTypeError", "check_output_file", "check_replaceable", "left_by_a_dead_process",
-           "prove_writable", "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
+           "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process", "prove_writable",
+           "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):
@@ -101,26 +101,21 @@ MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
 
-def check_replaceable(path: Path, kind: FileKind, overwrite: bool = True) -> None:
-    """Refuse (one line) an existing ``path`` unless ``overwrite`` and it is a regular file of ``kind``: skflow never
-    replaces a file it did not write. No link is followed (O_NOFOLLOW fails on one: ELOOP), no FIFO blocked on."""
-    try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:
-            if overwrite and stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream):
-                return
-    except (FileNotFoundError, NotADirectoryError):  # nothing there; its folder is checked where it is written
-        return
-    except OSError:
-        pass
-    why = f" and is not {kind.name} (a link never is); it is never replaced: give another name, or move it away" \
-        if overwrite else "; pass --overwrite (overwrite=True) to replace it"
-    raise OutputPathError(f"{printable(str(path))}: exists{why}")
-
-
-def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
-    """``path`` (``~`` expanded) once :func:`check_replaceable` passes and its folder takes files, else one line."""
+def check_output_file(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Path:
+    """``path`` (``~`` expanded) if nothing is there, or with ``overwrite`` a regular file of ``kind`` (skflow never
+    replaces a file it did not write; no link is followed, no FIFO blocked on), and its folder takes files."""
     out = Path(path).expanduser()
-    check_replaceable(out, kind)
+    try:
+        with open(os.open(out, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:  # a link: ELOOP
+            ours = overwrite and stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there
+        ours = True
+    except OSError:
+        ours = False
+    if not ours:
+        why = f" and is not {kind.name} (a link never is); it is never replaced: give another name, or move it away" \
+            if overwrite else "; pass --overwrite (overwrite=True) to replace it"
+        raise OutputPathError(f"{printable(str(out))}: exists{why}")
     try:
         prove_writable(out.parent)
     except OSError as exc:  # missing, a file, read-only
@@ -182,10 +177,9 @@ def _remove(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync, then
-    a hard link, which never replaces a file that appeared, else ``os.replace``), else it is deleted. An existing
-    ``path`` must pass :func:`check_replaceable`, before the block and again at the rename."""
-    path = Path(path)
-    check_replaceable(path, kind, overwrite)
+    a hard link, which never replaces a file that appeared, else ``os.replace``), else it is deleted. ``path`` must
+    pass :func:`check_output_file` before the block and again at the rename."""
+    path = check_output_file(path, kind=kind, overwrite=overwrite)
     with temporary_sibling(path) as tmp:
         yield tmp
         with open(tmp, "rb") as written:
@@ -194,7 +188,7 @@ def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overw
             os.link(tmp, path, follow_symlinks=False)
         except OSError as exc:  # a file there, or a filesystem without hard links (then checked and renamed)
             if isinstance(exc, FileExistsError) or os.path.lexists(path):
-                check_replaceable(path, kind, overwrite)
+                check_output_file(path, kind=kind, overwrite=overwrite)
             os.replace(tmp, path)
 
 
