@@ -24,8 +24,7 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 
 SEEDS = Interval(Integral, 0, 2**32 - 1, closed="both")  # numpy's RandomState takes seeds 0 to 2**32 - 1
-# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
-# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
+# What evaluate writes, recognised by content: ``--output README`` never replaces README.md, only results it wrote
 _RESULTS = {".json": utils.RESULTS_JSON, ".md": utils.RESULTS_TABLE}
 
 

@@ -78,25 +78,18 @@ def _small_text(stream: BinaryIO) -> str:
     return stream.read(2**26).decode("utf-8")  # results and manifests are small: never read a big file whole
 
 
-_TABLE_LINE = re.compile(r"(.* protocol `[a-z]+`, Spearman x 100|\|.*\||)")  # a heading, a table row, or empty
-
-
-def _is_results_table(stream: BinaryIO) -> bool:
-    lines = _small_text(stream).splitlines()
-    return all(map(_TABLE_LINE.fullmatch, lines)) and any(line.endswith(", Spearman x 100") for line in lines)
-
-
-def _is_results_json(stream: BinaryIO) -> bool:
-    results = json.loads(_small_text(stream))
-    return "sets" in results and isinstance(results["config"], dict) and "skflow" in results["config"]
+# evaluate's tables: a heading first, then only headings, table rows and empty lines
+_TABLES = re.compile(r".* protocol `[a-z]+`, Spearman x 100(\n(.* protocol `[a-z]+`, Spearman x 100|\|.*\||))*\n?")
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
 JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
 MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognises(stream) or JOBLIB.recognises(stream))
 ONNX = FileKind("an ONNX model", _is_onnx)
-RESULTS_JSON = FileKind("a results file that skflow evaluate wrote", _is_results_json)
-RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote", _is_results_table)
+RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its config names skflow's version
+                        lambda stream: isinstance(json.loads(_small_text(stream))["config"]["skflow"], str))
+RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote",
+                         lambda stream: _TABLES.fullmatch(_small_text(stream)) is not None)
 MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(_small_text(stream))["files"]) is list)
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
