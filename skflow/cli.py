@@ -44,13 +44,11 @@ def _name(text: str, file: bool = False) -> str:
 
 def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
-    try:
+    with contextlib.suppress(ValueError):
         value = int(text) if interval.type is Integral else float(text)
-    except ValueError:
-        value = None
-    if not text.isascii() or not interval.is_satisfied_by(value):
-        raise argparse.ArgumentTypeError(f"must be {interval}, got {text!r}")
-    return value
+        if text.isascii() and interval.is_satisfied_by(value):
+            return value
+    raise argparse.ArgumentTypeError(f"must be {interval}, got {text!r}")
 
 
 def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param: str = "", shown="%(default)s"):
