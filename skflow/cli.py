@@ -69,8 +69,7 @@ _ENCODER = BertEmbedder._parameter_constraints, BertEmbedder().get_params()
 _FLOW = FlowGaussianizer._parameter_constraints, FlowGaussianizer().get_params()
 _ACTORS = distributed.ACTOR_OPTIONS, {p: v.default for p, v in inspect.signature(distributed.embed).parameters.items()}
 _ENCODER_OPTIONS = {
-    "pooling": "how tokens are pooled (first_last_avg is the paper's 'last2avg', last2avg a deprecated alias of "
-    "last_two_avg)",
+    "pooling": "how tokens are pooled (first_last_avg is the paper's 'last2avg'; last2avg is deprecated: last_two_avg)",
     "max_length": "tokens per sentence (at most what the model supports)",
     "batch_size": "texts per forward pass",
     "dtype": "the encoder's dtype",

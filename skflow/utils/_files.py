@@ -185,8 +185,7 @@ def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overw
             os.replace(tmp, path)
 
 
-def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
-                          overwrite: bool = True) -> None:
+def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE, overwrite: bool = True) -> None:
     """Write ``text`` (UTF-8) to ``path`` with :func:`replaced_atomically`: the old text or the whole new one."""
     with replaced_atomically(path, kind=kind, overwrite=overwrite) as tmp:
         tmp.write_text(text, encoding="utf-8")
