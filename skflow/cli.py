@@ -200,14 +200,15 @@ def _error(what, status: int = 2, label: str = "error") -> int:
 
 @contextlib.contextmanager
 def _silenced():
-    """File descriptors 1 and 2 go nowhere (Ray's C++ log lines, and Python's streams, flushed on both sides)."""
+    """File descriptors 1 and 2 go nowhere (Ray's C++ log lines), and Python's streams too; flushed on both sides."""
     saved = [os.dup(1), os.dup(2)]
     with open(os.devnull, "w") as sink:
         try:
             for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
                 stream.flush()
                 os.dup2(sink.fileno(), fd)
-            yield
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
         finally:
             for fd, stream, copy in zip((1, 2), (sys.stdout, sys.stderr), saved):
                 stream.flush()  # what was written while silenced goes nowhere too
@@ -245,8 +246,7 @@ def _scale_step(args) -> str:  # what it did, in words
 
 
 def _evaluate_command(args) -> int:
-    output = Path(args.output).expanduser()
-    stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
+    stem = Path(args.output).with_suffix("") if Path(args.output).suffix in _RESULTS else args.output
     outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
     embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
                             device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
