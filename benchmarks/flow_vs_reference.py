@@ -98,7 +98,8 @@ def measure(args: argparse.Namespace) -> None:
     print(f"\ntorch {torch.__version__}, {args.threads} threads, {args.busy} busy cores, {args.rounds} rounds:")
     print("| side | vectors / s (median) | skflow's ratio (of medians) | ratio per round |")
     print("|---|---|---|---|")
-    for name, values in runs.items():
+    print(f"| skflow | {ours:,.0f} | | |")
+    for name, values in list(runs.items())[1:]:
         per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(runs["skflow"], values))
         print(f"| {name} | {statistics.median(values):,.0f} | {ours / statistics.median(values):.2f}x | {per_round} |")
 

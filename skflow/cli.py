@@ -24,8 +24,7 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 
 SEEDS = Interval(Integral, 0, 2**32 - 1, closed="both")  # numpy's RandomState takes seeds 0 to 2**32 - 1
-# What evaluate writes: ``evaluate --output README`` never replaces README.md, only results that it wrote
-# (``.json``: an object with the ``sets`` and the ``config`` evaluate writes; ``.md``: only its tables).
+# What evaluate writes, recognised by content: ``--output README`` never replaces README.md, only results it wrote
 _RESULTS = {".json": utils.RESULTS_JSON, ".md": utils.RESULTS_TABLE}
 
 
@@ -43,23 +42,13 @@ def _name(text: str, file: bool = False) -> str:
     return text
 
 
-def _range(interval: Interval) -> str:
-    """An sklearn Interval in the words of the help texts ("an integer from 1 to 10000", "a number > 0")."""
-    kind = "an integer" if interval.type is Integral else "a number"
-    if interval.right is not None:
-        return f"{kind} from {interval.left} to {interval.right}"
-    return f"{kind} {'>=' if interval.closed == 'left' else '>'} {interval.left:g}"
-
-
 def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
-    try:
+    with contextlib.suppress(ValueError):
         value = int(text) if interval.type is Integral else float(text)
-    except ValueError:
-        value = None
-    if not text.isascii() or not interval.is_satisfied_by(value):
-        raise argparse.ArgumentTypeError(f"must be {_range(interval)}, got {text!r}")
-    return value
+        if text.isascii() and interval.is_satisfied_by(value):
+            return value
+    raise argparse.ArgumentTypeError(f"must be {interval}, got {text!r}")
 
 
 def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param: str = "", shown="%(default)s"):
@@ -72,7 +61,7 @@ def _option(sub, flag: str, what: str, constraints: dict, defaults: dict, param:
         what = f"{what}: {', '.join(kwargs['choices'])}"
     else:
         kwargs = {"type": functools.partial(_within, constraint)}
-        what = f"{what}, {_range(constraint)}"
+        what = f"{what}, {constraint}"
     sub.add_argument(flag, default=defaults[param], help=f"{what} (default: {shown})", **kwargs)
 
 
@@ -80,8 +69,7 @@ _ENCODER = BertEmbedder._parameter_constraints, BertEmbedder().get_params()
 _FLOW = FlowGaussianizer._parameter_constraints, FlowGaussianizer().get_params()
 _ACTORS = distributed.ACTOR_OPTIONS, {p: v.default for p, v in inspect.signature(distributed.embed).parameters.items()}
 _ENCODER_OPTIONS = {
-    "pooling": "how tokens are pooled (first_last_avg is the paper's 'last2avg', last2avg a deprecated alias of "
-    "last_two_avg)",
+    "pooling": "how tokens are pooled (first_last_avg is the paper's 'last2avg'; last2avg is deprecated: last_two_avg)",
     "max_length": "tokens per sentence (at most what the model supports)",
     "batch_size": "texts per forward pass",
     "dtype": "the encoder's dtype",
@@ -212,20 +200,18 @@ def _error(what, status: int = 2, label: str = "error") -> int:
 
 @contextlib.contextmanager
 def _silenced():
-    """stdout and stderr go nowhere: their file descriptors (Ray's C++ log lines) and Python's streams."""
-    streams = (sys.stdout, sys.stderr)
-    for stream in streams:
-        stream.flush()
+    """File descriptors 1 and 2 go nowhere (Ray's C++ log lines), and Python's streams too; flushed on both sides."""
     saved = [os.dup(1), os.dup(2)]
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    with open(os.devnull, "w") as sink:
         try:
-            for fd in (1, 2):
-                os.dup2(sink.fileno(), fd)
-            yield
-        finally:
-            for stream in streams:  # what was written to them while they were silenced goes nowhere too
+            for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
                 stream.flush()
-            for fd, copy in zip((1, 2), saved):
+                os.dup2(sink.fileno(), fd)
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            for fd, stream, copy in zip((1, 2), (sys.stdout, sys.stderr), saved):
+                stream.flush()  # what was written while silenced goes nowhere too
                 os.dup2(copy, fd)
                 os.close(copy)
 
@@ -235,11 +221,9 @@ def _scale_command(args) -> int:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
-            done = _scale_step(args)
+            print(_scale_step(args), file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if not args.quiet:
-        print(done, file=sys.stderr)
     return 0
 
 
@@ -262,8 +246,7 @@ def _scale_step(args) -> str:  # what it did, in words
 
 
 def _evaluate_command(args) -> int:
-    output = Path(args.output).expanduser()
-    stem = output.with_suffix("") if output.suffix in (".json", ".md") else output
+    stem = Path(args.output).with_suffix("") if Path(args.output).suffix in _RESULTS else args.output
     outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
     embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
                             device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
@@ -285,12 +268,10 @@ def _evaluate_command(args) -> int:
         "python": platform.python_version(), "numpy": np.__version__,
     }
     texts = [json.dumps(strict_json(results), indent=1, allow_nan=False) + "\n", tables]
-    try:
-        for path, kind in zip(outputs, _RESULTS.values()):  # again, both before either is written: a file may
-            utils.check_replaceable(path, kind)  # have appeared, or been changed, during the run
-        replaced = {path for path in outputs if os.path.lexists(path)}  # one appearing from now on: not replaced
-        for path, text, kind in zip(outputs, texts, _RESULTS.values()):  # the old results or the whole new ones
-            utils.write_text_atomically(path, text, kind=kind, overwrite=path in replaced)
+    try:  # each file checked again (it may have appeared, or changed, during the run) before either is renamed
+        with contextlib.ExitStack() as both:
+            for path, text, kind in zip(outputs, texts, _RESULTS.values()):
+                both.enter_context(utils.replaced_atomically(path, kind=kind)).write_text(text, encoding="utf-8")
     except (OSError, ValueError) as exc:  # the table is printed above: the results are not lost
         return _error(f"the results are printed above, but writing them failed: {exc}")
     if not args.quiet:

@@ -9,7 +9,7 @@ from skflow.embedder import BertEmbedder
 from skflow.embedding import check_hub_options
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
-from skflow.utils import InvalidModelError, OutputPathError, UntrustedTypeError
+from skflow.utils import MODEL, InvalidModelError, UntrustedTypeError, replaced_atomically
 from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
@@ -48,11 +48,7 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     """
     import skops.io
 
-    from skflow.utils import MODEL, replaced_atomically
-
     path = Path(path).expanduser()
-    if not overwrite and os.path.lexists(path):
-        raise OutputPathError(f"{path}: exists; pass overwrite=True to replace it")
     with replaced_atomically(path, kind=MODEL, overwrite=overwrite) as tmp:
         skops.io.dump(model, tmp)
     return path

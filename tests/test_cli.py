@@ -156,12 +156,13 @@ def _one_line_error(capsys) -> str:
         (["--output", "/proc/skflow-r"], "/proc: the folder of the output cannot be written"),
         (["--cache-dir", "{tmp}/file"], "file' is a file, not a folder"),
         (["--cache-dir", "{tmp}/file/sub"], "cannot be used: Not a directory"),
-        (["--epochs", "0"], "argument --epochs: must be an integer from 1 to 10000, got '0'"),  # as its help says
-        (["--epochs", "100000000000"], "argument --epochs: must be an integer from 1 to 10000, got '100000000000'"),
-        (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
-        (["--seed", "-1"], "argument --seed: must be an integer from 0 to 4294967295, got '-1'"),
-        (["--seed", "4294967296"], "argument --seed: must be an integer from 0 to 4294967295, got '4294967296'"),
-        (["--max-length", "١٢٨"], "argument --max-length: must be an integer >= 2, got '١٢٨'"),
+        (["--epochs", "0"], "argument --epochs: must be an int in the range [1, 10000], got '0'"),  # as its help says
+        (["--epochs", "100000000000"],
+         "argument --epochs: must be an int in the range [1, 10000], got '100000000000'"),
+        (["--batch-size", "0"], "argument --batch-size: must be an int in the range [1, inf), got '0'"),
+        (["--seed", "-1"], "argument --seed: must be an int in the range [0, 4294967295], got '-1'"),
+        (["--seed", "4294967296"], "argument --seed: must be an int in the range [0, 4294967295], got '4294967296'"),
+        (["--max-length", "١٢٨"], "argument --max-length: must be an int in the range [2, inf), got '١٢٨'"),
         (["--model", ""], "the model path is empty"),
     ],
 )
@@ -436,14 +437,17 @@ def test_every_option_has_a_help_text():
 
 
 def test_every_stated_range_is_what_the_parser_takes_at_its_bounds(capsys):
-    """A numeric option's help states its range ("an integer from 1 to 10000", "an integer >= 1", "a number > 0",
-    "a number >= 0"), and the parser takes each bound and refuses past it; ``--seed`` said no range, ``--depth``
-    had no help, and ``--batch-size 0`` or ``--learning-rate -1`` passed the parser."""
-    forms = {
-        r"an integer from (-?[0-9]+) to ([0-9]+)": lambda lo, hi: ([lo, hi], [str(int(lo) - 1), str(int(hi) + 1)]),
-        r"an integer >= (-?[0-9]+)": lambda lo: ([lo, str(int(lo) + 10**12)], [str(int(lo) - 1), "1.5"]),
-        r"a number >= (-?[0-9.]+)": lambda lo: ([lo, "1e300"], [repr(float(lo) - 1e-9), "nan", "inf"]),
-        r"a number > (-?[0-9.]+)": lambda lo: ([repr(float(lo) + 1e-12), "1e300"], [lo, "nan", "inf"]),
+    """A numeric option's help states its range ("an int in the range [1, 10000]", "... [1, inf)", "a float in the
+    range (0.0, inf)", "... [0.0, inf)"), and the parser takes each bound and refuses past it; ``--seed`` said no
+    range, ``--depth`` had no help, and ``--batch-size 0`` or ``--learning-rate -1`` passed the parser."""
+    forms = {  # scikit-learn's words (its Interval's str), as its InvalidParameterError says them
+        r"an int in the range \[(-?[0-9]+), ([0-9]+)\]":
+            lambda lo, hi: ([lo, hi], [str(int(lo) - 1), str(int(hi) + 1)]),
+        r"an int in the range \[(-?[0-9]+), inf\)": lambda lo: ([lo, str(int(lo) + 10**12)], [str(int(lo) - 1), "1.5"]),
+        r"a float in the range \[(-?[0-9.]+), inf\)":
+            lambda lo: ([lo, "1e300"], [repr(float(lo) - 1e-9), "nan", "inf"]),
+        r"a float in the range \((-?[0-9.]+), inf\)":
+            lambda lo: ([repr(float(lo) + 1e-12), "1e300"], [lo, "nan", "inf"]),
     }
     numeric = set()
     for command, sub, action in _all_options():

@@ -165,15 +165,17 @@ def test_a_command_that_fails_with_overwrite_keeps_the_previous_output(tmp_path,
 
 # --------------------------------------------------------- options that cannot work: before Ray, before output
 @pytest.mark.parametrize("argv, message", [
-    (["embed", "{corpus}", "--workers", "0"], "argument --workers: must be an integer >= 1, got '0'"),
-    (["embed", "{corpus}", "--workers", "-2"], "argument --workers: must be an integer >= 1, got '-2'"),
-    (["embed", "{corpus}", "--threads-per-worker", "-3"], "argument --threads-per-worker: must be an integer >= 1"),
-    (["embed", "{corpus}", "--gpus-per-worker", "-1"], "argument --gpus-per-worker: must be a number >= 0"),
-    (["embed", "{corpus}", "--gpus-per-worker", "nan"], "argument --gpus-per-worker: must be a number >= 0, got 'nan'"),
+    (["embed", "{corpus}", "--workers", "0"], "argument --workers: must be an int in the range [1, inf), got '0'"),
+    (["embed", "{corpus}", "--workers", "-2"], "argument --workers: must be an int in the range [1, inf), got '-2'"),
+    (["embed", "{corpus}", "--threads-per-worker", "-3"],
+     "argument --threads-per-worker: must be an int in the range [1, inf)"),
+    (["embed", "{corpus}", "--gpus-per-worker", "-1"], "argument --gpus-per-worker: must be a float in the range [0.0"),
+    (["embed", "{corpus}", "--gpus-per-worker", "nan"],
+     "argument --gpus-per-worker: must be a float in the range [0.0, inf), got 'nan'"),
     (["embed", "{corpus}", "--max-length", "100000"],
      "max_length=100000 exceeds what 'sentence-transformers/all-MiniLM-L6-v2' supports (512 positions)"),
     (["embed", "{emb_with_text}"], "has a column 'embedding' already"),
-    (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be an integer from 1 to 10000, got '0'"),
+    (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be an int in the range [1, 10000], got '0'"),
     (["fit", "{emb}", "--device", "meta"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'meta'"),
     (["fit", "{bad_emb}"], "part-1.parquet: row 6 of column 'embedding' holds nan (element 1)"),
     (["fit", "{emb}", "--depth", "1000000"], "error: FlowGaussianizer: the flow would have 3000000 steps (depth x "

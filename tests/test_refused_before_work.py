@@ -46,5 +46,5 @@ def test_epochs_beyond_the_bound_are_refused(tmp_path, capsys, nothing_is_embedd
         with pytest.raises(SystemExit) as exit_:  # the parser, as the help says: "an integer from 1 to 10000"
             main([*argv, "--epochs", str(epochs)])
         err = capsys.readouterr().err
-        assert exit_.value.code == 2 and f"must be an integer from 1 to {MAX_EPOCHS}, got '{epochs}'" in err
+        assert exit_.value.code == 2 and f"must be an int in the range [1, {MAX_EPOCHS}], got '{epochs}'" in err
     FlowGaussianizer(max_epochs=MAX_EPOCHS)._validate_params()  # the bound itself is accepted

@@ -23,8 +23,8 @@ from typing import BinaryIO, NamedTuple
 from skflow.utils._names import printable
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-           "OutputPathError", "UntrustedTypeError", "check_output_file", "check_replaceable", "left_by_a_dead_process",
-           "prove_writable", "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
+           "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process", "prove_writable",
+           "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):
@@ -78,48 +78,37 @@ def _small_text(stream: BinaryIO) -> str:
     return stream.read(2**26).decode("utf-8")  # results and manifests are small: never read a big file whole
 
 
-_TABLE_LINE = re.compile(r"(.* protocol `[a-z]+`, Spearman x 100|\|.*\||)")  # a heading, a table row, or empty
-
-
-def _is_results_table(stream: BinaryIO) -> bool:
-    lines = _small_text(stream).splitlines()
-    return all(map(_TABLE_LINE.fullmatch, lines)) and any(line.endswith(", Spearman x 100") for line in lines)
-
-
-def _is_results_json(stream: BinaryIO) -> bool:
-    results = json.loads(_small_text(stream))
-    return "sets" in results and isinstance(results["config"], dict) and "skflow" in results["config"]
+# evaluate's tables: a heading first, then only headings, table rows and empty lines
+_TABLES = re.compile(r".* protocol `[a-z]+`, Spearman x 100(\n(.* protocol `[a-z]+`, Spearman x 100|\|.*\||))*\n?")
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
 JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
 MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognises(stream) or JOBLIB.recognises(stream))
 ONNX = FileKind("an ONNX model", _is_onnx)
-RESULTS_JSON = FileKind("a results file that skflow evaluate wrote", _is_results_json)
-RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote", _is_results_table)
+RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its config names skflow's version
+                        lambda stream: isinstance(json.loads(_small_text(stream))["config"]["skflow"], str))
+RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote",
+                         lambda stream: _TABLES.fullmatch(_small_text(stream)) is not None)
 MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(_small_text(stream))["files"]) is list)
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
 
-def check_replaceable(path: Path, kind: FileKind) -> None:
-    """Refuse (one line) an existing ``path`` that is not a regular file of ``kind``: skflow never replaces a file
-    it did not write. No link is followed (O_NOFOLLOW fails on one: ELOOP), no FIFO blocked on."""
-    try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:
-            if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream):
-                return
-    except (FileNotFoundError, NotADirectoryError):  # nothing there; its folder is checked where it is written
-        return
-    except OSError:
-        pass
-    raise OutputPathError(f"{printable(str(path))}: exists and is not {kind.name} (a link never is); it is never "
-                          "replaced: give another name, or move it away")
-
-
-def check_output_file(path: str | os.PathLike, *, kind: FileKind) -> Path:
-    """``path`` (``~`` expanded) once :func:`check_replaceable` passes and its folder takes files, else one line."""
+def check_output_file(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Path:
+    """``path`` (``~`` expanded) if nothing is there, or with ``overwrite`` a regular file of ``kind`` (skflow never
+    replaces a file it did not write; no link is followed, no FIFO blocked on), and its folder takes files."""
     out = Path(path).expanduser()
-    check_replaceable(out, kind)
+    try:
+        with open(os.open(out, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as stream:  # a link: ELOOP
+            ours = overwrite and stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and kind.recognises(stream)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there
+        ours = True
+    except OSError:
+        ours = False
+    if not ours:
+        why = f" and is not {kind.name} (a link never is); it is never replaced: give another name, or move it away" \
+            if overwrite else "; pass --overwrite (overwrite=True) to replace it"
+        raise OutputPathError(f"{printable(str(out))}: exists{why}")
     try:
         prove_writable(out.parent)
     except OSError as exc:  # missing, a file, read-only
@@ -180,31 +169,23 @@ def _remove(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike, *, kind: FileKind = NONE, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync,
-    ``os.replace``), else it is deleted. With ``overwrite``, :func:`check_replaceable` before the block and at the
-    rename; without, only where nothing is (a hard link fails if a file appeared since the caller's check)."""
-    path = Path(path)
-    if overwrite:
-        check_replaceable(path, kind)
+    """Yield a temporary sibling of ``path`` to write; when the block succeeds, it becomes ``path``, whole (fsync, then
+    a hard link, which never replaces a file that appeared, else ``os.replace``), else it is deleted. ``path`` must
+    pass :func:`check_output_file` before the block and again at the rename."""
+    path = check_output_file(path, kind=kind, overwrite=overwrite)
     with temporary_sibling(path) as tmp:
         yield tmp
         with open(tmp, "rb") as written:
             os.fsync(written.fileno())
-        if overwrite:
-            check_replaceable(path, kind)
-            os.replace(tmp, path)
-            return
         try:
             os.link(tmp, path, follow_symlinks=False)
-        except OSError as exc:
+        except OSError as exc:  # a file there, or a filesystem without hard links (then checked and renamed)
             if isinstance(exc, FileExistsError) or os.path.lexists(path):
-                raise OutputPathError(f"{path}: appeared while skflow was writing it (another run, or a user), and "
-                                      "was not replaced; pass --overwrite (overwrite=True) to replace it") from None
-            os.replace(tmp, path)  # a filesystem without hard links: the check and the rename are two steps there
+                check_output_file(path, kind=kind, overwrite=overwrite)
+            os.replace(tmp, path)
 
 
-def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE,
-                          overwrite: bool = True) -> None:
+def write_text_atomically(path: str | os.PathLike, text: str, *, kind: FileKind = NONE, overwrite: bool = True) -> None:
     """Write ``text`` (UTF-8) to ``path`` with :func:`replaced_atomically`: the old text or the whole new one."""
     with replaced_atomically(path, kind=kind, overwrite=overwrite) as tmp:
         tmp.write_text(text, encoding="utf-8")

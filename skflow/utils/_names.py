@@ -32,13 +32,10 @@ def name_problem(value, *, file: bool = False) -> str | None:
     if not isinstance(value, (str, os.PathLike)):
         return f"must be a path or a name, got {type(value).__name__}"
     text = os.fsdecode(os.fspath(value))
-    shown = f"'{printable(text)}'"
-    if not text.strip():
-        return f"must not be empty, got {shown}"
-    if problem := _problem(text):
-        return f"{problem}, got {shown}"
-    if file and (os.path.basename(text) in ("", ".", "..") or text.endswith(("/", os.sep))):
-        return f"must name a file, not a folder, got {shown}"
+    problem = "must not be empty" if not text.strip() else _problem(text)
+    if not problem and file and (os.path.basename(text) in ("", ".", "..") or text.endswith(("/", os.sep))):
+        problem = "must name a file, not a folder"
+    return problem and f"{problem}, got '{printable(text)}'"
 
 
 def check_given_name(option: str, value, error: type[Exception] = ValueError, *, file: bool = False) -> None:
