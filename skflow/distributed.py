@@ -154,7 +154,7 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
         ray_jobs.actor_resources(1)  # a cluster without a CPU would never read
-        dataset = ray_jobs.read_dataset(corpus, checks=checks).select_columns([column])
+        dataset = ray_jobs.read_dataset(corpus, None, checks).select_columns([column])
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):

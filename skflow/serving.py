@@ -207,6 +207,13 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
         ``modules.json`` names another module class.
     skflow.persistence.InvalidModelError
         The folder is not one skflow writes; the message names the file.
+
+    Examples
+    --------
+    >>> import tempfile, skflow.serving
+    >>> skflow.serving.load_sentence_transformer(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
     refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
     if refused:

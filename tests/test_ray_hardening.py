@@ -514,8 +514,9 @@ def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
                 dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
     for folder, rows in expected.items():
         corpus = input_files([folder])
-        assert check_rows(corpus, "text")[0] == len(rows), folder
-        got = read_dataset(corpus, "text").take_all()
+        n_rows, _, checks = check_rows(corpus, "text")
+        assert n_rows == len(rows), folder
+        got = read_dataset(corpus, "text", checks).take_all()
         assert sorted(str(row["text"]) for row in got) == rows, folder
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
     table = pq.read_table(tmp_path / "out")

@@ -593,14 +593,16 @@ def test_a_malformed_composite_is_refused(tmp_path, make, message):
         skflow.load(path)
 
 
-def test_the_load_examples_run():  # load_sentence_transformer's: docs/serving.md, run by tests/test_readme.py
+def test_the_load_examples_run():
     import doctest
 
     import skflow.persistence
+    import skflow.serving
 
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    for test in finder.find(skflow.persistence.load, "load", globs={}):
-        runner.run(test)
-    results = runner.summarize(verbose=False)
-    assert results.failed == 0 and results.attempted >= 3
+    for function in (skflow.persistence.load, skflow.serving.load_sentence_transformer):
+        finder = doctest.DocTestFinder()
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        for test in finder.find(function, function.__name__, globs={}):
+            runner.run(test)
+        results = runner.summarize(verbose=False)
+        assert results.failed == 0 and results.attempted >= 2

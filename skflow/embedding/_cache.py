@@ -33,6 +33,7 @@ import json
 import os
 import sqlite3
 import stat
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +43,7 @@ from typing import TypeVar
 import numpy as np
 
 from skflow.embedding._cache_legacy import notice_legacy_layout
-from skflow.utils import prove_writable, write_text_atomically
+from skflow.utils import write_text_atomically
 
 STORE_NAME = "embeddings.sqlite3"
 _SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -153,7 +154,7 @@ class EmbeddingCache:
             raise NotADirectoryError(f"cache_dir {str(self.root)!r} is a file, not a folder")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            prove_writable(self.root)
+            tempfile.TemporaryFile(dir=self.root).close()
         except OSError as exc:
             raise type(exc)(f"cache_dir {str(self.root)!r} cannot be used: {exc.strerror or exc}") from None
 

@@ -236,12 +236,11 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
 def _parsed(names: dict, text_column, checks, batch):  # one file a batch
     path = names[batch.column("path")[0].as_py()]
     table = parse(batch.column("bytes")[0].as_py(), path, text_column)
-    if checks is not None:
-        checks(path, table)
+    checks(path, table)
     return table
 
 
-def read_dataset(corpus: Corpus, text_column: str | None = None, checks: Callable | None = None):
+def read_dataset(corpus: Corpus, text_column: str | None, checks: Callable):
     """A Ray dataset of every row of ``corpus``; but local Parquet files, read whole and checked by ``checks``."""
     import ray
 

@@ -1,7 +1,6 @@
 """Model files of the Ray commands, local or on object storage: ``.skops`` with skops (:func:`skflow.load` reads
 them safely), any other name with joblib (only for files you made); written whole, recognised by content."""
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -69,17 +68,15 @@ def _dump(model, file: Path) -> None:
         joblib.dump(model, file)
 
 
-@contextlib.contextmanager
-def _local_copy(where: Location):  # of a local file too: what is checked is what is read
+def _copied(where: Location, folder: str) -> Path:  # a local file too: what is checked is what is read
     import pyarrow.fs as pafs
 
-    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder:
-        local = Path(folder) / Path(where.path).name
-        try:
-            pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
-        except Exception as exc:  # noqa: BLE001 - access denied, network: one line
-            raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
-        yield local
+    local = Path(folder) / Path(where.path).name
+    try:
+        pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
+    except Exception as exc:  # noqa: BLE001 - access denied, network: one line
+        raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
+    return local
 
 
 def load_model(path: str | os.PathLike):
@@ -92,7 +89,7 @@ def load_model(path: str | os.PathLike):
     shown, skops_name = where.shown, Path(where.path).suffix.lower() == ".skops"
     if file_type(where, InputError, must_exist=True) == "folder":
         raise InputError(f"{shown}: is a folder; give the model file (.skops or joblib) that skflow fit wrote")
-    with _local_copy(where) as file, open(file, "rb") as f:
+    with tempfile.TemporaryDirectory(prefix="skflow-model-") as folder, open(_copied(where, folder), "rb") as f:
         is_joblib, is_skops = JOBLIB.recognises(f), SKOPS.recognises(f)
         if skops_name and not is_skops:
             what = "a joblib or pickle file" if is_joblib else "not a skops archive"
@@ -101,7 +98,7 @@ def load_model(path: str | os.PathLike):
             raise InputError(f"{shown}: is a skops file (a zip archive with schema.json), not a joblib file; rename it "
                              "to end in .skops, and it is read safely with skflow.load")
         try:
-            model = persistence.load(file) if skops_name else joblib.load(file)
+            model = persistence.load(f.name) if skops_name else joblib.load(f.name)
         except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
             raise InputError(f"{shown}: cannot read the model ({type(exc).__name__}: {one_line(exc)})") from None
     is_text_pipeline = isinstance(model, Pipeline) and len(model.steps) and isinstance(model.steps[0][1], BertEmbedder)

@@ -23,7 +23,7 @@ from typing import BinaryIO, NamedTuple
 from skflow.utils._names import printable
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-           "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process", "prove_writable",
+           "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process",
            "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
@@ -110,16 +110,11 @@ def check_output_file(path: str | os.PathLike, *, kind: FileKind = NONE, overwri
             if overwrite else "; pass --overwrite (overwrite=True) to replace it"
         raise OutputPathError(f"{printable(str(out))}: exists{why}")
     try:
-        prove_writable(out.parent)
+        tempfile.TemporaryFile(dir=out.parent).close()  # an unnamed file, where the filesystem allows
     except OSError as exc:  # missing, a file, read-only
         raise OutputPathError(f"{printable(str(out.parent))}: the folder of the output cannot be written "
                               f"({exc.strerror or type(exc).__name__})") from None
     return out
-
-
-def prove_writable(folder: Path) -> None:
-    """The OSError of creating a file in ``folder`` (an unnamed one where the filesystem allows), if it takes none."""
-    tempfile.TemporaryFile(dir=folder).close()
 
 
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
