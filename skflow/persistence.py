@@ -108,8 +108,7 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(path).expanduser()
     try:
         data = read_skops_file(path)
-        refused = sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES))
-        if refused:
+        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES)):
             raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators and "
                                      "skops' defaults: scikit-learn, numpy). Only if you trust the file's author: "
                                      "skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))")

@@ -84,7 +84,7 @@ class FlowPooling(Module):
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         where = Path(model_name_or_path, subfolder)
         try:
-            pooling = cls(**cls.load_config(model_name_or_path, subfolder=subfolder, **hub))
+            pooling = cls(**cls.load_config(model_name_or_path, subfolder=subfolder, **hub), flow=None)
         except (OSError, TypeError, ValueError) as exc:  # the constructor's checks; other keys, not a JSON object
             raise InvalidModelError(f"{where / cls.config_file_name}: FlowPooling's configuration is refused: "
                                     f"{exc}") from None
@@ -215,8 +215,7 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
     Traceback (most recent call last):
     skflow.persistence.InvalidModelError: .../modules.json: missing; not a folder written by ...
     """
-    refused = sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs))
-    if refused:
+    if refused := sorted({"trust_remote_code", "modules", "model_name_or_path"} & set(kwargs)):
         raise TypeError(f"load_sentence_transformer builds the modules itself and never runs code from the folder; "
                         f"it takes no {', '.join(refused)}")
     folder = saved_models.check_folder(path)

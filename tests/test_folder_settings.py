@@ -151,6 +151,23 @@ def test_a_setting_skflow_cannot_honour_is_refused_naming_the_file(exported, tmp
     assert str(folder.resolve()) in str(error.value)
 
 
+@pytest.mark.parametrize(("kind", "pooling"), [("stock", "1_Pooling"), ("flow_pooling", "1_FlowPooling")])
+def test_a_pooling_configuration_is_bounded_present_and_exactly_skflows(exported, tmp_path, kind, pooling):
+    """Read by sentence-transformers' loaders, after skflow's bounded read: a config padded to 2 MiB, a missing
+    one, and (FlowPooling) a "flow" key are refused naming the file, never read whole or passed over."""
+    cases = {"padded": (lambda path: path.write_text(" " * 2**21 + path.read_text()), "at most 1048576 bytes"),
+             "missing": (lambda path: path.unlink(), "missing; not a folder written by"),
+             "a flow key": (lambda path: _edit(path, flow="x"), "refused|flow")}
+    for name, (edit, message) in cases.items():
+        where = tmp_path / name.replace(" ", "_")
+        folder = _variant(exported, kind, where, lambda f: edit(f / pooling / "config.json"))
+        if name == "a flow key" and kind == "stock":
+            message = "not a Pooling configuration"
+        with pytest.raises(InvalidModelError, match=message) as error:
+            load_sentence_transformer(folder, device="cpu")
+        assert str(folder.resolve() / pooling / "config.json") in str(error.value), name
+
+
 def test_requirements_the_environment_does_not_meet_are_refused_as_sentence_transformers_does(exported, tmp_path):
     folder = _variant(exported, "stock", tmp_path,
                       lambda f: _edit(f / MODEL, requirements={"sentence_transformers": ">=999"}))

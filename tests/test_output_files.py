@@ -223,3 +223,16 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
         check_model_output(tmp_path / "fifo", overwrite=True)
     with pytest.raises(OutputPathError, match="is a folder"):
         check_model_output(tmp_path, overwrite=True)
+
+
+def test_an_unreadable_model_is_named_by_the_users_path_not_the_copy_read(tmp_path):
+    import zipfile
+
+    from skflow.ray_jobs import InputError, load_model
+
+    path = tmp_path / "bad.skops"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("schema.json", "not json")
+    with pytest.raises(InputError) as error:
+        load_model(path)
+    assert str(error.value).count(str(path)) == 2 and "skflow-model-" not in str(error.value)

@@ -133,3 +133,23 @@ def test_a_writer_replaces_its_own_earlier_output(tmp_path, writer):
         joblib.dump(_fitted("Whitener"), path)  # a joblib model is a model file: dump replaces it
         skflow.dump(_fitted("Whitener"), path)
         assert skflow.load(path).n_features_in_ == 4
+
+
+def test_results_are_recognised_by_their_sets_and_config_whatever_the_line_ends(tmp_path):
+    """A JSON of the user's that only names skflow in a config is never replaced (evaluate's results have their
+    sets too); evaluate's tables with CRLF line ends or a leading blank line are still its own."""
+    from skflow.utils import RESULTS_JSON, RESULTS_TABLE, OutputPathError, write_text_atomically
+
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"config": {"skflow": "my deployment notes"}, "todo": ["buy milk"]}')
+    with pytest.raises(OutputPathError, match="is not a results file"):
+        write_text_atomically(notes, "{}", kind=RESULTS_JSON)
+    assert "buy milk" in notes.read_text()
+    ours = tmp_path / "r.json"
+    ours.write_text('{"sets": {}, "config": {"skflow": "0.2.0"}}')
+    write_text_atomically(ours, "{}", kind=RESULTS_JSON)
+    table = "STS-B, protocol `wmean`, Spearman x 100\n\n| method | stsb |\n|---|---|\n| flow | 70.1 |\n"
+    for text in (table.replace("\n", "\r\n"), "\n" + table):
+        (tmp_path / "r.md").write_bytes(text.encode())
+        write_text_atomically(tmp_path / "r.md", "new\n", kind=RESULTS_TABLE)
+        assert (tmp_path / "r.md").read_text() == "new\n"

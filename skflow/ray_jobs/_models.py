@@ -100,7 +100,8 @@ def load_model(path: str | os.PathLike):
         try:
             model = persistence.load(f.name) if skops_name else joblib.load(f.name)
         except Exception as exc:  # noqa: BLE001 - any unreadable file gets one clear line
-            raise InputError(f"{shown}: cannot read the model ({type(exc).__name__}: {one_line(exc)})") from None
+            reason = one_line(exc).replace(f.name, shown)  # the user's file, not the copy read
+            raise InputError(f"{shown}: cannot read the model ({type(exc).__name__}: {reason})") from None
     is_text_pipeline = isinstance(model, Pipeline) and len(model.steps) and isinstance(model.steps[0][1], BertEmbedder)
     if not (isinstance(model, FlowGaussianizer) or is_text_pipeline):
         raise InputError(f"{shown}: holds a {type(model).__name__}; expected a fitted FlowGaussianizer or a pipeline "

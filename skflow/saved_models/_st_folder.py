@@ -78,6 +78,7 @@ def check_folder(path: str | os.PathLike) -> SimpleNamespace:
         where = folders["Normalize"] / "config.json"
         _check_settings(read_json(where) if where.exists() else {}, where, NORMALIZE_FIXED)
     check_transformer_config(folders["Transformer"])
+    read_json(folders[kinds[1]] / "config.json")  # present and bounded in size; its loader checks its keys
     return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],  # its loader checks it
                            model_settings=check_model_config(root), normalize="Normalize" in kinds,
                            dense=folders.get("Dense"))  # stock folders only
@@ -116,8 +117,7 @@ def _check_settings(config, path: Path, fixed: dict, free: tuple[str, ...] = ())
     """A JSON object of settings skflow honours, ``fixed`` ones only at their value (or one of a tuple's)."""
     if not isinstance(config, dict):
         raise InvalidModelError(f"{path}: must be a JSON object")
-    unknown = sorted(set(config) - {*free, *fixed})
-    if unknown:
+    if unknown := sorted(set(config) - {*free, *fixed}):
         raise InvalidModelError(f"{path}: skflow does not load the settings {unknown} (it knows "
                                 f"{', '.join((*free, *fixed))})")
     for key, value in fixed.items():

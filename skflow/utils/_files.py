@@ -79,15 +79,16 @@ def _small_text(stream: BinaryIO) -> str:
 
 
 # evaluate's tables: a heading first, then only headings, table rows and empty lines
-_TABLES = re.compile(r".* protocol `[a-z]+`, Spearman x 100(\n(.* protocol `[a-z]+`, Spearman x 100|\|.*\||))*\n?")
+_TABLES = re.compile(r"\s*.* protocol `[a-z]+`, Spearman x 100(\r?\n(.*, Spearman x 100|\|.*\||))*\s*")
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
 JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
 MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognises(stream) or JOBLIB.recognises(stream))
 ONNX = FileKind("an ONNX model", _is_onnx)
-RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its config names skflow's version
-                        lambda stream: isinstance(json.loads(_small_text(stream))["config"]["skflow"], str))
+RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its sets, and a config naming skflow's version
+                        lambda stream: isinstance((results := json.loads(_small_text(stream)))["config"]["skflow"],
+                                                  str) and isinstance(results["sets"], dict))
 RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote",
                          lambda stream: _TABLES.fullmatch(_small_text(stream)) is not None)
 MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(_small_text(stream))["files"]) is list)
