@@ -332,6 +332,8 @@ class FlowGaussianizer(BaseFlow):
                 trainer = self._initialised_trainer(*self._new_flow(scaling, device), rows, scaling)
             else:
                 trainer = self._resume(device)
+                # A chunk's first loss measures how the model fits new rows; divergence is a rise within the call.
+                trainer.reference_loss = None
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,

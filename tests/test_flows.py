@@ -333,3 +333,39 @@ def test_clip_grad_norm_matches_torch():
         clip_grad_norm(grad, 1.0)
         torch.testing.assert_close(grad, p.grad)
 
+
+def test_the_fused_update_equals_the_step_by_step_one():
+    """Without per-entry scales the update runs in torch's fused AdamW kernel (no bias correction); with them, in
+    nine foreach operations: the same parameters and moments, to rounding, over many steps."""
+    from skflow.flows.optim import adam_weight_decay_update
+
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(1000, generator=gen)
+    runs = []
+    for scales in (None, [torch.ones(1000)]):
+        p, m, v = start.clone(), torch.zeros(1000), torch.zeros(1000)
+        for step in range(200):
+            grad = torch.randn(1000, generator=torch.Generator().manual_seed(step)) * 1e-2
+            adam_weight_decay_update([p], [grad], [m], [v], lr=1e-2, weight_decay=0.01, lr_scales=scales)
+        runs.append((p, m, v))
+    (p1, m1, v1), (p2, m2, v2) = runs
+    assert (p1 - start).abs().max() > 0.5  # the parameters moved
+    torch.testing.assert_close(m1, m2, rtol=0, atol=0)
+    torch.testing.assert_close(v1, v2, rtol=0, atol=0)
+    torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("betas", [(1.0, 0.999), (0.9, 1.0), (0.9, 0.999999999)])
+def test_betas_at_or_near_one_keep_the_update_without_bias_correction(betas):
+    """Where beta ** 1e9 does not underflow, the fused kernel's bias correction would not be 1: the step-by-step
+    update runs instead, and the result is that of the formula (no NaN, no correction)."""
+    from skflow.flows.optim import adam_weight_decay_update
+
+    runs = []
+    for scales in (None, [torch.ones(3)]):
+        p, m, v = torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3), torch.zeros(3)
+        for _ in range(3):
+            adam_weight_decay_update([p], [torch.tensor([1.0, -1.0, 0.5])], [m], [v], lr=0.1, betas=betas)
+        runs.append(p)
+    assert torch.isfinite(runs[0]).all()
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)

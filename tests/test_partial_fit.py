@@ -151,3 +151,20 @@ def test_partial_fit_over_chunks_of_real_embeddings(stsb_test_cls):
     assert 0.70 < sts_spearman(pairs, scores) < 0.76  # CLS of all-MiniLM-L6-v2, before the flow
     assert 0.76 < flow.score(pairs, scores) < 0.82
     assert flow.n_samples_seen_ == len(rows) and flow.n_iter_ == 4
+
+
+
+def test_a_chunk_of_another_distribution_is_not_taken_for_divergence():
+    """The divergence check compares a loss with the first of its own call: a later chunk from elsewhere starts far
+    above the last call's losses (here by more than the check's 10 nats per feature + 100) and trains normally."""
+    flow = FlowGaussianizer(random_state=0).partial_fit(make_anisotropic_mixture(2_000, 16, random_state=0))
+    threshold = flow._trainer.reference_loss + 10 * 16 + 100
+    shifted = 10.0 * make_anisotropic_mixture(2_000, 16, random_state=1)
+    before = flow.score_samples(shifted).mean()
+    flow.partial_fit(shifted)
+    assert flow._trainer.reference_loss > threshold  # this call's first loss: over the first call's check
+    for _ in range(2):
+        flow.partial_fit(shifted)
+    assert flow.n_iter_ == 4 and np.isfinite(flow.loss_curve_).all()
+    after = flow.score_samples(shifted).mean()
+    assert after > before + 100, (before, after)  # it learnt the new rows

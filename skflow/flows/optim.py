@@ -4,6 +4,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
+_FUSED_ADAMW = getattr(torch, "_fused_adamw_", None)  # CPU and CUDA since torch 2.4
+
 
 def step_scales(module: torch.nn.Module) -> list[tuple[torch.nn.Parameter, float]]:
     """The parameters of ``module`` whose layers ask for a learning-rate multiplier (``FlowLayer.step_scales``)."""
@@ -35,6 +37,19 @@ def adam_weight_decay_update(
     from ``lr_scales`` (one tensor shaped like each parameter, or None).
     """
     beta1, beta2 = betas
+    kinds = {(t.device, t.dtype) for t in (*params, *grads, *exp_avgs, *exp_avg_sqs)}
+    if _FUSED_ADAMW is not None and len(kinds) == 1 and all(scale is None for scale in lr_scales or ()) and \
+            beta1**1e9 == beta2**1e9 == 0.0:
+        # torch's fused AdamW kernel: one pass over the entries instead of nine. Its bias correction
+        # 1 - beta ** step is exactly 1 at step 1e9 where beta ** 1e9 underflows to 0 (betas below 1 - 1e-6 or so):
+        # BERT's update, uncorrected.
+        steps = [torch.full((), 1e9, device=p.device) for p in params]
+        try:
+            _FUSED_ADAMW(list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), [], steps, lr=lr,
+                         beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
+            return
+        except NotImplementedError:  # torch before 2.4 has the kernel for CUDA only; nothing was written
+            pass
     torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
