@@ -14,6 +14,7 @@ from numbers import Integral
 import numpy as np
 import torch
 
+from skflow.embedding._fused_bert import fused_encoder
 from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
 from skflow.embedding._options import check_attention
 
@@ -246,6 +247,10 @@ def encode_ids(
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:
     """The float32 mean of the requested hidden states (the last one when ``layers`` is None)."""
+    fused = fused_encoder(model)
+    if fused is not None:
+        states = fused(input_ids, mask, layers)
+        return states.float() if layers is None else mean_of_layers(states, range(len(layers)))
     if layers is None:
         return model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
     states = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states

@@ -1,0 +1,125 @@
+"""The fused bf16 BERT path (`skflow/embedding/_fused_bert.py`): transformers' vectors, faster, or not at all."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, BertConfig, DistilBertConfig, RobertaConfig
+
+from skflow import BertEmbedder
+from skflow.datasets import load_sts
+from skflow.embedding import DEFAULT_MODEL, _fused_bert, load_encoder, resolve_model_source
+from skflow.embedding._fused_bert import FusedBertEncoder, fused_encoder
+
+POOLINGS = ["mean", "cls", "first_last_avg", "last_two_avg", "max", "last_token"]
+
+
+@pytest.fixture(scope="module")
+def sentences(sts_data_home):
+    test = load_sts("stsb", split="test", data_home=sts_data_home, download_if_missing=False)
+    return list(dict.fromkeys(test.pairs.ravel().tolist()))[:600]
+
+
+def _min_cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+
+
+def _bundled(dtype: str):
+    return load_encoder(*resolve_model_source(DEFAULT_MODEL, None), "cpu", dtype, None)
+
+
+def test_every_hidden_state_of_the_bundled_encoder_equals_transformers(sentences):
+    tokenizer, model = _bundled("bfloat16")
+    fused = fused_encoder(model)
+    assert isinstance(fused, FusedBertEncoder)
+    batch = tokenizer(sentences[:64], padding=True, return_tensors="pt")
+    mask = batch["attention_mask"]
+    assert (mask == 0).sum() > 200  # real padding inside the batch
+    with torch.inference_mode():
+        expected = model(input_ids=batch["input_ids"], attention_mask=mask, output_hidden_states=True).hidden_states
+        got = fused(batch["input_ids"], mask, tuple(range(7)))
+    real = mask.bool()
+    for layer, (want, have) in enumerate(zip(expected, got)):
+        assert have.dtype == torch.bfloat16 and have.shape == want.shape
+        cosine = _min_cosine(want[real].float(), have[real].float())
+        assert cosine > (0.9999999 if layer == 0 else 0.9995), (layer, cosine)  # per token; measured 0.99989-0.99998
+    assert fused(batch["input_ids"], mask, None).shape == (64, mask.shape[1], 384)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_every_pooling_keeps_the_float32_vectors(sentences, pooling, monkeypatch):
+    BertEmbedder(pooling=pooling, dtype="bfloat16").transform(sentences[:1])  # built (its check runs it once)
+    calls = []
+    real_call = FusedBertEncoder.__call__
+    monkeypatch.setattr(FusedBertEncoder, "__call__", lambda self, *a: calls.append(1) or real_call(self, *a))
+    fast = BertEmbedder(pooling=pooling, dtype="bfloat16", batch_size=128).transform(sentences)
+    assert len(calls) == 5  # 600 sentences, 128 a batch: every batch ran fused
+    exact = BertEmbedder(pooling=pooling, dtype="float32", batch_size=128).transform(sentences)
+    assert _min_cosine(fast, exact) >= 0.999
+
+
+def test_a_prompt_keeps_the_float32_vectors_and_is_not_ignored(sentences):
+    params = dict(pooling="mean", prompt="query: ", batch_size=128)
+    fast = BertEmbedder(dtype="bfloat16", **params).transform(sentences)
+    exact = BertEmbedder(dtype="float32", **params).transform(sentences)
+    assert _min_cosine(fast, exact) >= 0.999
+    without = BertEmbedder(dtype="float32", pooling="mean").transform(sentences)
+    assert _min_cosine(fast, without) < 0.99
+
+
+def test_the_default_dtype_runs_fused_where_the_cpu_has_bf16(sentences):
+    from skflow.embedding._encoding import cpu_has_fast_bf16
+
+    assert cpu_has_fast_bf16()  # this project's machines (AVX-512 BF16): "auto" is bf16, and fused
+    default = BertEmbedder(pooling="mean").transform(sentences[:50])
+    fused = BertEmbedder(pooling="mean", dtype="bfloat16").transform(sentences[:50])
+    np.testing.assert_array_equal(default, fused)
+
+
+def _random(config, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    return AutoModel.from_config(config).to(dtype).eval().requires_grad_(False)
+
+
+WIDTH = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+             max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("config", [BertConfig(**WIDTH), RobertaConfig(pad_token_id=1, **WIDTH)],
+                         ids=["bert", "roberta"])
+def test_the_bert_family_is_fused_with_transformers_vectors(config):
+    model = _random(config)
+    fused = FusedBertEncoder.build(model)
+    assert fused is not None
+    ids = torch.randint(5, 1000, (3, 20), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 9:], mask[2, 3:] = 0, 0
+    with torch.inference_mode():
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        have = fused(ids, mask, None)
+    assert _min_cosine(want[mask.bool()].float(), have[mask.bool()].float()) > 0.9995  # measured 0.99999
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda: _random(BertConfig(**WIDTH), torch.float32),  # float32: transformers' exact path
+        lambda: _random(BertConfig(hidden_act="gelu_new", **WIDTH)),  # tanh GELU: another function
+        lambda: _random(BertConfig(is_decoder=True, **WIDTH)),  # causal attention
+        lambda: _random(DistilBertConfig(vocab_size=1000, dim=64, n_layers=2, n_heads=4, hidden_dim=128)),
+    ],
+    ids=["float32", "tanh-gelu", "decoder", "distilbert"],
+)
+def test_what_it_does_not_reproduce_runs_transformers(model):
+    assert FusedBertEncoder.build(model()) is None
+
+
+def test_a_model_the_build_check_finds_different_runs_transformers(monkeypatch):
+    model = _random(BertConfig(**WIDTH))
+    assert FusedBertEncoder.build(model) is not None
+    # a block that computes something else (here: a residual dropped) is caught by the probe at build time
+    monkeypatch.setattr(_fused_bert, "_linear", lambda x, w, b, gelu=False, residual=None:
+                        torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu" if gelu else "none", [],
+                                                           "none" if gelu else ""))
+    assert FusedBertEncoder.build(model) is None
+    assert fused_encoder(model) is None  # and the embedder then runs transformers' forward
