@@ -369,3 +369,29 @@ def test_betas_at_or_near_one_keep_the_update_without_bias_correction(betas):
         runs.append(p)
     assert torch.isfinite(runs[0]).all()
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+
+
+def test_the_fused_update_keeps_to_each_entry_whatever_the_layout():
+    """A parameter that is a transposed view with a contiguous gradient (torch.autograd.grad, a hand-set .grad)
+    and betas above 1: the step-by-step update runs (the fused kernel walks memory in order and would update
+    other entries; beta ** 1e9 would overflow)."""
+    from skflow.flows.optim import adam_weight_decay_update
+
+    grad = torch.zeros(3, 2)
+    grad[0, 1] = 1.0
+    runs = []
+    for scales in (None, [torch.ones(3, 2)]):
+        p = torch.arange(6.0).reshape(2, 3).t()  # (3, 2), not contiguous
+        m, v = torch.zeros(3, 2), torch.zeros(3, 2)
+        adam_weight_decay_update([p], [grad], [m], [v], lr=0.1, weight_decay=0.0, lr_scales=scales)
+        runs.append(p)
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+    assert runs[0][1, 0] == 1.0 and runs[0][0, 1] < 3.0  # only the entry with a gradient moved
+    for betas in ((1.5, 0.999), (0.9, 1.01)):  # no OverflowError: the formula's own result (NaN for beta2 > 1)
+        runs = []
+        for scales in (None, [torch.ones(2)]):
+            p = torch.tensor([1.0, 2.0])
+            adam_weight_decay_update([p], [torch.tensor([1.0, -1.0])], [torch.zeros(2)], [torch.zeros(2)], lr=0.1,
+                                     betas=betas, lr_scales=scales)
+            runs.append(p)
+        torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0, equal_nan=True)

@@ -123,3 +123,16 @@ def test_a_model_the_build_check_finds_different_runs_transformers(monkeypatch):
                                                            "none" if gelu else ""))
     assert FusedBertEncoder.build(model) is None
     assert fused_encoder(model) is None  # and the embedder then runs transformers' forward
+
+
+def test_a_chosen_attention_implementation_runs_transformers(sentences, monkeypatch):
+    calls = []
+    real_call = FusedBertEncoder.__call__
+    monkeypatch.setattr(FusedBertEncoder, "__call__", lambda self, *a: calls.append(1) or real_call(self, *a))
+    vectors = {
+        name: BertEmbedder(dtype="bfloat16", model_kwargs={"attn_implementation": name}).transform(sentences[:64])
+        for name in ("eager", "sdpa")
+    }
+    assert calls == []  # neither ran fused
+    difference = np.abs(vectors["eager"] - vectors["sdpa"]).max()
+    assert 0 < difference < 0.05  # two kernels, two roundings: the chosen one ran

@@ -168,3 +168,19 @@ def test_a_chunk_of_another_distribution_is_not_taken_for_divergence():
     assert flow.n_iter_ == 4 and np.isfinite(flow.loss_curve_).all()
     after = flow.score_samples(shifted).mean()
     assert after > before + 100, (before, after)  # it learnt the new rows
+
+
+def test_a_step_that_blows_up_is_caught_in_its_own_call_of_one_batch():
+    """The check's reference is each call's first loss, so a call of one batch also scores its final weights on
+    that batch: a diverging learning rate fed one batch per call is refused at the call that blew up, not left to
+    run until the loss overflows (it reached 1e35 in six calls when only the steps' losses were checked)."""
+    X = make_anisotropic_mixture(640, 16, random_state=0)
+    flow = FlowGaussianizer(random_state=0, learning_rate=0.03, batch_size=64)
+    flow.partial_fit(X[:64])
+    before = flow.transform(X[:10])
+    with pytest.raises(FloatingPointError, match=r"loss exploded at epoch 1, step 1 of 1 from [\d.]+ to [\d.e+]+"):
+        flow.partial_fit(X[64:128])
+    np.testing.assert_array_equal(flow.transform(X[:10]), before)
+    assert flow.n_iter_ == 1 and flow.n_steps_ == 1
+    with pytest.raises(FloatingPointError, match="exploded at epoch 1, step 1 of 1"):
+        FlowGaussianizer(random_state=0, learning_rate=0.1, batch_size=64).partial_fit(X[:64])

@@ -14,7 +14,7 @@ from numbers import Integral
 import numpy as np
 import torch
 
-from skflow.embedding._fused_bert import fused_encoder
+from skflow.embedding._fused_bert import fused_encoder, keep_transformers_forward
 from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
 from skflow.embedding._options import check_attention
 
@@ -131,6 +131,8 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
             model.pooler = None  # the pretrained dense+tanh pooler; pooling is ours
     if getattr(model.config, "use_cache", None):
         model.config.use_cache = False  # decoders: no key/value cache for one forward pass
+    if "attn_implementation" in extra:  # the user's attention kernel, not the fused blocks' own
+        keep_transformers_forward(model)
     if "device_map" not in extra:  # accelerate placed it
         model.to(torch.device(device))
     model.eval().requires_grad_(False)

@@ -6,8 +6,9 @@ inside the matrix product, the residual add inside the output products, and
 weights packed once for oneDNN instead of at every call. On a CPU with
 AVX-512 BF16 the encoder runs about 1.2x faster than transformers' own
 forward in bf16 (``docs/benchmarks.md``). Anything else (another
-architecture, float32, a GPU, a model that the check at build time finds
-different) runs transformers' forward.
+architecture, float32, a GPU, an ``attn_implementation`` chosen in
+``model_kwargs``, a model that the check at build time finds different) runs
+transformers' forward.
 """
 
 import weakref
@@ -25,6 +26,11 @@ def fused_encoder(model: torch.nn.Module) -> "FusedBertEncoder | None":
     if model not in _BUILT:
         _BUILT[model] = FusedBertEncoder.build(model)
     return _BUILT[model]
+
+
+def keep_transformers_forward(model: torch.nn.Module) -> None:
+    """Run ``model`` with transformers' forward always (its attention was chosen: ``attn_implementation``)."""
+    _BUILT[model] = None
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, gelu: bool = False,

@@ -172,12 +172,7 @@ class FlowTrainer:
         if self.clip_grad_norm is not None:
             clip_grad_norm(self.parameters.grad, self.clip_grad_norm)
         value = nll.item()
-        if not math.isfinite(value):
-            raise NonFiniteLossError(value)
-        if self.reference_loss is None:
-            self.reference_loss = value
-        elif value > self.reference_loss + EXPLOSION_NATS_PER_FEATURE * self.flow.n_features + EXPLOSION_MARGIN_NATS:
-            raise LossExplosionError(value, self.reference_loss)
+        self._check(value)
         adam_weight_decay_update(
             [self.parameters],
             [self.parameters.grad],
@@ -189,6 +184,15 @@ class FlowTrainer:
         )
         self.n_steps += 1
         return value - self.log_det
+
+    def _check(self, value: float) -> None:
+        """Raise if ``value`` is not finite or lies far above the reference (the first loss checked, if none yet)."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(value)
+        if self.reference_loss is None:
+            self.reference_loss = value
+        elif value > self.reference_loss + EXPLOSION_NATS_PER_FEATURE * self.flow.n_features + EXPLOSION_MARGIN_NATS:
+            raise LossExplosionError(value, self.reference_loss)
 
     def run(
         self,
@@ -212,6 +216,17 @@ class FlowTrainer:
                 result.add(loss, len(batch))
                 if on_step is not None:
                     on_step(loss)
+            # The last step's own result, on its batch: a step that blew up is caught in the pass that took it,
+            # also when the pass is a single step (partial_fit over one batch per call).
+            with torch.no_grad():
+                after = float(-self.flow.log_prob(batch).mean())
+            try:
+                if not self.weights_are_finite():
+                    raise NonFiniteLossError(math.nan, weights=True)
+                self._check(after)
+            except NonFiniteLossError as exc:
+                exc.step, exc.n_batches = index + 1, n_batches
+                raise
         return result
 
     @torch.no_grad()

@@ -39,8 +39,10 @@ def adam_weight_decay_update(
     beta1, beta2 = betas
     kinds = {(t.device, t.dtype) for t in (*params, *grads, *exp_avgs, *exp_avg_sqs)}
     if _FUSED_ADAMW is not None and len(kinds) == 1 and all(scale is None for scale in lr_scales or ()) and \
-            beta1**1e9 == beta2**1e9 == 0.0:
-        # torch's fused AdamW kernel: one pass over the entries instead of nine. Its bias correction
+            all(t.is_contiguous() for t in (*params, *grads, *exp_avgs, *exp_avg_sqs)) and \
+            max(abs(beta1), abs(beta2)) < 1 and beta1**1e9 == beta2**1e9 == 0.0:
+        # torch's fused AdamW kernel: one pass over the entries instead of nine (over memory in order: contiguous
+        # tensors only, or a gradient laid out unlike its parameter would update other entries). Its bias correction
         # 1 - beta ** step is exactly 1 at step 1e9 where beta ** 1e9 underflows to 0 (betas below 1 - 1e-6 or so):
         # BERT's update, uncorrected.
         steps = [torch.full((), 1e9, device=p.device) for p in params]
