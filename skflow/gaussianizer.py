@@ -340,6 +340,7 @@ class FlowGaussianizer(BaseFlow):
                 lambda: rows.batches(batch_size, trainer.generator, drop_last=False),
                 max_epochs=1,
                 n_batches=n_batches(len(rows), batch_size, drop_last=False),
+                check_final_weights=True,
             )
             if first:
                 self._keep_scaling(scaling)

@@ -199,8 +199,13 @@ class FlowTrainer:
         batches: Iterable[torch.Tensor],
         n_batches: int | None = None,
         on_step: Callable[[float], None] | None = None,
+        check_final_weights: bool = False,
     ) -> PassResult:
-        """A step on each batch, in order (``n_batches``, if known, only names the step in errors)."""
+        """A step on each batch, in order (``n_batches``, if known, only names the step in errors).
+
+        ``check_final_weights``: also score the weights after the last step on its batch under the same check,
+        for passes whose reference is their own first loss (``partial_fit``): a pass of one step is checked too.
+        """
         result = PassResult()
         batches = iter(batches)
         first = next(batches, None)
@@ -216,8 +221,8 @@ class FlowTrainer:
                 result.add(loss, len(batch))
                 if on_step is not None:
                     on_step(loss)
-            # The last step's own result, on its batch: a step that blew up is caught in the pass that took it,
-            # also when the pass is a single step (partial_fit over one batch per call).
+            if not check_final_weights:
+                return result
             with torch.no_grad():
                 after = float(-self.flow.log_prob(batch).mean())
             try:
@@ -348,6 +353,7 @@ def train_epochs(
     tol: float = 0.0,
     n_iter_no_change: int = 1,
     on_step: Callable[[int, float], None] | None = None,
+    check_final_weights: bool = False,
 ) -> TrainingHistory:
     """Up to ``max_epochs`` passes over ``make_batches()``; with ``validation_rows``, early
     stopping that keeps the best epoch.
@@ -365,7 +371,8 @@ def train_epochs(
     for epoch in range(max_epochs):
         try:
             result = trainer.run(
-                make_batches(), n_batches, None if on_step is None else lambda loss: on_step(epoch, loss)
+                make_batches(), n_batches, None if on_step is None else lambda loss: on_step(epoch, loss),
+                check_final_weights=check_final_weights,
             )
         except NonFiniteLossError as exc:
             exc.epoch = epoch + 1
