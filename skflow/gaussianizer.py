@@ -332,15 +332,13 @@ class FlowGaussianizer(BaseFlow):
                 trainer = self._initialised_trainer(*self._new_flow(scaling, device), rows, scaling)
             else:
                 trainer = self._resume(device)
-                # A chunk's first loss measures how the model fits new rows; divergence is a rise within the call.
-                trainer.reference_loss = None
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
                 trainer,
                 lambda: rows.batches(batch_size, trainer.generator, drop_last=False),
                 max_epochs=1,
                 n_batches=n_batches(len(rows), batch_size, drop_last=False),
-                check_final_weights=True,
+                own_reference=True,
             )
             if first:
                 self._keep_scaling(scaling)

@@ -153,7 +153,6 @@ def test_partial_fit_over_chunks_of_real_embeddings(stsb_test_cls):
     assert flow.n_samples_seen_ == len(rows) and flow.n_iter_ == 4
 
 
-
 def test_a_chunk_of_another_distribution_is_not_taken_for_divergence():
     """The divergence check compares a loss with the first of its own call: a later chunk from elsewhere starts far
     above the last call's losses (here by more than the check's 10 nats per feature + 100) and trains normally."""

@@ -55,7 +55,7 @@ def _packed(*linears: torch.nn.Linear, query_scale: float = 1.0) -> tuple[torch.
         rows = linears[0].out_features
         weight[:rows] *= query_scale
         bias[:rows] *= query_scale
-    return torch.ops.mkldnn._reorder_linear_weight(weight, 4096), bias.clone()
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 4096), bias
 
 
 class _FusedBlock:

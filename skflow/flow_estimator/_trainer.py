@@ -199,14 +199,17 @@ class FlowTrainer:
         batches: Iterable[torch.Tensor],
         n_batches: int | None = None,
         on_step: Callable[[float], None] | None = None,
-        check_final_weights: bool = False,
+        own_reference: bool = False,
     ) -> PassResult:
         """A step on each batch, in order (``n_batches``, if known, only names the step in errors).
 
-        ``check_final_weights``: also score the weights after the last step on its batch under the same check,
-        for passes whose reference is their own first loss (``partial_fit``): a pass of one step is checked too.
+        ``own_reference``: the divergence check measures from this pass's first loss, not an earlier pass's
+        (``partial_fit``: a new chunk's first loss is how the model fits new rows), and the weights after the last
+        step are scored on its batch under the same check, so a pass of one step is checked too.
         """
         result = PassResult()
+        if own_reference:
+            self.reference_loss = None
         batches = iter(batches)
         first = next(batches, None)
         if first is None:
@@ -221,7 +224,7 @@ class FlowTrainer:
                 result.add(loss, len(batch))
                 if on_step is not None:
                     on_step(loss)
-            if not check_final_weights:
+            if not own_reference:
                 return result
             with torch.no_grad():
                 after = float(-self.flow.log_prob(batch).mean())
@@ -353,7 +356,7 @@ def train_epochs(
     tol: float = 0.0,
     n_iter_no_change: int = 1,
     on_step: Callable[[int, float], None] | None = None,
-    check_final_weights: bool = False,
+    own_reference: bool = False,
 ) -> TrainingHistory:
     """Up to ``max_epochs`` passes over ``make_batches()``; with ``validation_rows``, early
     stopping that keeps the best epoch.
@@ -372,7 +375,7 @@ def train_epochs(
         try:
             result = trainer.run(
                 make_batches(), n_batches, None if on_step is None else lambda loss: on_step(epoch, loss),
-                check_final_weights=check_final_weights,
+                own_reference=own_reference,
             )
         except NonFiniteLossError as exc:
             exc.epoch = epoch + 1
