@@ -6,6 +6,7 @@ API; this module owns models, dtypes, batching and pooling.
 
 import contextlib
 import functools
+import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -192,7 +193,8 @@ def resolve_pooling(pooling: str, layers, n_layers: int) -> tuple[str, tuple[int
 def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
     """Token ids of each text, truncated to ``max_length``; also how many were truncated."""
     with quiet_transformers():  # no "sequence longer than the maximum" warning: we count those
-        full = tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
+        full = tokenizer(list(texts), truncation=False, verbose=False, return_token_type_ids=False,
+                         return_attention_mask=False)["input_ids"]
         long = [i for i, ids in enumerate(full) if len(ids) > max_length]
         if long:
             cut = tokenizer([texts[i] for i in long], truncation=True, max_length=max_length)["input_ids"]
@@ -233,13 +235,11 @@ def encode_ids(
     with torch.inference_mode():
         for start in range(0, len(ids), batch_size):
             rows = order[start : start + batch_size]
-            width = int(lengths[rows[0]])
-            input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for r, i in enumerate(rows):
-                input_ids[r, : lengths[i]] = torch.as_tensor(ids[i])
-                mask[r, : lengths[i]] = 1
-            mask = mask.to(device)
+            real = torch.arange(int(lengths[rows[0]])) < torch.from_numpy(lengths[rows])[:, None]
+            input_ids = torch.full(real.shape, pad_token_id, dtype=torch.long)
+            input_ids[real] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(ids[i] for i in rows),
+                                                           dtype=np.int64, count=int(lengths[rows].sum())))
+            mask = real.long().to(device)
             hidden = run_encoder(model, input_ids.to(device), mask, None if last else layers)
             out[rows] = pool(hidden, mask, reduction).cpu().numpy()
             if progress is not None:
