@@ -1,5 +1,8 @@
 """The fused bf16 BERT path (`skflow/embedding/_fused_bert.py`): transformers' vectors, faster, or not at all."""
 
+import contextlib
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +10,7 @@ from transformers import AutoModel, BertConfig, DistilBertConfig, RobertaConfig
 
 from skflow import BertEmbedder
 from skflow.datasets import load_sts
-from skflow.embedding import DEFAULT_MODEL, _fused_bert, load_encoder, resolve_model_source
+from skflow.embedding import DEFAULT_MODEL, _encoding, _fused_bert, _run, load_encoder, resolve_model_source
 from skflow.embedding._fused_bert import FusedBertEncoder, fused_encoder
 
 POOLINGS = ["mean", "cls", "first_last_avg", "last_two_avg", "max", "last_token"]
@@ -136,3 +139,61 @@ def test_a_chosen_attention_implementation_runs_transformers(sentences, monkeypa
     assert calls == []  # neither ran fused
     difference = np.abs(vectors["eager"] - vectors["sdpa"]).max()
     assert 0 < difference < 0.05  # two kernels, two roundings: the chosen one ran
+
+
+# ------------------------------------------------------------ two batches at once
+def _threads_of_batches(monkeypatch, fail_on: int | None = None) -> list[tuple[str, int]]:
+    """(thread name, torch threads) of each fused batch as it runs; the batch numbered ``fail_on`` raises."""
+    seen = []
+    real_call = FusedBertEncoder.__call__
+
+    def spy(self, input_ids, *args):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        if fail_on is not None and len(seen) == fail_on:
+            raise RuntimeError("batch failed")
+        return real_call(self, input_ids, *args)
+
+    monkeypatch.setattr(FusedBertEncoder, "__call__", spy)
+    return seen
+
+
+def test_two_batches_at_once_give_the_one_at_a_time_vectors_in_order(sentences, monkeypatch):
+    """Batches of different lengths, two at a time on one thread each: the same vectors, in input order."""
+    texts = sentences[::-1]  # not in length order
+    threads = torch.get_num_threads()
+    assert threads >= 2
+    embedder = BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64)
+    embedder.transform(texts[:1])
+    monkeypatch.setattr(_encoding, "in_streams", lambda function, items, n: map(function, items))
+    one = embedder.transform(texts)
+    monkeypatch.undo()
+    seen = _threads_of_batches(monkeypatch)
+    progress = []
+    monkeypatch.setattr(_run, "progress_bar", lambda *a, **k: contextlib.nullcontext(progress.append))
+    two = embedder.transform(texts)
+    assert len(seen) == 10 and {n for _, n in seen} == {threads // 2}  # 600 texts, 64 a batch, each on half
+    assert {name.startswith("skflow-encoder") for name, _ in seen} == {True}
+    assert progress == [1] * 10
+    assert _min_cosine(one, two) > 0.99999  # only the kernels' thread count differs
+    np.testing.assert_allclose(one, two, atol=2e-3)
+    assert torch.get_num_threads() == threads
+
+
+def test_a_failing_batch_is_raised_stops_the_rest_and_leaves_the_threads(sentences, monkeypatch):
+    seen = _threads_of_batches(monkeypatch, fail_on=3)
+    threads = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="batch failed"):
+        BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=8).transform(sentences)  # 75 batches
+    assert 3 <= len(seen) <= 5  # the two in flight finish, the rest never start
+    assert torch.get_num_threads() == threads
+
+
+def test_one_thread_encodes_one_batch_at_a_time(sentences, monkeypatch):
+    seen = _threads_of_batches(monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64).transform(sentences[:200])
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [(threading.current_thread().name, 1)] * 4

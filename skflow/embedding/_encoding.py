@@ -9,7 +9,8 @@ import functools
 import itertools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
 
 import numpy as np
@@ -223,7 +224,8 @@ def encode_ids(
 
     Batches are cut from the texts sorted by token count, longest first, and
     padded to their own longest member, so padding work is minimal and an
-    out-of-memory error shows on the first batch.
+    out-of-memory error shows on the first batch. Where the fused CPU blocks
+    run, two batches are encoded at once (see `in_streams`).
     """
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     order = np.argsort(-lengths, kind="stable")
@@ -232,19 +234,50 @@ def encode_ids(
     blocks = _transformer_blocks(model)
     n_run = len(blocks) if blocks is not None else n_hidden_layers(model.config)
     last = len(layers) == 1 and layers[0] == n_run
-    with torch.inference_mode():
-        for start in range(0, len(ids), batch_size):
-            rows = order[start : start + batch_size]
-            real = torch.arange(int(lengths[rows[0]])) < torch.from_numpy(lengths[rows])[:, None]
-            input_ids = torch.full(real.shape, pad_token_id, dtype=torch.long)
-            input_ids[real] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(ids[i] for i in rows),
-                                                           dtype=np.int64, count=int(lengths[rows].sum())))
-            mask = real.long().to(device)
+    batches = [order[start : start + batch_size] for start in range(0, len(ids), batch_size)]
+
+    def encode(rows: np.ndarray) -> np.ndarray:
+        real = torch.arange(int(lengths[rows[0]])) < torch.from_numpy(lengths[rows])[:, None]
+        input_ids = torch.full(real.shape, pad_token_id, dtype=torch.long)
+        input_ids[real] = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(ids[i] for i in rows),
+                                                       dtype=np.int64, count=int(lengths[rows].sum())))
+        mask = real.long().to(device)
+        with torch.inference_mode():
             hidden = run_encoder(model, input_ids.to(device), mask, None if last else layers)
-            out[rows] = pool(hidden, mask, reduction).cpu().numpy()
-            if progress is not None:
-                progress(1)
+            return pool(hidden, mask, reduction).cpu().numpy()
+
+    n_streams = 2 if len(batches) > 1 and torch.get_num_threads() >= 2 and fused_encoder(model) is not None else 1
+    for rows, vectors in zip(batches, in_streams(encode, batches, n_streams)):
+        out[rows] = vectors
+        if progress is not None:
+            progress(1)
     return out
+
+
+def in_streams(function: Callable, items: Sequence, n_streams: int) -> Iterator:
+    """``function(item)`` for each of ``items``, in order, ``n_streams`` at once on a share of torch's threads each.
+
+    On the CPU two sentence batches at once, on one thread each, encode ~1.5x faster than one batch on two
+    threads: the small operations between the matrix products (softmax, LayerNorm, copies) do not split well
+    across threads. An error stops the items not started and is raised here.
+    """
+    if n_streams == 1:
+        yield from map(function, items)
+        return
+    threads = torch.get_num_threads()
+
+    def run(item):
+        torch.set_num_threads(max(1, threads // n_streams))  # OpenMP's threads of this worker thread
+        return function(item)
+
+    executor = ThreadPoolExecutor(n_streams, thread_name_prefix="skflow-encoder")
+    try:
+        futures = [executor.submit(run, item) for item in items]
+        for future in futures:
+            yield future.result()
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(threads)  # also process-wide settings (MKL's threads): back as they were
 
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:
