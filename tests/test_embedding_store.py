@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -163,6 +164,36 @@ def test_writers_racing_to_create_the_store_all_use_it(tmp_path):
         assert not cache.skipped, (trial, cache.skipped)
         got, found = cache.get_many([f"text {i}" for i in range(4)])
         assert found.all() and (got == np.arange(4, dtype=np.float32)[:, None]).all()
+
+
+def test_a_journal_deleted_while_it_is_checked_is_not_taken_for_a_hard_link(tmp_path, monkeypatch):
+    # SQLite deletes its rollback journal at each commit: lstat can find the name and then report 0 links
+    cache = EmbeddingCache(tmp_path, {"k": 1}, dim=4)
+    cache.put_many(["a"], np.ones((1, 4), dtype=np.float32))
+    journal = cache.path.with_name(cache.path.name + "-journal")
+    journal.touch()
+    real_lstat = os.lstat
+
+    def lstat_as_unlinked(path, *args, **kwargs):
+        info = real_lstat(path, *args, **kwargs)
+        if str(path) == str(journal):
+            fields = list(info)
+            fields[stat.ST_NLINK] = 0
+            return os.stat_result(fields)
+        return info
+
+    monkeypatch.setattr(os, "lstat", lstat_as_unlinked)
+    fresh = EmbeddingCache(tmp_path, {"k": 1}, dim=4)
+    got, found = fresh.get_many(["a"])
+    assert found.all() and not fresh.skipped
+    np.testing.assert_array_equal(got, np.ones((1, 4), dtype=np.float32))
+    monkeypatch.setattr(os, "lstat", real_lstat)
+    os.link(journal, tmp_path / "elsewhere")  # a real second link is still refused
+    linked = EmbeddingCache(tmp_path, {"k": 1}, dim=4)
+    assert not linked.get_many(["a"])[1].any()
+    assert list(linked.skipped) == [
+        "unusable store: embeddings.sqlite3-journal is not a regular file of one link; delete it to cache again"
+    ]
 
 
 def _child_writes(folder: str) -> None:

@@ -184,7 +184,28 @@ def test_a_failing_batch_is_raised_stops_the_rest_and_leaves_the_threads(sentenc
     threads = torch.get_num_threads()
     with pytest.raises(RuntimeError, match="batch failed"):
         BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=8).transform(sentences)  # 75 batches
-    assert 3 <= len(seen) <= 5  # the two in flight finish, the rest never start
+    assert 3 <= len(seen) <= 5  # at most the two running and the one waiting beside them, never more
+    assert torch.get_num_threads() == threads
+
+
+def test_a_thread_that_starts_while_batches_run_gets_all_of_torchs_threads(sentences, monkeypatch):
+    # torch's first call in a new thread copies the process-wide count, which set_num_threads changes
+    threads = torch.get_num_threads()
+    started_meanwhile = []
+    real_call = FusedBertEncoder.__call__
+    calls = []
+
+    def spy(self, *args):
+        calls.append(torch.get_num_threads())
+        if len(calls) == 4:  # submitted after the caller took the first result
+            user = threading.Thread(target=lambda: started_meanwhile.append(torch.get_num_threads()))
+            user.start()
+            user.join(timeout=60)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(FusedBertEncoder, "__call__", spy)
+    BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64).transform(sentences[:400])
+    assert started_meanwhile == [threads] and set(calls) == {threads // 2}
     assert torch.get_num_threads() == threads
 
 

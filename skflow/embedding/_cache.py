@@ -304,6 +304,8 @@ class EmbeddingCache:
                 info = os.lstat(self.folder / name)
             except FileNotFoundError:
                 continue
+            if info.st_nlink == 0:  # unlinked between the lookup and the stat: SQLite deletes its journal per commit
+                continue
             exists = exists or not suffix
             if stat.S_ISLNK(info.st_mode):
                 raise _StoreError(_unusable(f"{name} is a symbolic link"))

@@ -4,11 +4,13 @@ No scikit-learn here: `BertEmbedder` owns validation, caching and the estimator
 API; this module owns models, dtypes, batching and pooling.
 """
 
+import collections
 import contextlib
 import functools
 import itertools
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
@@ -259,25 +261,37 @@ def in_streams(function: Callable, items: Sequence, n_streams: int) -> Iterator:
 
     On the CPU two sentence batches at once, on one thread each, encode ~1.5x faster than one batch on two
     threads: the small operations between the matrix products (softmax, LayerNorm, copies) do not split well
-    across threads. An error stops the items not started and is raised here.
+    across threads. One item waits beside those running, so an error stops all but the few already started.
     """
-    if n_streams == 1:
+    if n_streams == 1 or len(items) < 2:
         yield from map(function, items)
         return
     threads = torch.get_num_threads()
+    n_workers = min(n_streams, len(items))
+    shares_taken = threading.Barrier(n_workers + 1)
 
-    def run(item):
-        torch.set_num_threads(max(1, threads // n_streams))  # OpenMP's threads of this worker thread
-        return function(item)
+    def take_share() -> None:
+        # torch's first call in a thread sets the thread's count from the process-wide one, which set_num_threads
+        # also changes: each worker takes its share after that first call, and the caller restores the process-wide
+        # count once all have, so threads started meanwhile (the user's) keep all of torch's threads
+        torch.get_num_threads()
+        torch.set_num_threads(max(1, threads // n_workers))
+        shares_taken.wait(timeout=600)
 
-    executor = ThreadPoolExecutor(n_streams, thread_name_prefix="skflow-encoder")
+    executor = ThreadPoolExecutor(n_workers, thread_name_prefix="skflow-encoder", initializer=take_share)
+    waiting = iter(items)
     try:
-        futures = [executor.submit(run, item) for item in items]
-        for future in futures:
-            yield future.result()
+        running = collections.deque(executor.submit(function, x) for x in itertools.islice(waiting, n_workers + 1))
+        shares_taken.wait(timeout=600)
+        torch.set_num_threads(threads)
+        while running:
+            result = running.popleft().result()
+            running.extend(executor.submit(function, x) for x in itertools.islice(waiting, 1))
+            yield result
     finally:
+        shares_taken.abort()  # a caller gone before the workers took their shares does not leave them waiting
         executor.shutdown(wait=True, cancel_futures=True)
-        torch.set_num_threads(threads)  # also process-wide settings (MKL's threads): back as they were
+        torch.set_num_threads(threads)
 
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:
