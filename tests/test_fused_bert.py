@@ -190,6 +190,7 @@ def test_a_failing_batch_is_raised_stops_the_rest_and_leaves_the_threads(sentenc
 
 def test_a_thread_that_starts_while_batches_run_gets_all_of_torchs_threads(sentences, monkeypatch):
     # torch's first call in a new thread copies the process-wide count, which set_num_threads changes
+    BertEmbedder(pooling="mean", dtype="bfloat16").transform(sentences[:1])  # built (its check runs it once)
     threads = torch.get_num_threads()
     started_meanwhile = []
     real_call = FusedBertEncoder.__call__
