@@ -176,7 +176,8 @@ def test_a_journal_deleted_while_it_is_checked_is_not_taken_for_a_hard_link(tmp_
 
     def lstat_as_unlinked(path, *args, **kwargs):
         info = real_lstat(path, *args, **kwargs)
-        if str(path) == str(journal):
+        if str(path) == str(journal) and journal.exists():
+            journal.unlink()  # deleted between the lookup and the stat
             fields = list(info)
             fields[stat.ST_NLINK] = 0
             return os.stat_result(fields)
@@ -188,11 +189,34 @@ def test_a_journal_deleted_while_it_is_checked_is_not_taken_for_a_hard_link(tmp_
     assert found.all() and not fresh.skipped
     np.testing.assert_array_equal(got, np.ones((1, 4), dtype=np.float32))
     monkeypatch.setattr(os, "lstat", real_lstat)
+    journal.touch()
     os.link(journal, tmp_path / "elsewhere")  # a real second link is still refused
     linked = EmbeddingCache(tmp_path, {"k": 1}, dim=4)
     assert not linked.get_many(["a"])[1].any()
     assert list(linked.skipped) == [
         "unusable store: embeddings.sqlite3-journal is not a regular file of one link; delete it to cache again"
+    ]
+
+
+def test_a_symbolically_linked_store_is_refused_where_the_file_system_counts_no_links(tmp_path, monkeypatch):
+    # some FUSE file systems report 0 links for every file: that is no file deleted while it was checked
+    outside = tmp_path / "outside.sqlite3"
+    outside.touch()
+    cache = EmbeddingCache(tmp_path / "cache", {"k": 1}, dim=4)
+    cache.folder.mkdir(parents=True)
+    cache.path.symlink_to(outside)
+    real_lstat = os.lstat
+
+    def lstat_without_links(path, *args, **kwargs):
+        fields = list(real_lstat(path, *args, **kwargs))
+        fields[stat.ST_NLINK] = 0
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "lstat", lstat_without_links)
+    cache.put_many(["a"], np.ones((1, 4), dtype=np.float32))
+    assert outside.stat().st_size == 0
+    assert list(cache.skipped) == [
+        "unusable store: embeddings.sqlite3 is a symbolic link; delete it to cache again"
     ]
 
 

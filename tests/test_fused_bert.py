@@ -190,6 +190,7 @@ def test_a_failing_batch_is_raised_stops_the_rest_and_leaves_the_threads(sentenc
 
 def test_a_thread_that_starts_while_batches_run_gets_all_of_torchs_threads(sentences, monkeypatch):
     # torch's first call in a new thread copies the process-wide count, which set_num_threads changes
+    BertEmbedder(pooling="mean", dtype="bfloat16").transform(sentences[:1])  # built (its check runs it once)
     threads = torch.get_num_threads()
     started_meanwhile = []
     real_call = FusedBertEncoder.__call__
@@ -207,6 +208,45 @@ def test_a_thread_that_starts_while_batches_run_gets_all_of_torchs_threads(sente
     BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64).transform(sentences[:400])
     assert started_meanwhile == [threads] and set(calls) == {threads // 2}
     assert torch.get_num_threads() == threads
+
+
+def test_a_thread_started_while_the_workers_take_their_share_does_not_make_it_torchs_count(sentences, monkeypatch):
+    # a user's thread whose first torch call falls while the workers hold half of the threads starts with half;
+    # its own transform must not make that half the count of every thread started afterwards
+    BertEmbedder(pooling="mean", dtype="bfloat16").transform(sentences[:1])  # built (its check runs it once)
+    threads = torch.get_num_threads()
+    real_set = torch.set_num_threads
+    started, go, user_counts = threading.Event(), threading.Event(), []
+
+    def user():
+        user_counts.append(torch.get_num_threads())  # this thread's first torch call
+        started.set()
+        go.wait(timeout=60)
+        BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64).transform(sentences[:200])
+
+    user_thread = threading.Thread(target=user)
+
+    def set_while_a_user_thread_starts(n):
+        real_set(n)
+        if threading.current_thread().name == "skflow-encoder_0" and not started.is_set():  # the first worker
+            user_thread.start()
+            started.wait(timeout=60)
+
+    real_set(4)
+    try:
+        monkeypatch.setattr(torch, "set_num_threads", set_while_a_user_thread_starts)
+        BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=64).transform(sentences[:200])
+        go.set()
+        user_thread.join(timeout=120)
+        monkeypatch.setattr(torch, "set_num_threads", real_set)
+        later = []
+        fresh = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        fresh.start()
+        fresh.join(timeout=60)
+        assert user_counts == [2] and later == [4] and torch.get_num_threads() == 4
+    finally:
+        go.set()
+        real_set(threads)
 
 
 def test_one_thread_encodes_one_batch_at_a_time(sentences, monkeypatch):

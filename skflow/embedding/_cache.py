@@ -304,8 +304,11 @@ class EmbeddingCache:
                 info = os.lstat(self.folder / name)
             except FileNotFoundError:
                 continue
-            if info.st_nlink == 0:  # unlinked between the lookup and the stat: SQLite deletes its journal per commit
-                continue
+            if info.st_nlink == 0:  # unlinked between the lookup and the stat: SQLite deletes its journal per commit;
+                try:  # or a file system that counts no links (some FUSE ones): found again, it is checked as it is
+                    info = os.lstat(self.folder / name)
+                except FileNotFoundError:
+                    continue
             exists = exists or not suffix
             if stat.S_ISLNK(info.st_mode):
                 raise _StoreError(_unusable(f"{name} is a symbolic link"))

@@ -269,29 +269,56 @@ def in_streams(function: Callable, items: Sequence, n_streams: int) -> Iterator:
     threads = torch.get_num_threads()
     n_workers = min(n_streams, len(items))
     shares_taken = threading.Barrier(n_workers + 1)
+    process_wide = []  # torch's count for new threads, as the first worker found it
 
     def take_share() -> None:
         # torch's first call in a thread sets the thread's count from the process-wide one, which set_num_threads
-        # also changes: each worker takes its share after that first call, and the caller restores the process-wide
-        # count once all have, so threads started meanwhile (the user's) keep all of torch's threads
-        torch.get_num_threads()
+        # also changes: each worker takes its share after that first call, and the process-wide count is put back
+        # once all have, so threads started afterwards (the user's) keep all of torch's threads
+        process_wide.append(torch.get_num_threads())
         torch.set_num_threads(max(1, threads // n_workers))
         shares_taken.wait(timeout=600)
 
+    def restore() -> None:
+        # the process-wide count as it was, not the caller's: a caller started while other streams held their
+        # share has fewer threads, and would hand that count on to every thread started later
+        _set_process_wide_threads(process_wide[0] if process_wide else threads, threads)
+
     executor = ThreadPoolExecutor(n_workers, thread_name_prefix="skflow-encoder", initializer=take_share)
     waiting = iter(items)
+    passed = False
     try:
-        running = collections.deque(executor.submit(function, x) for x in itertools.islice(waiting, n_workers + 1))
-        shares_taken.wait(timeout=600)
-        torch.set_num_threads(threads)
+        with _SHARES_BEING_TAKEN:  # one stream set at a time moves the process-wide count, so a worker reads it
+            try:
+                first = itertools.islice(waiting, n_workers + 1)
+                running = collections.deque(executor.submit(function, x) for x in first)
+                shares_taken.wait(timeout=600)
+                passed = True
+            finally:
+                if not passed:  # a caller gone before the workers took their shares does not leave them waiting
+                    shares_taken.abort()
+                restore()
         while running:
             result = running.popleft().result()
             running.extend(executor.submit(function, x) for x in itertools.islice(waiting, 1))
             yield result
     finally:
-        shares_taken.abort()  # a caller gone before the workers took their shares does not leave them waiting
         executor.shutdown(wait=True, cancel_futures=True)
-        torch.set_num_threads(threads)
+        if not passed:  # a worker may have taken its share after the abort
+            restore()
+
+
+_SHARES_BEING_TAKEN = threading.Lock()
+
+
+def _set_process_wide_threads(count: int, own: int) -> None:
+    """torch's thread count for threads started from now on, the calling thread's own left at ``own``."""
+    if count == own:
+        torch.set_num_threads(count)
+        return
+    setter = threading.Thread(target=torch.set_num_threads, args=(count,), name="skflow-threads")  # sets its own too
+    setter.start()
+    setter.join()
 
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:
