@@ -4,6 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
+from sklearn.datasets import make_classification
 
 from skflow import FlowGaussianizer
 from skflow.flows import LUInvertibleLinear
@@ -126,6 +127,23 @@ def test_every_configuration_trains_on_real_embeddings(coupling, permutation, po
     raw = sts_spearman(pairs, scores)
     rho = sts_spearman(flow.transform(pairs), scores)
     assert rho > (0.74 if pooling == "cls" else 0.77), (rho, raw)  # raw: 0.73 cls, 0.82 mean; LU used to give ~0.3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rank_deficient_data_train_an_lu_flow(dtype, stsb_test_cls):
+    # check_estimator's array-API data: 2 of its 10 features are combinations of others. One step took the
+    # LU flow's loss from -20 to 1e11 nats, and fit returned that model
+    X, _ = make_classification(n_samples=30, n_features=10, random_state=42)
+    flows = {p: FlowGaussianizer(permutation=p, random_state=0).fit(X.astype(dtype)) for p in ("reverse", "lu")}
+    scores = {p: flow.score(X.astype(dtype)) for p, flow in flows.items()}
+    assert -16 < scores["lu"] < -13 and -16 < scores["reverse"] < -13, scores  # measured: -14.6 and -14.2
+    # real embeddings and 16 sums of two of their features: "the training loss exploded at step 2" before
+    rows = stsb_test_cls[0].reshape(-1, 384)[:1200].astype(dtype)
+    redundant = np.hstack([rows, rows[:, :16] + rows[:, 16:32]])
+    lu = FlowGaussianizer(permutation="lu", random_state=0).fit(redundant)
+    reverse = FlowGaussianizer(permutation="reverse", random_state=0).fit(redundant)
+    assert np.isfinite(lu.loss_curve_).all() and lu.score(redundant) > reverse.score(redundant) + 100
+    np.testing.assert_allclose(lu.inverse_transform(lu.transform(redundant[:50])), redundant[:50], atol=1e-4)
 
 
 def test_a_loss_that_explodes_while_finite_is_an_error_and_changes_nothing(stsb_test_cls, monkeypatch):

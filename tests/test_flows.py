@@ -189,6 +189,19 @@ def test_lu_data_init_whitens_its_input():
     torch.testing.assert_close(torch.cov(y.T), torch.eye(6, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
+def test_lu_data_init_leaves_a_direction_without_variance_unamplified():
+    # whitened like the others, a null direction got a gain of 1e5 per LU layer: one step then blew the loss up
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 5, dtype=torch.float64, generator=gen) @ torch.randn(5, 6, dtype=torch.float64, generator=gen)
+    layer = LUInvertibleLinear(6, gen).double()
+    y = layer.data_init(x)
+    eigenvalues = torch.linalg.eigvalsh(torch.cov(y.T))
+    torch.testing.assert_close(eigenvalues[1:], torch.ones(5, dtype=torch.float64), atol=1e-6, rtol=0)
+    assert eigenvalues[0] < 1e-20
+    largest = torch.linalg.eigvalsh(torch.cov(x.T)).max()
+    assert torch.linalg.matrix_norm(layer.weight(), 2) * largest.sqrt() < 1e3  # 3e7 before: the null direction's gain
+
+
 def test_flat_parameters_train_like_separate_ones():
     def train(flat: bool):
         gen = torch.Generator().manual_seed(0)

@@ -183,3 +183,14 @@ def test_a_step_that_blows_up_is_caught_in_its_own_call_of_one_batch():
     assert flow.n_iter_ == 1 and flow.n_steps_ == 1
     with pytest.raises(FloatingPointError, match="exploded at epoch 1, step 1 of 1"):
         FlowGaussianizer(random_state=0, learning_rate=0.1, batch_size=64).partial_fit(X[:64])
+
+
+def test_fit_scores_the_weights_of_its_last_step_too():
+    # a fit of one step used to return the blown-up model (the steps' losses are taken before each step)
+    X = make_anisotropic_mixture(640, 16, random_state=0)
+    unfitted = FlowGaussianizer(random_state=0, learning_rate=0.1, batch_size=64)
+    with pytest.raises(FloatingPointError, match=r"exploded at epoch 1, step 1 of 1 from [\d.]+ to [\d.e+]+"):
+        unfitted.fit(X[:64])
+    assert not hasattr(unfitted, "n_iter_")
+    fitted = FlowGaussianizer(random_state=0, learning_rate=0.03, batch_size=64).fit(X[:64])
+    assert np.isfinite(fitted.score(X[:64]))

@@ -204,7 +204,7 @@ class FlowTrainer:
         """A step on each batch, in order (``n_batches``, if known, only names the step in errors).
 
         ``own_reference``: the divergence check measures from this pass's first loss, not an earlier pass's
-        (``partial_fit``: a new chunk's first loss is how the model fits new rows), and the weights after the last
+        (``partial_fit``: a new chunk's first loss is how the model fits new rows). The weights after the last
         step are scored on its batch under the same check, so a pass of one step is checked too.
         """
         result = PassResult()
@@ -224,8 +224,6 @@ class FlowTrainer:
                 result.add(loss, len(batch))
                 if on_step is not None:
                     on_step(loss)
-            if not own_reference:
-                return result
             with torch.no_grad():
                 after = float(-self.flow.log_prob(batch).mean())
             try:

@@ -49,7 +49,8 @@ class LUInvertibleLinear(FlowLayer):
     :meth:`data_init` sets ``W = R C^{-1/2}``, where ``C`` is the covariance
     of its input and ``R`` the current rotation, so the layer starts by
     whitening the data. Without it, badly conditioned data take the optimiser
-    many epochs to undo.
+    many epochs to undo. Directions without variance (below 1e-10 of the
+    largest: rank-deficient data) are scaled like the largest, not blown up.
 
     The entries of ``L`` and ``U`` learn at ``1 / n_features`` of the
     learning rate (:meth:`step_scales`). Adam moves every entry by about the
@@ -89,7 +90,10 @@ class LUInvertibleLinear(FlowLayer):
         if n_samples > n_features:
             centred = (x - x.mean(dim=0)).double()
             eigenvalues, eigenvectors = torch.linalg.eigh(centred.T @ centred / (n_samples - 1))
-            eigenvalues = eigenvalues.clamp_min(eigenvalues.max() * 1e-10)
+            largest = eigenvalues.max()
+            # a direction without variance (rank-deficient data) is left at the largest one's scale: whitened
+            # like the others, its gain of 1e5 per LU layer compounds, and one step then blows the loss up
+            eigenvalues = torch.where(eigenvalues > largest * 1e-10, eigenvalues, largest)
             whitening = (eigenvectors * eigenvalues.rsqrt()) @ eigenvectors.T
             self._set_weight(self.weight().double() @ whitening)
         return self(x)[0]
