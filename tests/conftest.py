@@ -20,27 +20,49 @@ def pytest_addoption(parser):
     )
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1] / "skflow")
-_CALLED: set[str] = set()
+_TESTS_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = str(_TESTS_DIR.parent / "skflow")
+FAST_LOOP_TEST = "test_fast_loop.py"
+# What the tests of the default loop did in this session: the skflow files that had a function called, and the
+# tests that passed (tests/test_fast_loop.py reads them instead of running the loop a second time).
+FAST_LOOP = {"called": set(), "tests": set(), "passed": set(), "failed": set(), "left_out": 0, "whole": False,
+             "tracing": False}
 
 
 def _record_call(frame, event, arg):
     code = frame.f_code
-    if event == "call" and code.co_name != "<module>" and code.co_filename.startswith(_PACKAGE_DIR):
-        _CALLED.add(code.co_filename)
+    if (event == "call" and FAST_LOOP["tracing"] and code.co_name != "<module>"
+            and code.co_filename.startswith(_PACKAGE_DIR)):
+        FAST_LOOP["called"].add(code.co_filename)
 
 
-def pytest_configure(config):
-    """With ``SKFLOW_TRACE_MODULES=FILE``, record which skflow files had a function called (tests/test_fast_loop.py)."""
-    if os.environ.get("SKFLOW_TRACE_MODULES"):
+def _in_fast_loop(item) -> bool:
+    return not (item.get_closest_marker("slow") or item.get_closest_marker("ray"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Trace the tests of the default loop (their fixtures included) for the skflow files they call."""
+    traced = FAST_LOOP["tracing"] = _in_fast_loop(item)  # threads started by the test keep the profile: the flag
+    if traced:
         sys.setprofile(_record_call)
         threading.setprofile(_record_call)
+    try:
+        yield
+    finally:
+        FAST_LOOP["tracing"] = False
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid in FAST_LOOP["tests"] and (report.failed or report.when == "call" and report.passed):
+        FAST_LOOP["failed" if report.failed else "passed"].add(report.nodeid)
 
 
 def pytest_unconfigure(config):
     if path := os.environ.get("SKFLOW_TRACE_MODULES"):
-        sys.setprofile(None)
-        Path(path).write_text(json.dumps(sorted(_CALLED)))
+        Path(path).write_text(json.dumps(sorted(FAST_LOOP["called"])))
 
 
 # What makes a test slow on 2 cores, marked here once rather than test by test: fixtures that embed real STS data
@@ -63,12 +85,22 @@ def _mark(item) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The default loop leaves out the tests marked ``slow`` or ``ray``; ``--full`` or any ``-m`` runs what it says."""
+    """The default loop leaves out the tests marked ``slow`` or ``ray``; ``--full`` or any ``-m`` runs what it says.
+
+    ``tests/test_fast_loop.py`` runs last; where this session runs the whole suite, it checks the default loop's
+    tests as they ran here, else it runs the loop in a process of its own."""
     for item in items:
         _mark(item)
+    narrowed = config.getoption("markexpr") or config.getoption("keyword") or any("::" in arg for arg in config.args)
+    FAST_LOOP["tests"] = {item.nodeid for item in items if _in_fast_loop(item)}
+    FAST_LOOP["left_out"] = len(items) - len(FAST_LOOP["tests"])
+    whole_folder = {Path(arg).resolve() for arg in config.args} <= {_TESTS_DIR, _TESTS_DIR.parent}
+    every_file = len({item.path.name for item in items}) == len(list(_TESTS_DIR.glob("test_*.py")))
+    FAST_LOOP["whole"] = not narrowed and whole_folder and every_file
+    items.sort(key=lambda item: item.path.name == FAST_LOOP_TEST)  # stable: the loop's check comes last
     if config.getoption("--full") or config.getoption("markexpr") or any("::" in arg for arg in config.args):
         return  # every test, what -m selects, or the tests named one by one
-    left_out = [item for item in items if item.get_closest_marker("slow") or item.get_closest_marker("ray")]
+    left_out = [item for item in items if not _in_fast_loop(item)]
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         kept = set(items) - set(left_out)
