@@ -21,6 +21,16 @@ _BUILT: "weakref.WeakKeyDictionary[torch.nn.Module, FusedBertEncoder | None]" = 
 _PROBE_MIN_COSINE = 0.999
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Whether oneDNN does bf16 matrix work in this CPU's hardware: AMX or AVX-512 BF16, as torch's cpuinfo reads
+    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` caps it below bf16)."""
+    try:
+        hardware = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return bool(hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without these checks, or without oneDNN
+        return False
+
+
 def fused_encoder(model: torch.nn.Module) -> "FusedBertEncoder | None":
     """The fused encoder of ``model`` (built once per model), or None where transformers' forward must run."""
     if model not in _BUILT:
@@ -95,14 +105,15 @@ class FusedBertEncoder:
 
     @classmethod
     def build(cls, model: torch.nn.Module) -> "FusedBertEncoder | None":
-        """The fused encoder, or None unless ``model`` is a supported bf16 CPU encoder that it reproduces."""
+        """The fused encoder, or None unless ``model`` is a supported bf16 CPU encoder that it reproduces, on a CPU
+        with bf16 hardware (elsewhere oneDNN's bf16 kernels are emulated, or refused)."""
         config = model.config
         parameter = next(model.parameters())
         if not (
             type(model).__name__ in _SUPPORTED
             and parameter.device.type == "cpu"
             and parameter.dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available()
+            and cpu_has_fast_bf16()
             and config.hidden_act == "gelu"
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not config.is_decoder
