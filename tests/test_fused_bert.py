@@ -354,3 +354,26 @@ def test_one_thread_encodes_one_batch_at_a_time(sentences, monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert seen == [(threading.current_thread().name, 1)] * 4
+
+
+# ------------------------------------------------------------ the attention's working memory
+@needs_fast_bf16
+@pytest.mark.parametrize("budget", [7 * 4 * 4 * 24, 50 * 4 * 4 * 24], ids=["queries-of-one-text", "texts"])
+def test_the_attention_scores_are_computed_in_chunks_with_the_same_vectors(budget, monkeypatch):
+    """Issue #36: the scores of a whole batch were allocated at once (64 texts x 512 tokens: 800 MB in float32,
+    +3.8 GB peak). No product of the attention now holds more than ``SCORES_BYTES`` of float32 scores."""
+    model = _random(BertConfig(**WIDTH))  # 4 heads
+    fused = FusedBertEncoder.build(model)
+    ids = torch.randint(5, 1000, (9, 24), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 9:], mask[5, 3:], mask[8, 20:] = 0, 0, 0
+    with torch.inference_mode():
+        whole = fused(ids, mask, tuple(range(3)))
+        sizes, real_matmul = [], torch.matmul
+        monkeypatch.setattr(_fused_bert, "SCORES_BYTES", budget)
+        monkeypatch.setattr(torch, "matmul", lambda a, b: sizes.append(a.shape[:-1].numel() * b.shape[-1] * 4)
+                            or real_matmul(a, b))
+        chunked = fused(ids, mask, tuple(range(3)))
+    assert max(sizes) <= budget and len(sizes) > 4 * 2  # scores and context products of several chunks a block
+    for want, have in zip(whole, chunked):
+        torch.testing.assert_close(have, want, rtol=0, atol=0)  # the same sums, in the same order, per text
