@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -354,6 +355,20 @@ def test_one_thread_encodes_one_batch_at_a_time(sentences, monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert seen == [(threading.current_thread().name, 1)] * 4
+
+
+@needs_fast_bf16
+def test_without_an_openmp_runtime_to_limit_batches_run_one_at_a_time(monkeypatch):
+    """A torch whose threads threadpoolctl cannot limit per thread: one batch at a time on the caller's thread,
+    never two workers each on all of torch's threads."""
+    texts = [f"sentence {i} " + "word " * (i % 11) for i in range(40)]
+    embedder = BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=8, show_progress_bar=False)
+    streamed = embedder.transform(texts)
+    monkeypatch.setattr(_encoding, "_openmp", lambda: types.SimpleNamespace(lib_controllers=[]))
+    seen = _threads_of_batches(monkeypatch)
+    alone = embedder.transform(texts)
+    assert seen == [(threading.current_thread().name, torch.get_num_threads())] * 5
+    np.testing.assert_allclose(alone, streamed, atol=2e-3)  # only the kernels' thread count differs
 
 
 # ------------------------------------------------------------ the attention's working memory
