@@ -38,6 +38,7 @@ from skflow import BertEmbedder, FlowGaussianizer
 from skflow.datasets import load_sts
 from skflow.embedder import EncoderNotFoundError
 from skflow.embedding import _encoding as _encoding
+from skflow.embedding import _fused_bert
 from skflow.embedding._cache import EmbeddingCache
 from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 
@@ -163,7 +164,7 @@ def test_output_is_float32_in_input_order_and_normalized():
 
 
 def test_auto_dtype_follows_the_hardware():
-    expected = torch.bfloat16 if _encoding.cpu_has_fast_bf16() else torch.float32
+    expected = torch.bfloat16 if _fused_bert.cpu_has_fast_bf16() else torch.float32
     assert _encoding.resolve_dtype("auto", torch.device("cpu")) == expected
     fast = BertEmbedder(pooling="mean", device="cpu").transform(SENTENCES)
     exact = _f32(pooling="mean").transform(SENTENCES)

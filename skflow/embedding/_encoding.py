@@ -9,15 +9,15 @@ import contextlib
 import functools
 import itertools
 import json
-import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
+from skflow.embedding import _fused_bert
 from skflow.embedding._fused_bert import fused_encoder, keep_transformers_forward
 from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
 from skflow.embedding._options import check_attention
@@ -40,28 +40,13 @@ POOLING_ALIASES = {"last2avg": "last_two_avg"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU does bf16 matrix work in hardware (AMX or AVX-512 BF16)."""
-    if sys.platform != "linux":
-        return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"amx_bf16", "avx512_bf16"})
-    except OSError:
-        return False
-    return False
-
-
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``"auto"``: bf16 where the hardware does bf16 matrix work, else float32."""
     if dtype != "auto":
         return DTYPES[dtype]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu" and cpu_has_fast_bf16():
+    if device.type == "cpu" and _fused_bert.cpu_has_fast_bf16():
         return torch.bfloat16
     return torch.float32
 
@@ -262,63 +247,38 @@ def in_streams(function: Callable, items: Sequence, n_streams: int) -> Iterator:
     On the CPU two sentence batches at once, on one thread each, encode ~1.5x faster than one batch on two
     threads: the small operations between the matrix products (softmax, LayerNorm, copies) do not split well
     across threads. One item waits beside those running, so an error stops all but the few already started.
+
+    Each worker limits its own OpenMP team, the count torch's kernels read, and nothing else:
+    ``torch.set_num_threads`` would also set the process-wide count that every thread copies at its first torch
+    call, so threads started meanwhile, callers running at once among them, would keep a share for good.
+    Where no OpenMP runtime can be limited per thread, the items run one at a time.
     """
-    if n_streams == 1 or len(items) < 2:
+    if n_streams == 1 or len(items) < 2 or not _openmp().lib_controllers:
         yield from map(function, items)
         return
-    threads = torch.get_num_threads()
     n_workers = min(n_streams, len(items))
-    shares_taken = threading.Barrier(n_workers + 1)
-    process_wide = []  # torch's count for new threads, as the first worker found it
+    share = max(1, torch.get_num_threads() // n_workers)
 
     def take_share() -> None:
-        # torch's first call in a thread sets the thread's count from the process-wide one, which set_num_threads
-        # also changes: each worker takes its share after that first call, and the process-wide count is put back
-        # once all have, so threads started afterwards (the user's) keep all of torch's threads
-        process_wide.append(torch.get_num_threads())
-        torch.set_num_threads(max(1, threads // n_workers))
-        shares_taken.wait(timeout=600)
-
-    def restore() -> None:
-        # the process-wide count as it was, not the caller's: a caller started while other streams held their
-        # share has fewer threads, and would hand that count on to every thread started later
-        _set_process_wide_threads(process_wide[0] if process_wide else threads, threads)
+        torch.get_num_threads()  # torch's first call in a thread sets its count; the share comes after
+        _openmp().limit(limits=share)  # this thread's OpenMP count only, never restored: the thread ends with us
 
     executor = ThreadPoolExecutor(n_workers, thread_name_prefix="skflow-encoder", initializer=take_share)
     waiting = iter(items)
-    passed = False
     try:
-        with _SHARES_BEING_TAKEN:  # one stream set at a time moves the process-wide count, so a worker reads it
-            try:
-                first = itertools.islice(waiting, n_workers + 1)
-                running = collections.deque(executor.submit(function, x) for x in first)
-                shares_taken.wait(timeout=600)
-                passed = True
-            finally:
-                if not passed:  # a caller gone before the workers took their shares does not leave them waiting
-                    shares_taken.abort()
-                restore()
+        running = collections.deque(executor.submit(function, x) for x in itertools.islice(waiting, n_workers + 1))
         while running:
             result = running.popleft().result()
             running.extend(executor.submit(function, x) for x in itertools.islice(waiting, 1))
             yield result
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
-        if not passed:  # a worker may have taken its share after the abort
-            restore()
 
 
-_SHARES_BEING_TAKEN = threading.Lock()
-
-
-def _set_process_wide_threads(count: int, own: int) -> None:
-    """torch's thread count for threads started from now on, the calling thread's own left at ``own``."""
-    if count == own:
-        torch.set_num_threads(count)
-        return
-    setter = threading.Thread(target=torch.set_num_threads, args=(count,), name="skflow-threads")  # sets its own too
-    setter.start()
-    setter.join()
+@functools.cache
+def _openmp() -> ThreadpoolController:
+    """The OpenMP runtimes loaded with torch, whose per-thread count `in_streams`' workers set."""
+    return ThreadpoolController().select(user_api="openmp")
 
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:

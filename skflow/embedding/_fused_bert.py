@@ -19,6 +19,18 @@ _SUPPORTED = frozenset({"BertModel", "RobertaModel", "XLMRobertaModel"})
 _BUILT: "weakref.WeakKeyDictionary[torch.nn.Module, FusedBertEncoder | None]" = weakref.WeakKeyDictionary()
 # The fused forward must give transformers' hidden states to within bf16 rounding; checked on a probe at build.
 _PROBE_MIN_COSINE = 0.999
+# The most bytes of float32 attention scores a block holds at once (at least one query's: heads x length x 4).
+SCORES_BYTES = 64 * 2**20
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether oneDNN does bf16 matrix work in this CPU's hardware: AMX or AVX-512 BF16, as torch's cpuinfo reads
+    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` caps it below bf16)."""
+    try:
+        hardware = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return bool(hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without these checks, or without oneDNN
+        return False
 
 
 def fused_encoder(model: torch.nn.Module) -> "FusedBertEncoder | None":
@@ -75,12 +87,21 @@ class _FusedBlock:
         batch, length, width = x.shape
         rows = x.reshape(-1, width)
         qkv = _linear(rows, *self.qkv).view(batch, length, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
-        # The query is pre-scaled; adding the float32 mask makes the scores float32. The softmax is written out:
-        # torch's kernel spends ~100 ns a row on rows of a sentence's length, twice these passes over the scores.
-        scores = torch.matmul(qkv[0], qkv[1].transpose(-1, -2)).add(mask_bias)
-        scores.sub_(scores.amax(-1, keepdim=True)).exp_()
-        weights = scores.div_(scores.sum(-1, keepdim=True)).to(x.dtype)
-        context = torch.matmul(weights, qkv[2]).transpose(1, 2).reshape(-1, width)
+        context = torch.empty(batch, length, self.heads, self.head_size, dtype=x.dtype)
+        # The scores of a whole batch (64 texts of 512 tokens: 800 MB in float32) are computed in chunks of texts,
+        # or of one text's queries, that hold at most SCORES_BYTES; a batch of short texts is one chunk.
+        pairs = max(1, SCORES_BYTES // (4 * self.heads * length))  # (text, query) pairs whose scores fit
+        texts, queries = (pairs // length, length) if pairs >= length else (1, pairs)
+        for first in range(0, batch, texts):
+            for query in range(0, length, queries):
+                chunk, part = slice(first, first + texts), slice(query, query + queries)
+                # The query is pre-scaled; adding the float32 mask makes the scores float32. The softmax is written
+                # out: torch's kernel spends ~100 ns a row on rows of a sentence's length, twice these passes.
+                scores = torch.matmul(qkv[0, chunk, :, part], qkv[1, chunk].transpose(-1, -2)).add(mask_bias[chunk])
+                scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+                weights = scores.div_(scores.sum(-1, keepdim=True)).to(x.dtype)
+                context[chunk, part] = torch.matmul(weights, qkv[2, chunk]).transpose(1, 2)
+        context = context.view(-1, width)
         hidden = self.attention_norm(_linear(context, *self.attention_output, residual=rows))
         out = _linear(_linear(hidden, *self.intermediate, gelu=True), *self.output, residual=hidden)
         return self.output_norm(out).view(batch, length, width)
@@ -95,14 +116,15 @@ class FusedBertEncoder:
 
     @classmethod
     def build(cls, model: torch.nn.Module) -> "FusedBertEncoder | None":
-        """The fused encoder, or None unless ``model`` is a supported bf16 CPU encoder that it reproduces."""
+        """The fused encoder, or None unless ``model`` is a supported bf16 CPU encoder that it reproduces, on a CPU
+        with bf16 hardware (elsewhere oneDNN's bf16 kernels are emulated, or refused)."""
         config = model.config
         parameter = next(model.parameters())
         if not (
             type(model).__name__ in _SUPPORTED
             and parameter.device.type == "cpu"
             and parameter.dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available()
+            and cpu_has_fast_bf16()
             and config.hidden_act == "gelu"
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not config.is_decoder
