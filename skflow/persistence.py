@@ -19,6 +19,21 @@ _SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, Mean
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
+def _search_types() -> set[str]:
+    """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, all plain data that skops
+    restores without running code: scikit-learn's CV splitters, its scorers and the metric functions they name, and
+    skflow's STS scorer."""
+    from sklearn import model_selection
+    from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
+
+    splitters = [cls for cls in vars(model_selection).values() if isinstance(cls, type) and issubclass(
+        cls, (model_selection.BaseCrossValidator, model_selection.BaseShuffleSplit))]
+    scorers = [get_scorer(name) for name in get_scorer_names()]
+    named = [*splitters, type(model_selection.check_cv([([0], [1])])), type(check_scoring(Whitener())),
+             *{type(scorer) for scorer in scorers}, *(scorer._score_func for scorer in scorers)]
+    return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
+
+
 def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     """Write ``model`` (a skflow or scikit-learn estimator, or a pipeline of them) to a ``.skops`` file.
 
@@ -108,11 +123,13 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(path).expanduser()
     try:
         data = read_skops_file(path)
-        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES)):
-            raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators and "
-                                     "skops' defaults: scikit-learn, numpy). Only if you trust the file's author: "
+        trusted = set(skops.io.get_untrusted_types(data=data)) & (set(SKFLOW_TYPES) | _search_types())
+        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - trusted):
+            raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators, "
+                                     "scikit-learn's CV splitters and scorers, and skops' defaults: scikit-learn, "
+                                     "numpy). Only if you trust the file's author: "
                                      "skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))")
-        model = skops.io.loads(data, trusted=list(SKFLOW_TYPES))
+        model = skops.io.loads(data, trusted=sorted(trusted))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         for estimator in estimators(model):  # each checked once, however nested
