@@ -20,17 +20,16 @@ SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_C
 
 
 def _search_types() -> set[str]:
-    """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, all plain data that skops
-    restores without running code: scikit-learn's CV splitters, its scorers and the metric functions they name, and
-    skflow's STS scorer."""
-    from sklearn import model_selection
-    from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
+    """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, plain data that skops
+    restores without running code: scikit-learn's CV splitters, its scorers and the metric functions its named
+    scorers call, and skflow's STS scorer."""
+    from sklearn import metrics
+    from sklearn import model_selection as ms
 
-    splitters = [cls for cls in vars(model_selection).values() if isinstance(cls, type) and issubclass(
-        cls, (model_selection.BaseCrossValidator, model_selection.BaseShuffleSplit))]
-    scorers = [get_scorer(name) for name in get_scorer_names()]
-    named = [*splitters, type(model_selection.check_cv([([0], [1])])), type(check_scoring(Whitener())),
-             *{type(scorer) for scorer in scorers}, *(scorer._score_func for scorer in scorers)]
+    scorers = [metrics.get_scorer(name) for name in metrics.get_scorer_names()]
+    named = [cls for cls in vars(ms).values() if isinstance(cls, type) and issubclass(cls, (ms.BaseCrossValidator,
+             ms.BaseShuffleSplit))] + [type(ms.check_cv([([0], [1])])), type(metrics.check_scoring(Whitener()))]
+    named += [*map(type, scorers), *(scorer._score_func for scorer in scorers)]
     return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
 
 
@@ -43,7 +42,8 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     path : str or path-like
         The file; ``~`` is expanded. At every instant it holds the previous file or the whole new one.
     overwrite : bool, default=True
-        Replace a model file (skops or joblib) at ``path``, never another file, a folder or a link
+        Replace a model file at ``path``: an estimator of skflow or scikit-learn in a skops or joblib file,
+        recognised without unpickling it; never another file (a pickle of other data), a folder or a link
         (`OutputPathError` before anything is written). With False, nothing there is ever replaced.
 
     Returns

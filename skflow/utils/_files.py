@@ -6,6 +6,7 @@ import bz2
 import contextlib
 import gzip
 import io
+import itertools
 import json
 import lzma
 import os
@@ -25,7 +26,7 @@ from typing import BinaryIO, NamedTuple
 from skflow.utils._names import printable
 
 _PACKAGES = ("skflow", "sklearn")  # whose estimators a model file holds
-_MEMO = ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")
+_FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opcodes that build no object
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
            "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process",
@@ -61,7 +62,8 @@ class FileKind(NamedTuple):
 
 
 def _pickle_head(stream: BinaryIO) -> bytes:
-    """The first bytes of a pickle, plain or in one of joblib's compressors (zlib, gzip, bz2, xz, lzma)."""
+    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz,
+    lzma); else ValueError."""
     head = stream.read(4096)
     if head[:1] == b"x":
         head = zlib.decompressobj().decompress(head, 512)
@@ -69,34 +71,21 @@ def _pickle_head(stream: BinaryIO) -> bytes:
         if head.startswith(magic):
             stream.seek(0)
             head = opener(stream, "rb").read(512)
+    if not (head[:1] == b"\x80" and 2 <= head[1] <= 5):
+        raise ValueError("not a pickle")
     return head
 
 
-def _is_joblib(stream: BinaryIO) -> bool:
-    """A pickle (protocol 2 to 5), plain or compressed by joblib."""
-    head = _pickle_head(stream)
-    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-
-
 def _is_pickled_estimator(stream: BinaryIO) -> bool:
-    """A pickle (protocol 2 to 5) of an instance of a class of skflow or scikit-learn, read from its first opcodes
-    (the class, then ``()`` and NEWOBJ, as every estimator pickles): nothing is unpickled, no module imported."""
-    head, strings, module = _pickle_head(stream), [], None
-    for op, arg, _ in pickletools.genops(io.BytesIO(head)):
-        if op.name in _MEMO or op.name in ("PROTO", "FRAME"):
-            continue
-        if module is not None:  # after the class: its instance, built without arguments
-            strings.append(op.name)
-            if len(strings) == 2:
-                break
-        elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE") and len(strings) < 2:
-            strings.append(arg)  # protocol 4 and 5: the module and the name, then STACK_GLOBAL
-        elif op.name == "GLOBAL" and not strings or op.name == "STACK_GLOBAL" and len(strings) == 2:
-            module, strings = arg.split(" ")[0] if op.name == "GLOBAL" else strings[0], []
-        else:
-            return False
-    return head[:1] == b"\x80" and 2 <= head[1] <= 5 and strings == ["EMPTY_TUPLE", "NEWOBJ"] and (
-        module.partition(".")[0] in _PACKAGES)
+    """A pickle of an instance of a class of skflow or scikit-learn, read from its first opcodes (the class, then
+    ``()`` and NEWOBJ, as every estimator pickles): nothing is unpickled, no module imported."""
+    ops = (op for op in pickletools.genops(io.BytesIO(_pickle_head(stream))) if op[0].name not in _FRAMING)
+    names, args = zip(*[(op.name, arg) for op, arg, _ in itertools.islice(ops, 5)])
+    if names[:3] == ("GLOBAL", "EMPTY_TUPLE", "NEWOBJ"):  # protocols 2 and 3: "module name"
+        return args[0].split(" ")[0].partition(".")[0] in _PACKAGES
+    # protocols 4 and 5: the module and the name pushed as strings
+    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and type(args[1]) is str and (
+        args[0].partition(".")[0] in _PACKAGES)
 
 
 def _is_skops_estimator(stream: BinaryIO) -> bool:
@@ -123,7 +112,7 @@ _TABLES = re.compile(r"\s*.* protocol `[a-z]+`, Spearman x 100(\r?\n(.*, Spearma
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
-JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
+JOBLIB = FileKind("a joblib or pickle file", lambda stream: bool(_pickle_head(stream)))
 # What skflow.dump and skflow fit replace: an estimator saved by skops or joblib, never a user's other pickle or zip
 _ESTIMATORS = FileKind("", _is_skops_estimator), FileKind("", _is_pickled_estimator)
 MODEL = FileKind("a model file (skops or joblib)", lambda stream: any(kind.recognises(stream) for kind in _ESTIMATORS))
