@@ -2,6 +2,7 @@
 about 70 s of embedding, or were accepted and ran for days)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,23 @@ def test_the_command_line_refuses_100000_threads_per_worker_in_one_line(tmp_path
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == f"error: --threads-per-worker 100000: more than the {CPUS} CPUs of this machine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_an_encoder_batch_beyond_this_machines_memory_is_refused_before_any_encoding(tmp_path, capsys, ray_inputs,
+                                                                                     nothing_is_embedded):
+    """``--batch-size`` of ``embed`` and ``evaluate`` (``BertEmbedder(batch_size=...)``) is bounded by the memory of
+    one forward pass (hidden, feed-forward and attention activations of a layer, float32) against this machine's."""
+    from skflow import BertEmbedder
+    from skflow.utils import physical_memory
+
+    message = ("batch_size=1000000 texts of up to 128 tokens take about 1465 GiB in one forward pass of "
+               "'sentence-transformers/all-MiniLM-L6-v2', more than this machine's "
+               f"{physical_memory() / 2**30:.1f} GiB of memory; lower batch_size or max_length.")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        BertEmbedder(batch_size=10**6).transform(["a text"])
+    for argv in (["embed", str(ray_inputs["corpus"]), "--output", str(tmp_path / "out")],
+                 ["evaluate", "--sets", "stsb", "--output", str(tmp_path / "results")]):
+        assert main([*argv, "--batch-size", "1000000", "--quiet"]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "emb", "flow.joblib"]
+    BertEmbedder(batch_size=1024).transform([])  # 1.5 GiB: passes the check
