@@ -109,9 +109,10 @@ def _parser() -> argparse.ArgumentParser:
     scale.add_argument("--quiet", action="store_true", help="print nothing unless the command fails")
     actors = argparse.ArgumentParser(add_help=False)
     _option(actors, "--workers", "Ray actors, each with its own model; together they reserve all but one of the "
-            "cluster's CPUs, at most one each, so more workers than cores share the cores", *_ACTORS)
-    _option(actors, "--gpus-per-worker", "GPUs per actor", *_ACTORS)
-    _option(actors, "--threads-per-worker", "torch threads per actor", *_ACTORS,
+            "cluster's CPUs, at most one each, so more workers than cores share the cores (at most 4 per CPU)",
+            *_ACTORS)
+    _option(actors, "--gpus-per-worker", "GPUs per actor (at most what a node has)", *_ACTORS)
+    _option(actors, "--threads-per-worker", "torch threads per actor (at most the CPUs of a node)", *_ACTORS,
             shown="this machine's cores shared among the workers")
     actors.add_argument("--output", required=True, metavar="DIR", help="the folder (or s3:// prefix) of the Parquet "
                         "shards written: absent or empty, or pass --overwrite")

@@ -54,6 +54,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
            command: str) -> int:
     """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
     make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
+    ray_jobs.check_actors_before_ray(address, workers, gpus_per_worker, threads_per_worker)
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
@@ -64,7 +65,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     with ray_session(address, quiet=quiet):
         from ray.data import ActorPoolStrategy
-        options = ray_jobs.actor_resources(workers, gpus_per_worker)
+        options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
@@ -101,7 +102,9 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     text_column : str, default="text"
     workers, gpus_per_worker, threads_per_worker : int, float, int or None, default=1, 0, None
         Ray actors, each with its own copy of the encoder (together they reserve all but one of the cluster's
-        CPUs, at most one each); GPUs and torch threads per actor (None: this machine's cores shared among them).
+        CPUs, at most one each; at most 4 per CPU of the cluster); GPUs and torch threads per actor (None: this
+        machine's cores shared among them; at most the CPUs of a node). Checked against this machine before Ray
+        starts when Ray runs here, against the cluster's resources once joined (``RayClusterError``).
     overwrite, address, quiet : bool, str or None, bool, default=False, None, False
         Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in);
         the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bars.

@@ -94,7 +94,9 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
         truncated, with one warning that counts them. BERT-flow used 64.
     batch_size : int, default=32
         Texts per forward pass. Batches are cut from the texts sorted by
-        length and padded to their longest member.
+        length and padded to their longest member. At most what one forward
+        pass of ``max_length`` tokens fits in this machine's memory (a
+        ``ValueError`` before anything is encoded).
     device : str, default="auto"
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or
         ``"cuda:N"``.
@@ -373,7 +375,7 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             )
         return encoder_settings(
             source, config, pooling=self.pooling, layers=self.layers, device=self.device, dtype=self.dtype,
-            max_length=self.max_length, normalize=self.normalize, prompt=self.prompt,
+            max_length=self.max_length, batch_size=self.batch_size, normalize=self.normalize, prompt=self.prompt,
             model_kwargs=check_model_kwargs(self.model_kwargs), name=self.model_name_or_path,
             trust_remote_code=bool(self.trust_remote_code),
         )

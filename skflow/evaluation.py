@@ -129,7 +129,7 @@ def evaluate(
         if estimator is not None:
             estimator._validate_params()
     embedder._validate_params()
-    width = len(embedder.get_feature_names_out())  # from the encoder's configuration: nothing is embedded
+    width = embedder.transform([]).shape[1]  # its own checks, from the encoder's configuration: nothing is embedded
     for method, estimator in estimators.items():
         needed = estimator.n_remove + (estimator.n_components or 1) if isinstance(estimator, Whitener) else 1
         if needed > width:

@@ -19,6 +19,20 @@ _SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, Mean
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
+def _search_types() -> set[str]:
+    """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, plain data that skops
+    restores without running code: scikit-learn's CV splitters, its scorers and the metric functions its named
+    scorers call, and skflow's STS scorer."""
+    from sklearn import metrics
+    from sklearn import model_selection as ms
+
+    scorers = [metrics.get_scorer(name) for name in metrics.get_scorer_names()]
+    named = [cls for cls in vars(ms).values() if isinstance(cls, type) and issubclass(cls, (ms.BaseCrossValidator,
+             ms.BaseShuffleSplit))] + [type(ms.check_cv([([0], [1])])), type(metrics.check_scoring(Whitener()))]
+    named += [*map(type, scorers), *(scorer._score_func for scorer in scorers)]
+    return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
+
+
 def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     """Write ``model`` (a skflow or scikit-learn estimator, or a pipeline of them) to a ``.skops`` file.
 
@@ -28,7 +42,8 @@ def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = Tru
     path : str or path-like
         The file; ``~`` is expanded. At every instant it holds the previous file or the whole new one.
     overwrite : bool, default=True
-        Replace a model file (skops or joblib) at ``path``, never another file, a folder or a link
+        Replace a model file at ``path``: an estimator of skflow or scikit-learn in a skops or joblib file,
+        recognised without unpickling it; never another file (a pickle of other data), a folder or a link
         (`OutputPathError` before anything is written). With False, nothing there is ever replaced.
 
     Returns
@@ -108,11 +123,13 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(path).expanduser()
     try:
         data = read_skops_file(path)
-        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKFLOW_TYPES)):
-            raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators and "
-                                     "skops' defaults: scikit-learn, numpy). Only if you trust the file's author: "
+        trusted = set(skops.io.get_untrusted_types(data=data)) & (set(SKFLOW_TYPES) | _search_types())
+        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - trusted):
+            raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators, "
+                                     "scikit-learn's CV splitters and scorers, and skops' defaults: scikit-learn, "
+                                     "numpy). Only if you trust the file's author: "
                                      "skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))")
-        model = skops.io.loads(data, trusted=list(SKFLOW_TYPES))
+        model = skops.io.loads(data, trusted=sorted(trusted))
         if not isinstance(model, BaseEstimator):
             raise InvalidModelError(f"holds a {type(model).__name__}, not an estimator")
         for estimator in estimators(model):  # each checked once, however nested

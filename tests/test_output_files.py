@@ -16,10 +16,12 @@ import subprocess
 import sys
 import textwrap
 import types
+import zipfile
 import zlib
 from pathlib import Path
 
 import joblib
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -205,18 +207,39 @@ def test_a_writer_killed_mid_write_leaves_the_old_output_readable_and_the_next_o
 
 
 def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
-    payload = pickle.dumps({"weights": [1, 2, 3]}, protocol=4)
-    genuine = {"model.joblib": None, "model.pkl": payload, "model.gz": gzip.compress(payload),
-               "model.bz2": bz2.compress(payload), "model.z": zlib.compress(payload)}
-    joblib.dump({"weights": [1, 2, 3]}, tmp_path / "model.joblib")
+    """An estimator of skflow or scikit-learn pickled (plain, or in joblib's compressors) or in a skops archive, read
+    from the pickle's opcodes or the archive's schema.json, nothing unpickled: a pickle of other data (a dict, a
+    pandas DataFrame, an array, a list of estimators, a class), a zip of another program are not model files."""
+    import pandas as pd
+    import skops.io
+
+    from skflow import Whitener
+
+    whitener = Whitener().fit(np.random.RandomState(0).normal(size=(50, 4)))
+    payload = pickle.dumps(whitener, protocol=4)
+    genuine = {"model.joblib": None, "model.pkl": payload, "model.p2": pickle.dumps(whitener, protocol=2),
+               "model.gz": gzip.compress(payload), "model.bz2": bz2.compress(payload),
+               "model.z": zlib.compress(payload), "model.skops": None}
+    joblib.dump(whitener, tmp_path / "model.joblib", compress=3)
+    skops.io.dump(whitener, tmp_path / "model.skops")
     for name, data in genuine.items():
         if data is not None:
             (tmp_path / name).write_bytes(data)
         assert _is_model_file(locate(tmp_path / name)), name
+    schema = {"__class__": "Report", "__module__": "reports", "__loader__": "ObjectNode", "protocol": 2}
     others = {"notes.txt": b"xylophone notes", "data.csv.gz": gzip.compress(b"a,b\n1,2\n"),
-              "x.bz2": bz2.compress(b"text"), "empty": b"", "zip.zip": b"PK\x03\x04" + b"\0" * 40}
+              "x.bz2": bz2.compress(b"text"), "empty": b"", "zip.zip": b"PK\x03\x04" + b"\0" * 40,
+              "dict.pkl": pickle.dumps({"weights": [1, 2, 3]}, protocol=4),
+              "dict.gz": gzip.compress(pickle.dumps({"weights": [1, 2, 3]}, protocol=2)),
+              "frame.pkl": pickle.dumps(pd.DataFrame({"a": [1, 2]}), protocol=5),
+              "array.pkl": pickle.dumps(np.zeros(3)), "list.pkl": pickle.dumps([whitener]),
+              "class.pkl": pickle.dumps(Whitener)}
+    joblib.dump(np.zeros(3), tmp_path / "array.joblib")
+    with zipfile.ZipFile(tmp_path / "other.skops", "w") as archive:
+        archive.writestr("schema.json", json.dumps(schema))
     for name, data in others.items():
         (tmp_path / name).write_bytes(data)
+    for name in [*others, "array.joblib", "other.skops"]:
         assert not _is_model_file(locate(tmp_path / name)), name
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(OutputPathError, match="fifo: exists and is not a model file"):  # never opened: it would block

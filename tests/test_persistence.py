@@ -102,6 +102,58 @@ def test_a_file_with_any_other_type_is_refused_naming_it(tmp_path, kind):
         skflow.load(path)
 
 
+def test_a_fitted_search_on_real_embeddings_round_trips(tmp_path, stsb_test_cls):
+    """``skflow.load`` refused what ``skflow.dump`` wrote of a fitted GridSearchCV (``_PassthroughScorer``,
+    ``KFold``): scikit-learn's CV splitters and scorers, and the metric functions its scorers name, are trusted."""
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import GridSearchCV, KFold, RandomizedSearchCV, ShuffleSplit
+
+    from skflow import Whitener
+    from skflow.metrics import make_sts_scorer
+
+    pairs, scores = stsb_test_cls
+    vectors = pairs[:400].reshape(-1, pairs.shape[-1])
+    differences = np.abs(pairs[:, 0] - pairs[:, 1])  # a regression of the gold scores, scored by r2
+    searches = [
+        GridSearchCV(make_pipeline(Whitener()), {"whitener__n_components": [32, 64]}, cv=KFold(3)).fit(vectors),
+        GridSearchCV(Whitener(), {"n_components": [32, 64]}, scoring=make_sts_scorer(), cv=3).fit(pairs, scores),
+        RandomizedSearchCV(make_pipeline(Whitener(), Ridge()), {"whitener__n_components": [16, 32, 64]}, n_iter=2,
+                           scoring="r2", cv=ShuffleSplit(2, random_state=0), random_state=0).fit(differences, scores),
+    ]
+    for search, X in zip(searches, (vectors, pairs, differences)):
+        loaded = skflow.load(skflow.dump(search, tmp_path / "search.skops"))
+        assert type(loaded) is type(search) and loaded.best_params_ == search.best_params_
+        np.testing.assert_array_equal(loaded.cv_results_["mean_test_score"], search.cv_results_["mean_test_score"])
+        method = "predict" if search is searches[2] else "transform"
+        np.testing.assert_array_equal(getattr(loaded, method)(X[:50]), getattr(search, method)(X[:50]))
+        assert repr(loaded.scorer_) == repr(search.scorer_) and repr(loaded.cv) == repr(search.cv)
+        assert loaded.score(X[:300], scores[:300]) == search.score(X[:300], scores[:300])
+    assert searches[1].best_score_ > 0.7  # the STS Spearman of whitened CLS vectors, restored with the search
+
+
+def custom_metric(y_true, y_pred):  # a function of the user's: never trusted
+    return 0.0
+
+
+def test_a_search_with_an_unknown_scorer_or_an_embedder_hidden_in_its_scorer_is_refused(tmp_path):
+    from sklearn.linear_model import Ridge
+    from sklearn.metrics import make_scorer
+    from sklearn.model_selection import GridSearchCV
+
+    from skflow import Whitener
+
+    X = make_anisotropic_mixture(200, 4, random_state=0)
+    search = GridSearchCV(make_pipeline(Whitener(), Ridge()), {"whitener__n_components": [1, 2]}, cv=2,
+                          scoring=make_scorer(custom_metric))
+    path = skflow.dump(search.fit(X, X[:, 0]), tmp_path / "custom.skops")
+    with pytest.raises(UntrustedTypeError, match=rf"types skflow does not trust: {__name__}.custom_metric \("):
+        skflow.load(path)
+    search = GridSearchCV(Whitener(), {"n_components": [1, 2]}, cv=2).fit(X)
+    search.scorer_._estimator = BertEmbedder("some/repo", trust_remote_code=True)  # reached only through the scorer
+    with pytest.raises(UntrustedTypeError, match="holds a BertEmbedder with trust_remote_code=True for 'some/repo'"):
+        skflow.load(skflow.dump(search, tmp_path / "hidden.skops"))
+
+
 def _tamper(path, edit_schema=None, replace_array=None):
     """Rewrite a .skops file: edit its schema (JSON) and/or replace the first weight array of the flow."""
     with zipfile.ZipFile(path) as zf:

@@ -87,6 +87,12 @@ def _plant(tmp_path, target: str, writer: str):
             (tmp_path / "real.onnx").rename(path)
         else:
             joblib.dump({"mine": 1}, path)
+    elif target == "a pandas pickle":  # skflow.dump(model, "mydata.pkl") replaced it: any pickle was a "model"
+        path = tmp_path / "mydata.pkl"
+        pytest.importorskip("pandas").DataFrame({"price": [1.5, 2.5], "item": ["tea", "cake"]}).to_pickle(path)
+    elif target == "a joblib pickle of a dict":
+        path = tmp_path / "weights.joblib"
+        joblib.dump({"weights": np.arange(3.0)}, path, compress=3)
     elif target == "folder":
         path = tmp_path / "out.onnx"
         path.mkdir()
@@ -96,7 +102,8 @@ def _plant(tmp_path, target: str, writer: str):
     return path
 
 
-@pytest.mark.parametrize("target", ["readme", "text named like the output", "a model of another kind", "folder",
+@pytest.mark.parametrize("target", ["readme", "text named like the output", "a model of another kind",
+                                    "a pandas pickle", "a joblib pickle of a dict", "folder",
                                     "a link to the user's file"])
 @pytest.mark.parametrize("writer", list(_WRITERS))
 def test_a_writer_never_replaces_a_file_skflow_did_not_write(tmp_path, writer, target, monkeypatch):

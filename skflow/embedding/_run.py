@@ -14,11 +14,11 @@ from skflow.embedding._encoding import (
 )
 from skflow.embedding._model_source import ModelSource
 from skflow.embedding._options import frozen_kwargs, model_kwargs_key
-from skflow.utils import progress_bar, resolve_device
+from skflow.utils import physical_memory, progress_bar, resolve_device
 
 
 def encoder_settings(
-    source: ModelSource, config, *, pooling: str, layers, device: str, dtype: str, max_length: int,
+    source: ModelSource, config, *, pooling: str, layers, device: str, dtype: str, max_length: int, batch_size: int,
     normalize: bool, prompt: str | None, model_kwargs: dict, name, trust_remote_code: bool = False,
 ) -> dict:
     """Resolved model source, dtype, device, token reduction, layers, dimension and the embedding cache's key.
@@ -33,6 +33,13 @@ def encoder_settings(
     max_positions = getattr(config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and max_length > max_positions:
         raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({max_positions} positions).")
+    # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
+    heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
+    need = batch_size * max_length * 4 * (4 * hidden_size(config) + heads * max_length)
+    if (memory := physical_memory()) is not None and need > memory:
+        raise ValueError(f"batch_size={batch_size} texts of up to {max_length} tokens take about "
+                         f"{need / 2**30:.0f} GiB in one forward pass of {name!r}, more than this machine's "
+                         f"{memory / 2**30:.1f} GiB of memory; lower batch_size or max_length.")
     key = {
         "model": source.identity,
         "reduction": reduction,

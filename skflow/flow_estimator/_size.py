@@ -11,9 +11,8 @@ restated here: a restored state is compared with the ``state_dict`` of one
 step per level built on the ``meta`` device (`skflow.flow_estimator._state`).
 """
 
-import os
-
 from skflow.flows import level_sizes
+from skflow.utils import physical_memory
 
 MAX_STEPS = 1_000  # depth x levels; the official flow has 9; a step is tens of kB of Python objects, even on meta
 TRAINING_BYTES_PER_NUMBER = 40  # float32 weights, gradient, two moments, step scales, snapshot; float64 copy
@@ -48,7 +47,7 @@ def check_flow_size(config: dict, n_saved: int | None = None) -> None:
     if n_saved is not None:
         if n_numbers > n_saved:
             raise ValueError(f"the flow would have {n_numbers} weights, more than the {n_saved} saved")
-    elif (memory := _physical_memory()) is not None and n_numbers * TRAINING_BYTES_PER_NUMBER > memory:
+    elif (memory := physical_memory()) is not None and n_numbers * TRAINING_BYTES_PER_NUMBER > memory:
         raise ValueError(
             f"the flow would have {n_numbers} weights; training them takes about {TRAINING_BYTES_PER_NUMBER} bytes "
             f"each, more than this machine's {memory / 2**30:.1f} GiB of memory"
@@ -66,10 +65,3 @@ def trainable_config(params: dict, n_features: int) -> dict:
     except ValueError as exc:
         raise ValueError(f"FlowGaussianizer: {exc}; lower depth, n_levels or hidden_channels") from None
     return config
-
-
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # a system that does not say (Windows): steps bounded only
-        return None

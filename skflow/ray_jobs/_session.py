@@ -67,15 +67,42 @@ def _assign(settings) -> None:
             setattr(owner, name, value)
 
 
-def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
-    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster cannot run them. Ray
-    Data's tasks need a whole CPU of one node: actors share all but one CPU, or keep off the smallest node."""
+# Actors share the cores beyond them (the README's --workers 4 on 2 cores runs); beyond this many per CPU they only
+# add processes, each holding its own model copy, until the machine runs out of memory or processes
+WORKERS_PER_CPU = 4
+
+
+def check_actors_before_ray(address: str | None, workers: int, gpus_per_worker: float = 0,
+                            threads_per_worker: int | None = None) -> None:
+    """Where the command starts Ray on this machine (no cluster to join, no Ray running in this process), check the
+    actors against this machine before Ray starts; a cluster's own resources are checked once joined."""
+    import ray
+    import torch
+
+    if not (address or os.environ.get("RAY_ADDRESS") or ray.is_initialized()):
+        machine = {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count()), "id": ""}
+        actor_resources(workers, gpus_per_worker, threads_per_worker, nodes=[machine])
+
+
+def actor_resources(workers: int, gpus_per_worker: float = 0, threads_per_worker: int | None = None, *,
+                    nodes: list[dict] | None = None) -> dict:
+    """Ray's resource options for ``workers`` actors; :class:`RayClusterError` if the cluster (or ``nodes``, this
+    machine before Ray starts) cannot run them. Ray Data's tasks need a whole CPU of one node: actors share all but
+    one CPU, or keep off the smallest node."""
     import ray
 
-    nodes = [node["Resources"] | {"id": node["NodeID"]} for node in ray.nodes() if node.get("Alive")]
+    where = "the Ray cluster" if nodes is None else "this machine"
+    if nodes is None:
+        nodes = [node["Resources"] | {"id": node["NodeID"]} for node in ray.nodes() if node.get("Alive")]
     cpus = sum(node.get("CPU", 0) for node in nodes)
     if cpus < 1:
-        raise RayClusterError(f"the Ray cluster has {cpus:g} CPUs; skflow needs at least one")
+        raise RayClusterError(f"{where} has {cpus:g} CPUs; skflow needs at least one")
+    if workers > WORKERS_PER_CPU * cpus:
+        raise RayClusterError(f"--workers {workers}: more than {WORKERS_PER_CPU} per CPU, and {where} has {cpus:g} "
+                              f"CPUs (at most {int(WORKERS_PER_CPU * cpus)} workers)")
+    if threads_per_worker and threads_per_worker > (most := max(node.get("CPU", 0) for node in nodes)):
+        raise RayClusterError(f"--threads-per-worker {threads_per_worker}: more than the {most:g} CPUs of "
+                              f"{where if len(nodes) == 1 else 'the largest node of ' + where}")
     options, room = {"num_cpus": 1.0, "num_gpus": gpus_per_worker}, cpus - 1
     whole = [node for node in nodes if node.get("CPU", 0) >= 1]
     if workers > room and len(whole) > 1:
@@ -87,8 +114,8 @@ def actor_resources(workers: int, gpus_per_worker: float = 0) -> dict:
     gpus = [node.get("GPU", 0) for node in nodes]
     if gpus_per_worker and (max(gpus) < gpus_per_worker or sum(gpus) < workers * gpus_per_worker):
         raise RayClusterError(f"--gpus-per-worker {gpus_per_worker:g} with --workers {workers} needs "
-                              f"{workers * gpus_per_worker:g} GPUs, {gpus_per_worker:g} on one node; the Ray cluster "
-                              f"has {sum(gpus):g} (at most {max(gpus):g} on a node)")
+                              f"{workers * gpus_per_worker:g} GPUs, {gpus_per_worker:g} on one node; {where} has "
+                              f"{sum(gpus):g} (at most {max(gpus):g} on a node)")
     return options
 
 

@@ -52,6 +52,8 @@ def estimators(model) -> Iterator[BaseEstimator]:
         seen.add(id(value))
         if isinstance(value, BaseEstimator):
             yield value
+        if isinstance(value, BaseEstimator) or type(value).__module__.startswith(("sklearn.", "skflow.")) and hasattr(
+                value, "__dict__"):  # an estimator's parameters and state; a search's scorer and CV splitter too
             stack.extend(reversed(list(vars(value).values())))
         elif isinstance(value, (list, tuple, dict)):
             stack.extend(reversed(list(value.values() if isinstance(value, dict) else value)))

@@ -2,6 +2,7 @@
 fitting that fails leaving the estimator as it was."""
 
 import contextlib
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -13,7 +14,7 @@ from sklearn.utils.validation import check_array, validate_data
 from skflow.metrics import sts_spearman
 from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "check_feature_names", "pairs_or_likelihood_score",
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "check_feature_names", "pairs_or_likelihood_score", "physical_memory",
            "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
@@ -78,6 +79,13 @@ def resolve_device(device: str) -> torch.device:
     if device != "cpu" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")
     return torch.device(device)
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes; None on a system that does not say (Windows): then sizes are not bounded."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
 
 
 @contextlib.contextmanager

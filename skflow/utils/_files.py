@@ -5,9 +5,12 @@ existing target is replaced only if it is a regular file of the kind written, re
 import bz2
 import contextlib
 import gzip
+import io
+import itertools
 import json
 import lzma
 import os
+import pickletools
 import re
 import secrets
 import shutil
@@ -21,6 +24,9 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from skflow.utils._names import printable
+
+_PACKAGES = ("skflow", "sklearn")  # whose estimators a model file holds
+_FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opcodes that build no object
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
            "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process",
@@ -55,16 +61,39 @@ class FileKind(NamedTuple):
             return False
 
 
-def _is_joblib(stream: BinaryIO) -> bool:
-    """A pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz, lzma)."""
+def _pickle_head(stream: BinaryIO) -> bytes:
+    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz,
+    lzma); else ValueError."""
     head = stream.read(4096)
     if head[:1] == b"x":
-        head = zlib.decompressobj().decompress(head, 2)
+        head = zlib.decompressobj().decompress(head, 512)
     for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
         if head.startswith(magic):
             stream.seek(0)
-            head = opener(stream, "rb").read(2)
-    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+            head = opener(stream, "rb").read(512)
+    if not (head[:1] == b"\x80" and 2 <= head[1] <= 5):
+        raise ValueError("not a pickle")
+    return head
+
+
+def _is_pickled_estimator(stream: BinaryIO) -> bool:
+    """A pickle of an instance of a class of skflow or scikit-learn, read from its first opcodes (the class, then
+    ``()`` and NEWOBJ, as every estimator pickles): nothing is unpickled, no module imported."""
+    ops = (op for op in pickletools.genops(io.BytesIO(_pickle_head(stream))) if op[0].name not in _FRAMING)
+    names, args = zip(*[(op.name, arg) for op, arg, _ in itertools.islice(ops, 5)])
+    if names[:3] == ("GLOBAL", "EMPTY_TUPLE", "NEWOBJ"):  # protocols 2 and 3: "module name"
+        return args[0].split(" ")[0].partition(".")[0] in _PACKAGES
+    # protocols 4 and 5: the module and the name pushed as strings
+    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and type(args[1]) is str and (
+        args[0].partition(".")[0] in _PACKAGES)
+
+
+def _is_skops_estimator(stream: BinaryIO) -> bool:
+    """A skops archive whose ``schema.json`` (read as JSON, nothing built) holds an instance of
+    a class of skflow or scikit-learn."""
+    with zipfile.ZipFile(stream) as archive, archive.open("schema.json") as schema:
+        top = json.loads(schema.read(2**26))
+    return top["__loader__"] == "ObjectNode" and top["__module__"].partition(".")[0] in _PACKAGES
 
 
 def _is_onnx(stream: BinaryIO) -> bool:
@@ -83,8 +112,10 @@ _TABLES = re.compile(r"\s*.* protocol `[a-z]+`, Spearman x 100(\r?\n(.*, Spearma
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())
-JOBLIB = FileKind("a joblib or pickle file", _is_joblib)
-MODEL = FileKind("a model file (skops or joblib)", lambda stream: SKOPS.recognises(stream) or JOBLIB.recognises(stream))
+JOBLIB = FileKind("a joblib or pickle file", lambda stream: bool(_pickle_head(stream)))
+# What skflow.dump and skflow fit replace: an estimator saved by skops or joblib, never a user's other pickle or zip
+_ESTIMATORS = FileKind("", _is_skops_estimator), FileKind("", _is_pickled_estimator)
+MODEL = FileKind("a model file (skops or joblib)", lambda stream: any(kind.recognises(stream) for kind in _ESTIMATORS))
 ONNX = FileKind("an ONNX model", _is_onnx)
 RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its sets, and a config naming skflow's version
                         lambda stream: isinstance((results := json.loads(_small_text(stream)))["config"]["skflow"],
