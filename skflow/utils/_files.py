@@ -4,7 +4,6 @@ existing target is replaced only if it is a regular file of the kind written, re
 
 import bz2
 import contextlib
-import errno
 import gzip
 import json
 import lzma
@@ -46,31 +45,24 @@ class OutputPathError(ValueError):
 
 
 class UnreadableFileError(OSError):
-    """A file that is not read: not a regular file (a FIFO, a device, a link where none is followed), or larger than
-    its kind allows."""
+    """A file that is not read: not a regular file (a FIFO, a device), or larger than its kind allows."""
 
 
-def open_regular_file(path: str | os.PathLike, limit: int | None = None, *, follow_links: bool = True) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (of at most ``limit`` bytes): a FIFO or a device is refused
-    unread, without blocking; so is a symbolic link unless ``follow_links``."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow_links:
-            raise UnreadableFileError("a symbolic link, not a regular file") from None
-        raise
-    stream = os.fdopen(descriptor, "rb")
-    info = os.fstat(descriptor)
+def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
+    """``path`` (links followed) opened for reading if it is a regular file of at most ``limit`` bytes: anything else,
+    a FIFO or a device, is UnreadableFileError, without blocking."""
+    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    info = os.fstat(stream.fileno())
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
         stream.close()
         raise UnreadableFileError("not a regular file" + ("" if limit is None else f" of at most {limit:,} bytes"))
     return stream
 
 
-def read_regular_file(path: str | os.PathLike, limit: int | None = None, *, follow_links: bool = True) -> bytes:
-    """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (a file grown since it was opened is
+def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (one grown since it was opened is
     refused)."""
-    with open_regular_file(path, limit, follow_links=follow_links) as stream:
+    with open_regular_file(path, limit) as stream:
         data = stream.read(-1 if limit is None else limit + 1)
     if limit is not None and len(data) > limit:
         raise UnreadableFileError(f"not a regular file of at most {limit:,} bytes")
