@@ -136,8 +136,7 @@ class OutputFolder:
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
-        counts = dict(sink.written)
-        text = json.dumps({"files": files, "file_rows": [counts[name] for name in files], "rows": sink.rows,
+        text = json.dumps({"files": files, "file_rows": [rows for _, rows in sorted(sink.written)], "rows": sink.rows,
                            "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
@@ -227,22 +226,22 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
 
 
 def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
-    """``error`` naming the first of the regular files ``names`` whose Parquet footer holds another number of rows than
-    the manifest's ``counts`` (or all of them, another total)."""
+    """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
+    ``counts`` (or, every file read, another total)."""
     import pyarrow.parquet as pq
 
-    found = {}
+    total = 0
     for name in names:
         shard = folder.child(name)
         try:
-            found[name] = pq.read_metadata(shard.path, filesystem=shard.filesystem).num_rows
+            rows = pq.read_metadata(shard.path, filesystem=shard.filesystem).num_rows
         except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line
             raise error(f"{printable(shard.shown)}: cannot be read as Parquet ({storage.one_line(exc)}); the output "
                         "is damaged: write it again") from None
-        if counts[name] is not None and found[name] != counts[name]:
-            raise error(f"{printable(shard.shown)}: holds {found[name]:,} rows, its output's {MARKER} manifest "
+        if counts[name] not in (None, rows):
+            raise error(f"{printable(shard.shown)}: holds {rows:,} rows, its output's {MARKER} manifest "
                         f"{counts[name]:,}: the output is damaged; write it again")
-    total = sum(found.values())
-    if len(found) == len(counts) - 1 and counts.get(None, total) != total:  # every file read, and a total recorded
+        total += rows
+    if len(names) == len(counts) - 1 and counts.get(None, total) != total:  # every file read, and a total recorded
         raise error(f"{printable(folder.shown)}: its files hold {total:,} rows, its {MARKER} manifest "
                     f"{counts[None]:,}: the output is damaged; write it again")

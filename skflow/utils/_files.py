@@ -49,8 +49,7 @@ class UnreadableFileError(OSError):
 
 
 def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
-    """``path`` (links followed) opened for reading if it is a regular file of at most ``limit`` bytes: anything else,
-    a FIFO or a device, is UnreadableFileError, without blocking."""
+    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError."""
     stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
     info = os.fstat(stream.fileno())
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
@@ -60,8 +59,7 @@ def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> Bina
 
 
 def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
-    """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (one grown since it was opened is
-    refused)."""
+    """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (also if it grew since)."""
     with open_regular_file(path, limit) as stream:
         data = stream.read(-1 if limit is None else limit + 1)
     if limit is not None and len(data) > limit:
