@@ -15,6 +15,9 @@ import math
 from pathlib import Path
 
 from skflow.datasets._checksums import SHA256, ZENODO_SICK_SHA256
+from skflow.utils import UnreadableFileError, read_regular_file
+
+DATA_LIMIT = 2**27  # bytes: the largest STS file is a few MB
 
 _verified: dict[tuple, str] = {}
 
@@ -31,7 +34,7 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
     info = path.stat()
     key = (str(path), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
     if key not in _verified:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(_read(path)).hexdigest()
         if digest == SHA256.get(relative):
             _verified[key] = "original"
         elif digest == ZENODO_SICK_SHA256.get(relative):
@@ -51,9 +54,16 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
     )
 
 
+def _read(path: Path) -> bytes:
+    try:
+        return read_regular_file(path, DATA_LIMIT)
+    except UnreadableFileError as exc:
+        raise STSDataError(f"{path}: {exc}; delete it to download it again") from None
+
+
 def lines(path: Path) -> list[str]:
     """Lines of a UTF-8 file, split on ``\\n`` (a ``\\r`` before it is dropped), no final empty line."""
-    data = path.read_bytes()
+    data = _read(path)
     if not data.strip():
         raise STSDataError(f"{path}: the file is empty")
     try:

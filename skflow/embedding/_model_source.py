@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from skflow.embedding._options import reveal_token
+from skflow.utils import open_regular_file
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -155,10 +156,12 @@ def hub_commit(repo_id: str, revision: str | None, token=None) -> str:
 
 
 def folder_fingerprint(folder: str | os.PathLike) -> str:
-    """A digest of the content of a model folder's files (see the module docstring for which files)."""
+    """A digest of the content of a model folder's files (see the module docstring for which files); one of them
+    that is not a regular file (a FIFO, a device, a broken link: transformers would block on it or read it without
+    end) is EncoderNotFoundError."""
     digest = hashlib.sha256()
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if not entry.is_file() or not any(fnmatch.fnmatchcase(entry.name, p) for p in MODEL_FILE_PATTERNS):
+        if entry.is_dir() or not any(fnmatch.fnmatchcase(entry.name, p) for p in MODEL_FILE_PATTERNS):
             continue
         digest.update(f"{entry.name}\0{_file_hash(entry.path)}\0".encode())
     return digest.hexdigest()[:32]
@@ -166,14 +169,17 @@ def folder_fingerprint(folder: str | os.PathLike) -> str:
 
 def _file_hash(path: str) -> str:
     """SHA-256 of a file's bytes, memoised until its inode, size, modification or change time moves."""
-    stat = os.stat(path)
-    key = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    if key not in _file_hashes:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        _file_hashes[key] = digest.hexdigest()
+    try:
+        with open_regular_file(path) as f:
+            stat = os.fstat(f.fileno())
+            key = (path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            if key not in _file_hashes:
+                digest = hashlib.sha256()
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+                _file_hashes[key] = digest.hexdigest()
+    except OSError as exc:
+        raise EncoderNotFoundError(f"{path}: a model file that cannot be read ({exc.strerror or exc})") from None
     return _file_hashes[key]
 
 

@@ -19,6 +19,7 @@ FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "js
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".br": "brotli"}
 _KNOWN = ".parquet, .csv, .jsonl (JSON lines) or .txt (one text a line), the last three optionally .gz, .bz2, .zst, " \
          ".lz4 or .br compressed"
+INPUT_LIMIT = 2**34  # bytes of a text, CSV or JSON file, read whole on the driver
 _NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}
 
 
@@ -132,7 +133,7 @@ def read_table(path: str, *, text_column: str | None = None, columns: list[str] 
     try:
         if kind == "parquet":
             return pq.read_table(where.path, columns=columns, filesystem=where.filesystem)
-        data = read_bytes(where, compression)
+        data = read_bytes(where, INPUT_LIMIT, compression)
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
     return parse(data, path, text_column)

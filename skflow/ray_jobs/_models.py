@@ -12,8 +12,10 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
-from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line
+from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line, read_bytes
 from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
+
+MODEL_LIMIT = 2**32  # bytes: a flow's weights, or a pipeline's, are megabytes
 
 
 def _is_model_file(where: Location) -> bool:
@@ -69,12 +71,10 @@ def _dump(model, file: Path) -> None:
 
 
 def _copied(where: Location, folder: str) -> Path:  # a local file too: what is checked is what is read
-    import pyarrow.fs as pafs
-
     local = Path(folder) / Path(where.path).name
     try:
-        pafs.copy_files(where.path, str(local), source_filesystem=where.filesystem)
-    except Exception as exc:  # noqa: BLE001 - access denied, network: one line
+        local.write_bytes(read_bytes(where, MODEL_LIMIT))
+    except Exception as exc:  # noqa: BLE001 - a FIFO, a device, too large, access denied, network: one line
         raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
     return local
 

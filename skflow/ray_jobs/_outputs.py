@@ -14,6 +14,7 @@ from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
 
 MARKER = ".skflow-output"
+MANIFEST_LIMIT = 2**26  # bytes: a manifest lists a few thousand names
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 _RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
 HIDDEN = (".", "_")  # the first characters of names that readers skip
@@ -23,17 +24,20 @@ class JobFailedError(RuntimeError):
     """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
-def manifest_files(manifest: Location) -> list[str]:
-    """The files a manifest lists, names skflow could write (no subfolder); OSError or ValueError if it cannot say."""
+def manifest_files(manifest: Location) -> dict[str, int | None]:
+    """The files a manifest lists, names skflow could write (no subfolder), and the rows of each (None in a manifest
+    written before 0.2.0, which holds only their total); OSError or ValueError if it cannot say."""
     try:
-        files = json.loads(storage.read_bytes(manifest).decode("utf-8"))["files"]
+        content = json.loads(storage.read_bytes(manifest, MANIFEST_LIMIT).decode("utf-8"))
+        files, rows = content["files"], content.get("file_rows", [None] * len(content["files"]))
         listed = isinstance(files, list) and all(name.isprintable() and "/" not in name and not name.startswith(HIDDEN)
-                                                  and name for name in files)
+                                                  and name for name in files) and isinstance(rows, list) and len(
+            rows) == len(files) and all(n is None or type(n) is int and n >= 0 for n in rows)
     except (KeyError, TypeError, AttributeError, RecursionError):
         listed = False
     if not listed:
-        raise ValueError(f"{manifest.shown}: not a list of files")
-    return files
+        raise ValueError("not a list of files")
+    return dict(zip(files, rows, strict=True)) | ({None: content["rows"]} if type(content.get("rows")) is int else {})
 
 
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
@@ -48,7 +52,10 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
         if holds or inside:
             relation = "is" if holds and inside else "contains" if holds else "lies inside"
             raise OutputPathError(f"{out.shown}: the {what} {relation} the input {source.shown}; choose another output")
-    return out, storage.file_type(out, OutputPathError)
+    kind = storage.file_type(out, OutputPathError)
+    if kind == "missing" and not out.is_remote and os.path.islink(out.path):  # a write through it: FileExistsError
+        raise OutputPathError(f"{out.shown}: is a symbolic link to nothing; remove it or choose another output")
+    return out, kind
 
 
 class OutputFolder:
@@ -75,14 +82,16 @@ class OutputFolder:
 
     def _replaced(self, found: list[str]) -> list[str]:
         """What ``--overwrite`` deletes after its commit; OutputPathError unless skflow wrote every file found."""
-        listed = None
-        with contextlib.suppress(OSError, ValueError):
-            listed = manifest_files(self.out.child(MARKER)) if MARKER in found else None
-        runs = [name for name in found if _RUN_FILE.match(name)]
-        if listed is None and not runs:
+        listed, manifest, why = None, self.out.child(MARKER), ""
+        try:  # one that cannot be read (a FIFO, a link to a device, damaged) is never replaced: the commit would fail
+            listed = [name for name in manifest_files(manifest) if name] if MARKER in found else None
+        except (OSError, ValueError) as exc:
+            why = f"; {printable(manifest.shown)}: {storage.one_line(exc)}"
+        if listed is None and (why or not any(_RUN_FILE.match(name) for name in found)):
             raise OutputPathError(
-                f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it); --overwrite "
+                f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it{why}); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
+        runs = [name for name in found if _RUN_FILE.match(name)]
         listed = listed or []
         foreign = [name for name in found if name not in listed and not _RUN_FILE.match(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
@@ -127,7 +136,8 @@ class OutputFolder:
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
-        text = json.dumps({"files": files, "rows": sink.rows, "command": command}, indent=1) + "\n"
+        text = json.dumps({"files": files, "file_rows": [rows for _, rows in sorted(sink.written)], "rows": sink.rows,
+                           "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
             if manifest.is_remote:
@@ -196,10 +206,12 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
                         "wait for it")
         return visible
     try:
-        files = set(manifest_files(folder.child(MARKER)))
-    except (OSError, ValueError):
-        raise error(f"{shown}: its {MARKER} manifest is damaged, so which of its files form the "
-                    "output is unknown; write the output again (or delete the manifest to read every file)") from None
+        counts = manifest_files(folder.child(MARKER))
+    except (OSError, ValueError) as exc:
+        raise error(f"{shown}: its {MARKER} manifest is damaged ({printable(folder.child(MARKER).shown)}: "
+                    f"{storage.one_line(exc)}), so which files form the output is unknown; write it again (or delete "
+                    "the manifest to read every file)") from None
+    files = set(counts) - {None}
     if absent := sorted(files - names):
         raise error(f"{shown}: its {MARKER} manifest lists {printable(absent[0])}, which is "
                     f"missing ({len(absent)} missing in all): the output is incomplete, or was replaced while being "
@@ -208,4 +220,28 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
         warnings.warn(f"{shown}: read as the skflow output that its {MARKER} manifest lists "
                       f"({len(files)} file{'s' * (len(files) != 1)}); {len(others)} other file(s) under it are not "
                       f"part of it and are not read: {printable(some_names(others))}", UserWarning, stacklevel=4)
-    return [(name, regular) for name, regular in visible if name in files]
+    read = [(name, regular) for name, regular in visible if name in files]
+    _check_rows(folder, counts, [name for name, regular in read if regular], error)
+    return read
+
+
+def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
+    """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
+    ``counts`` (or, every file read, another total)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for name in names:
+        shard = folder.child(name)
+        try:
+            rows = pq.read_metadata(shard.path, filesystem=shard.filesystem).num_rows
+        except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line
+            raise error(f"{printable(shard.shown)}: cannot be read as Parquet ({storage.one_line(exc)}); the output "
+                        "is damaged: write it again") from None
+        if counts[name] not in (None, rows):
+            raise error(f"{printable(shard.shown)}: holds {rows:,} rows, its output's {MARKER} manifest "
+                        f"{counts[name]:,}: the output is damaged; write it again")
+        total += rows
+    if len(names) == len(counts) - 1 and counts.get(None, total) != total:  # every file read, and a total recorded
+        raise error(f"{printable(folder.shown)}: its files hold {total:,} rows, its {MARKER} manifest "
+                    f"{counts[None]:,}: the output is damaged; write it again")

@@ -4,13 +4,12 @@ allocates what a ``.npy`` header declares (a 2.5 MB file took 3.5 GB). See ``doc
 import io
 import json
 import os
-import stat
 import zipfile
 from math import prod
 
 import numpy as np
 
-from skflow.utils import InvalidModelError
+from skflow.utils import InvalidModelError, UnreadableFileError, read_regular_file
 
 MIB = 2**20
 SCHEMA_FLOOR, SCHEMA_RATIO = 16 * MIB, 4
@@ -21,7 +20,10 @@ _HEADER_VERSIONS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.
 
 def read_skops_file(path: str | os.PathLike) -> bytes:
     """The bytes of a ``.skops`` file, read once (what is checked is what is loaded), its declared sizes bounded."""
-    data = read_regular_file(path)
+    try:
+        data = read_regular_file(path)
+    except UnreadableFileError as exc:
+        raise InvalidModelError(str(exc)) from None
     with zipfile.ZipFile(io.BytesIO(data)) as archive:  # not a zip, a missing member: zipfile's own errors
         members = {info.filename: info for info in archive.infolist()}  # the last of equal names, as zipfile reads
         schema_limit = max(SCHEMA_FLOOR, SCHEMA_RATIO * len(data))
@@ -41,16 +43,6 @@ def read_skops_file(path: str | os.PathLike) -> bytes:
         if total > limit:
             raise InvalidModelError(f"the archive declares {total} bytes, more than {limit} for a file of {len(data)}")
     return data
-
-
-def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
-    """The bytes of a regular file (of at most ``limit``); a FIFO or device is refused unread."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(descriptor, "rb") as stream:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
-            raise InvalidModelError("not a regular file" + ("" if limit is None else f" of at most {limit} bytes"))
-        return stream.read(-1 if limit is None else limit + 1)
 
 
 def _nodes(schema) -> list[dict]:

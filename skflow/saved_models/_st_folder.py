@@ -11,8 +11,7 @@ import numpy as np
 import torch
 
 from skflow.embedding import check_attention
-from skflow.saved_models._skops import read_regular_file
-from skflow.utils import InvalidModelError, UntrustedTypeError
+from skflow.utils import InvalidModelError, UnreadableFileError, UntrustedTypeError, read_regular_file
 
 # sentence-transformers' modules by every name it has given them (sentence_transformers.models.X: every release's)
 MODULE_KINDS = {name: name.rsplit(".", 1)[1] for name in (
@@ -132,7 +131,7 @@ def read_json(path: Path):
     except FileNotFoundError:
         raise InvalidModelError(f"{path}: missing; {_NOT_OURS}") from None
     except (OSError, ValueError) as exc:  # an InvalidModelError (a ValueError) of the reader too
-        reason = exc if isinstance(exc, InvalidModelError) else f"not readable JSON ({type(exc).__name__}: {exc})"
+        reason = exc if isinstance(exc, UnreadableFileError) else f"not readable JSON ({type(exc).__name__}: {exc})"
         raise InvalidModelError(f"{path}: {reason}") from None
 
 

@@ -29,8 +29,9 @@ _PACKAGES = ("skflow", "sklearn")  # whose estimators a model file holds
 _FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opcodes that build no object
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-           "OutputPathError", "UntrustedTypeError", "check_output_file", "left_by_a_dead_process",
-           "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
+           "OutputPathError", "UnreadableFileError", "UntrustedTypeError", "check_output_file",
+           "left_by_a_dead_process", "open_regular_file", "read_regular_file", "replaced_atomically", "run_tag",
+           "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):
@@ -47,6 +48,29 @@ class UntrustedTypeError(InvalidModelError):
 
 class OutputPathError(ValueError):
     """An output path that cannot or must not be written: found before any work is done, or at the write."""
+
+
+class UnreadableFileError(OSError):
+    """A file that is not read: not a regular file (a FIFO, a device), or larger than its kind allows."""
+
+
+def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
+    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError."""
+    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    info = os.fstat(stream.fileno())
+    if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
+        stream.close()
+        raise UnreadableFileError("not a regular file" + ("" if limit is None else f" of at most {limit:,} bytes"))
+    return stream
+
+
+def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (also if it grew since)."""
+    with open_regular_file(path, limit) as stream:
+        data = stream.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
+        raise UnreadableFileError(f"not a regular file of at most {limit:,} bytes")
+    return data
 
 
 class FileKind(NamedTuple):
