@@ -2,6 +2,7 @@
 cycle, no reach into another module's private names, few top-level modules (long modules are a warning)."""
 
 import ast
+import functools
 import warnings
 from pathlib import Path
 
@@ -47,6 +48,12 @@ def _module_name(path: Path) -> str:
 
 def _sources() -> dict[str, str]:
     return {_module_name(p): p.read_text(encoding="utf-8") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.cache
+def _package_analysis() -> tuple[dict[str, set[str]], list[str]]:
+    """:func:`analyse` of the package as it is, once for the tests that read it."""
+    return analyse(_sources())
 
 
 def _is_private(name: str) -> bool:
@@ -156,7 +163,7 @@ def boundary_problems(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_subsystems_import_only_those_below_them_through_their_front_doors():
-    graph, _ = analyse(_sources())
+    graph, _ = _package_analysis()
     assert set(ALLOWED) == {subsystem(m) for m in graph}, "a new subsystem: place it in ALLOWED"
     assert boundary_problems(graph) == []
 
@@ -183,17 +190,17 @@ def test_the_top_of_the_package_holds_few_modules_and_each_subpackage_has_a_fron
 
 
 def test_no_import_cycle():
-    graph, _ = analyse(_sources())
+    graph, _ = _package_analysis()
     assert "skflow.flows.couplings" in graph["skflow.flows._official_gradient"]
     assert find_cycle(graph) is None
 
 
 def test_no_module_uses_another_modules_private_names():
-    assert analyse(_sources())[1] == []
+    assert _package_analysis()[1] == []
 
 
 def test_user_facing_modules_build_on_public_modules_only():
-    graph, _ = analyse(_sources())
+    graph, _ = _package_analysis()
     for module in ("skflow.cli", "skflow.evaluation"):
         private = sorted(m for m in graph[module] if any(_is_private(part) for part in m.split(".")))
         assert private == [], module

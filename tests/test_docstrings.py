@@ -20,6 +20,7 @@ MODULES = [
 
 
 @pytest.mark.parametrize("name", MODULES)
+@pytest.mark.slow
 def test_docstring_examples(name, sts_data_home, monkeypatch):
     monkeypatch.setenv("SKFLOW_DATA", str(sts_data_home))
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)

@@ -98,6 +98,7 @@ def test_cls_is_first_token_of_last_layer(reference):
     np.testing.assert_allclose(_f32(pooling="cls").transform(SENTENCES), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_last2avg_is_a_deprecated_alias_of_last_two_avg(reference):
     with pytest.warns(FutureWarning, match="pooling='last_two_avg'.*paper's 'last2avg' is .*first_last_avg"):
         old = _f32(pooling="last2avg").transform(SENTENCES)
@@ -145,6 +146,7 @@ def test_mean_ignores_padding():
 
 
 @pytest.mark.parametrize("pooling", ["first_last_avg", "cls"])
+@pytest.mark.slow
 def test_batch_size_does_not_change_embeddings(pooling):
     texts = SENTENCES * 3 + [f"sentence number {i} of a longer test" for i in range(20)]
     results = [_f32(pooling=pooling, batch_size=b).transform(texts) for b in (1, 3, 32)]
@@ -152,6 +154,7 @@ def test_batch_size_does_not_change_embeddings(pooling):
         np.testing.assert_allclose(other, results[0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_output_is_float32_in_input_order_and_normalized():
     texts = ["b b b b b b b b", "a", "c c c"]
     out = _f32(pooling="mean").transform(texts)
@@ -174,6 +177,7 @@ def test_auto_dtype_follows_the_hardware():
 
 
 # -------------------------------------------------------------------- input
+@pytest.mark.slow
 def test_input_containers_agree():
     pairs = [[SENTENCES[0], SENTENCES[1]], [SENTENCES[2], SENTENCES[3]]]
     embedder = _f32(pooling="mean")

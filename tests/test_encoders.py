@@ -118,6 +118,7 @@ def test_the_tokenizers_padding_side_never_changes_the_vectors(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("family", ["bundled", "qwen2"])
+@pytest.mark.slow
 def test_a_prompt_equals_prefixing_each_text_by_hand(tiny, family):
     path = DEFAULT_MODEL if family == "bundled" else tiny[family]
     prompt = "Instruct: find sentences with the same meaning\nQuery: "
@@ -141,6 +142,7 @@ def test_an_empty_text_with_no_tokens_is_a_clear_error_and_a_prompt_fixes_it(tin
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.slow
 def test_a_fitted_pipeline_of_each_family_round_trips_through_joblib_skops_and_sentence_transformers(
     tiny, family, tmp_path
 ):
@@ -278,6 +280,7 @@ def test_model_kwargs_are_checked_and_keyed_where_they_change_the_vectors(tiny, 
     assert not any("low_cpu_mem_usage" in p.read_text() for p in tmp_path.rglob("key.json"))
 
 
+@pytest.mark.slow
 def test_a_prompt_is_part_of_the_cache_key_and_an_unset_one_keeps_old_keys(tmp_path):
     BertEmbedder(cache_dir=tmp_path, pooling="mean").transform(["a"])
     BertEmbedder(cache_dir=tmp_path, pooling="mean", prompt="query: ").transform(["a"])

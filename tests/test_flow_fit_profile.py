@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = """
 import json, numpy as np, flow_fit_profile as p
@@ -14,6 +16,7 @@ print(json.dumps({"rows": [[label.strip(), seconds, share] for label, seconds, s
 """
 
 
+@pytest.mark.slow
 def test_the_profile_times_every_phase_and_they_add_up_to_the_fit():
     run = subprocess.run([sys.executable, "-c", SCRIPT], cwd=BENCHMARKS, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

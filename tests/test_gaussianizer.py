@@ -33,6 +33,7 @@ def _synthetic_pairs(n_pairs=300, d=12, seed=0):
     return np.stack([base, other], axis=1), 5 - 2.5 * noise_level + rng.normal(scale=0.3, size=n_pairs)
 
 
+@pytest.mark.slow
 def test_same_seed_same_model_bit_for_bit(data):
     a = FlowGaussianizer(max_epochs=2, random_state=7, permutation="lu", coupling="affine").fit(data)
     b = FlowGaussianizer(max_epochs=2, random_state=7, permutation="lu", coupling="affine").fit(data)
@@ -158,6 +159,7 @@ def test_bad_input_errors_and_changes_nothing(fitted, data):
     assert fitted.n_features_in_ == 12
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_a_clear_error_and_changes_nothing(data):
     flow = FlowGaussianizer(random_state=0).fit(data)
     before = flow.transform(data)
@@ -207,6 +209,7 @@ def test_feature_names_and_pandas_output(data):
     assert list(flow.feature_names_in_) == list(frame.columns)
 
 
+@pytest.mark.slow
 def test_grid_search_selects_by_held_out_likelihood(data):
     grid = GridSearchCV(FlowGaussianizer(random_state=0), {"max_epochs": [1, 3]}, cv=KFold(3)).fit(data)
     train, test = next(KFold(3).split(data))
@@ -215,6 +218,7 @@ def test_grid_search_selects_by_held_out_likelihood(data):
     assert grid.best_params_ == {"max_epochs": 3}  # more training, higher held-out likelihood here
 
 
+@pytest.mark.slow
 def test_grid_search_with_pairs_selects_by_spearman():
     pairs, gold = _synthetic_pairs(450)
     grid = GridSearchCV(FlowGaussianizer(random_state=0), {"depth": [1, 2]}, cv=KFold(3)).fit(pairs, gold)
@@ -234,6 +238,7 @@ def test_clone_keeps_params_and_drops_fit(fitted):
     assert not hasattr(copy, "flow_")
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_epoch():
     X = make_anisotropic_mixture(400, 8, random_state=0)
     params = dict(early_stopping=True, learning_rate=2e-3, n_iter_no_change=3, random_state=0)

@@ -77,6 +77,7 @@ def test_scorer_equals_the_estimators_own_score():
     assert cv.shape == (3,) and cv.min() > 0.5
 
 
+@pytest.mark.slow
 def test_subsets_are_routed_to_the_scorer_in_grid_search():
     X, y = _synthetic_pairs(300)
     subsets = np.array(["s1", "s2", "s3"] * 100, dtype=object)

@@ -164,6 +164,7 @@ def _writers(out, how: str, names, tmp_path) -> dict[str, subprocess.CompletedPr
 
 
 @pytest.mark.filterwarnings("ignore:.*not part of it:UserWarning")  # the other run's files, when its manifest lost
+@pytest.mark.slow
 def test_two_writers_at_once_one_refused_without_overwrite_the_last_manifest_wins_with_it(tmp_path):
     out = tmp_path / "out"
     runs = _writers(out, "new", ["1", "2"], tmp_path)
@@ -181,6 +182,7 @@ def test_two_writers_at_once_one_refused_without_overwrite_the_last_manifest_win
     assert _ids(out) == [5] and len(_names(out)) == 2
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_the_old_output_readable_and_the_next_overwrite_cleans_up(tmp_path):
     out = tmp_path / "out"
     write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": [1, 2]}))

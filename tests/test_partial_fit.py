@@ -25,10 +25,12 @@ def _assert_same_model(a, b):
     torch.testing.assert_close(_weights(a), _weights(b), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_one_partial_fit_is_one_epoch_of_fit(data):
     _assert_same_model(FlowGaussianizer(random_state=0).partial_fit(data), FlowGaussianizer(random_state=0).fit(data))
 
 
+@pytest.mark.slow
 def test_calls_continue_weights_optimiser_state_and_shuffling(data):
     """Two calls equal two epochs of fit: same init, same shuffles, and the optimiser's moments carried over."""
     twice = FlowGaussianizer(random_state=0).partial_fit(data).partial_fit(data)
@@ -40,6 +42,7 @@ def test_calls_continue_weights_optimiser_state_and_shuffling(data):
     assert twice.n_steps_ == 40 and twice.n_samples_seen_ == 2 * len(data)
 
 
+@pytest.mark.slow
 def test_partial_fit_after_fit_continues_and_fit_restarts(data):
     continued = FlowGaussianizer(random_state=0).fit(data).partial_fit(data)
     _assert_same_model(continued, FlowGaussianizer(random_state=0, max_epochs=2).fit(data))
@@ -57,16 +60,19 @@ def test_every_row_is_trained_on_and_counted(data):
 
 
 @pytest.mark.parametrize("y", [None, ("placeholder",), np.arange(1280), "anything"])
+@pytest.mark.slow
 def test_y_is_ignored_whatever_it_is(data, y):
     continued = FlowGaussianizer(random_state=0).partial_fit(data, y)
     _assert_same_model(continued, FlowGaussianizer(random_state=0).fit(data))
 
 
+@pytest.mark.slow
 def test_pairs_are_trained_on_as_rows(data):
     pairs = data.reshape(640, 2, 12)
     _assert_same_model(FlowGaussianizer(random_state=0).partial_fit(pairs), FlowGaussianizer(random_state=0).fit(data))
 
 
+@pytest.mark.slow
 def test_another_number_of_features_is_refused(data):
     flow = FlowGaussianizer(random_state=0).partial_fit(data)
     before = flow.transform(data)
@@ -83,6 +89,7 @@ def test_pickle_keeps_the_optimiser_state(data):
     _assert_same_model(resumed, once.partial_fit(data[640:]))
 
 
+@pytest.mark.slow
 def test_optimiser_parameters_are_read_at_every_call(data):
     slow = FlowGaussianizer(random_state=0).partial_fit(data)
     fast = FlowGaussianizer(random_state=0).partial_fit(data)
@@ -109,6 +116,7 @@ def _interrupt_after(monkeypatch, n_steps, exception=KeyboardInterrupt):
 
 
 @pytest.mark.parametrize("exception", [KeyboardInterrupt, FloatingPointError])
+@pytest.mark.slow
 def test_an_interrupted_call_leaves_the_estimator_as_it_was(data, monkeypatch, exception):
     flow = FlowGaussianizer(random_state=0).partial_fit(data)
     before, attributes = flow.transform(data), {k: v for k, v in vars(flow).items() if k.endswith("_")}
@@ -123,6 +131,7 @@ def test_an_interrupted_call_leaves_the_estimator_as_it_was(data, monkeypatch, e
     _assert_same_model(flow.partial_fit(data), FlowGaussianizer(random_state=0).partial_fit(data).partial_fit(data))
 
 
+@pytest.mark.slow
 def test_an_interrupted_first_call_or_refit_leaves_it_as_before(data, monkeypatch):
     fresh = FlowGaussianizer(random_state=0)
     fitted = FlowGaussianizer(random_state=0).fit(data)
@@ -153,6 +162,7 @@ def test_partial_fit_over_chunks_of_real_embeddings(stsb_test_cls):
     assert flow.n_samples_seen_ == len(rows) and flow.n_iter_ == 4
 
 
+@pytest.mark.slow
 def test_a_chunk_of_another_distribution_is_not_taken_for_divergence():
     """The divergence check compares a loss with the first of its own call: a later chunk from elsewhere starts far
     above the last call's losses (here by more than the check's 10 nats per feature + 100) and trains normally."""

@@ -65,6 +65,7 @@ def test_pipelines_of_skflow_and_scikit_learn_steps_round_trip(tmp_path, sentenc
     assert embedder.get_params() == BertEmbedder(pooling="cls", max_length=64).get_params()
 
 
+@pytest.mark.slow
 def test_what_dump_writes_load_reads_with_paths_given_as_path_objects(tmp_path):
     """``BertEmbedder(pathlib.Path(...))`` dumped, but load refused the file: UntrustedTypeError pathlib.PosixPath.
     A path parameter is stored as its string, which every platform reads; the estimator itself keeps the Path."""

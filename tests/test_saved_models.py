@@ -25,6 +25,7 @@ def test_the_saved_vectors_are_of_the_saved_texts():
 
 
 @pytest.mark.parametrize("load", [joblib.load, skflow.load], ids=["joblib", "skops"])
+@pytest.mark.slow
 def test_a_pipeline_saved_by_0_1_0_loads_and_transforms_as_it_did(load):
     pipe = load(SAVED / ("pipeline.joblib" if load is joblib.load else "pipeline.skops"))
     latent = pipe.transform(TEXTS)
@@ -48,6 +49,7 @@ def test_a_sentence_transformers_export_of_0_1_0_loads_and_encodes_as_it_did(tmp
     assert cosine.min() > 0.9999
 
 
+@pytest.mark.slow
 def test_skflow_imports_saves_and_loads_without_sentence_transformers(tmp_path):
     """sentence-transformers is the serve extra: import skflow, skflow.dump and skflow.load do without it."""
     import subprocess

@@ -14,6 +14,7 @@ from skflow.serving import load_sentence_transformer
 from skflow.utils import InvalidModelError
 
 
+@pytest.mark.slow
 def test_a_saved_cache_dir_is_never_used_the_callers_is(tmp_path):
     planted = tmp_path / "authors_choice"
     path = skflow.dump(BertEmbedder(cache_dir=str(planted)), tmp_path / "e.skops")

@@ -121,6 +121,7 @@ def _steps(trainer, reference, optimizer, x, n=5):
         optimizer.step()
 
 
+@pytest.mark.slow
 def test_adam_weight_decay_given_the_flow_learns_as_the_trainer_does():
     """AdamWeightDecay(flow) honours the layers' step_scales (LU factors at lr / n_features); a plain
     parameter list trains them at the full rate, which is not what the estimator does."""

@@ -467,6 +467,7 @@ def test_content_behind_a_flows_shared_id_is_refused_and_nesting_is_bounded(tmp_
         skflow.load(path)
 
 
+@pytest.mark.slow
 def test_the_size_arithmetic_counts_the_real_flow():
     for n_features, n_levels, depth, hidden, coupling, permutation in itertools.product(
         [1, 2, 3, 8, 17], [1, 3, 5], [1, 2], [1, 7], ["additive", "affine"], ["reverse", "random", "lu"]

@@ -129,6 +129,7 @@ def test_a_writer_never_replaces_a_file_skflow_did_not_write(tmp_path, writer, t
 
 
 @pytest.mark.parametrize("writer", list(_WRITERS))
+@pytest.mark.slow
 def test_a_writer_replaces_its_own_earlier_output(tmp_path, writer):
     path = tmp_path / ("model.skops" if writer == "dump" else "model.onnx")
     _WRITERS[writer][1](path)
