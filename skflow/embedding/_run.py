@@ -62,13 +62,13 @@ def encoder_settings(
 def encode_texts(
     texts: list[str], settings: dict, hub: tuple, *, max_length: int, batch_size: int, normalize: bool,
     show_progress_bar: bool,
-) -> tuple[np.ndarray, int]:
-    """Float32 vectors of ``texts`` (prompts already prepended), and how many texts were truncated."""
+) -> tuple[np.ndarray, list[int]]:
+    """Float32 vectors of ``texts`` (prompts already prepended), and the indices of the texts truncated."""
     tokenizer, model = load_encoder(
         *settings["source"], settings["device"], settings["dtype"], max(settings["layers"]), hub,
         settings["model_kwargs"],
     )
-    ids, n_truncated = tokenize(tokenizer, texts, max_length)
+    ids, truncated = tokenize(tokenizer, texts, max_length)
     n_batches = -(-len(texts) // batch_size)
     with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
         vectors = encode_ids(
@@ -83,4 +83,4 @@ def encode_texts(
     if normalize:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
-    return vectors, n_truncated
+    return vectors, truncated
