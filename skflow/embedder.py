@@ -6,7 +6,7 @@ import warnings
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow.embedding import (
@@ -31,7 +31,7 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
-from skflow.utils import check_given_name
+from skflow.utils import PairsTransformerMixin, check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -41,7 +41,7 @@ logger = logging.getLogger("skflow")
 _PATH_PARAMETERS = ("model_name_or_path", "cache_dir")  # the parameters that take os.PathLike
 
 
-class BertEmbedder(TransformerMixin, BaseEstimator):
+class BertEmbedder(PairsTransformerMixin, BaseEstimator):
     """Sentence embeddings from any Hugging Face encoder.
 
     ``transform`` maps texts to pooled hidden states of a frozen encoder. A

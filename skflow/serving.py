@@ -66,7 +66,7 @@ class FlowPooling(Module):
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
         if self.flow is not None:
-            latent = self.flow.transform(vectors.detach().cpu().numpy().astype(np.float32))
+            latent = np.asarray(self.flow.transform(vectors.detach().cpu().numpy().astype(np.float32)))
             vectors = torch.from_numpy(latent).to(vectors.device)
         features["sentence_embedding"] = vectors
         return features
