@@ -1,6 +1,7 @@
 """What `BertEmbedder` resolves before encoding (device, dtype, pooling, cache key), and the encoding itself."""
 
 import numpy as np
+import torch
 
 from skflow.embedding._encoding import (
     encode_ids,
@@ -30,9 +31,7 @@ def encoder_settings(
     reduction, layers = resolve_pooling(pooling, layers, n_hidden_layers(config))
     device = resolve_device(device)
     dtype_name = str(resolve_dtype(dtype, device)).removeprefix("torch.")
-    max_positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(max_positions, int) and max_length > max_positions:
-        raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({max_positions} positions).")
+    check_max_length(max_length, position_limit(config), name)
     key = {
         "model": source.identity,
         "reduction": reduction,
@@ -59,6 +58,25 @@ def encoder_settings(
     }
 
 
+def position_limit(config, model=None) -> int | None:
+    """The most tokens the encoder embeds, None if unbounded: ``max_position_embeddings``, less what a loaded
+    ``model``'s position table reserves (RoBERTa-like ones number positions from ``padding_idx + 1``; found as
+    sentence-transformers finds that offset)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:  # XLNet's -1: no limit
+        return None
+    for module in () if model is None else model.modules():
+        padding_idx, table = getattr(module, "padding_idx", None), getattr(module, "position_embeddings", None)
+        if isinstance(padding_idx, int) and isinstance(table, torch.nn.Embedding):
+            return min(limit, table.num_embeddings) - padding_idx - 1
+    return limit
+
+
+def check_max_length(max_length: int, limit: int | None, name) -> None:
+    if limit is not None and max_length > limit:
+        raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({limit} positions).")
+
+
 def encode_texts(
     texts: list[str], settings: dict, hub: tuple, *, max_length: int, batch_size: int, normalize: bool,
     show_progress_bar: bool,
@@ -68,6 +86,7 @@ def encode_texts(
         *settings["source"], settings["device"], settings["dtype"], max(settings["layers"]), hub,
         settings["model_kwargs"],
     )
+    check_max_length(max_length, position_limit(model.config, model), settings["source"].path_or_id)
     ids, truncated = tokenize(tokenizer, texts, max_length)
     n_batches = -(-len(texts) // batch_size)
     with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
