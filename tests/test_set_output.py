@@ -108,3 +108,20 @@ def test_the_readme_pipeline_scores_the_same_under_set_config_pandas(sts):
     with sklearn.config_context(transform_output="pandas"):
         assert readme() == expected
     assert 0.5 < expected <= 1
+
+
+@pytest.mark.slow
+def test_an_exported_flow_pooling_model_encodes_under_set_config_pandas(sts, cache_dir, tmp_path):
+    """sentence-transformers' encode runs skflow's post-processing inside FlowPooling: numpy whatever the setting."""
+    from skflow import export_sentence_transformer
+    from skflow.serving import load_sentence_transformer
+
+    pairs, _ = sts
+    embedder = BertEmbedder(dtype="float32", device="cpu", show_progress_bar=False, cache_dir=cache_dir)
+    pipe = make_pipeline(embedder, Whitener(n_components=16)).fit(pairs.ravel())
+    model = load_sentence_transformer(export_sentence_transformer(pipe, tmp_path / "st"), device="cpu")
+    expected = model.encode(list(pairs[:4, 0]))
+    with sklearn.config_context(transform_output="pandas"):
+        got = model.encode(list(pairs[:4, 0]))
+    assert got.shape == (4, 16)
+    np.testing.assert_array_equal(got, expected)
