@@ -325,15 +325,11 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
             )
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         if long.any():  # counted as given: a text given twice is two texts
-            n_encoded = int(missing[index].sum())
-            from_cache = len(flat) - n_encoded
-            warnings.warn(
-                f"BertEmbedder: {int(long[index].sum())} of {n_encoded} texts ({int(long.sum())} distinct) are longer "
-                f"than max_length={self.max_length} tokens and were truncated"
-                + (f" ({from_cache} more came from the cache, not counted)." if from_cache else "."),
-                UserWarning,
-                stacklevel=3,
-            )
+            n_encoded, n_cached = int(missing[index].sum()), len(flat) - int(missing[index].sum())
+            warnings.warn(f"BertEmbedder: {long[index].sum()} of {n_encoded} texts ({long.sum()} distinct) are longer "
+                          f"than max_length={self.max_length} tokens and were truncated"
+                          + (f" ({n_cached} more came from the cache, not counted)." if n_cached else "."),
+                          UserWarning, stacklevel=3)
         return vectors[index].reshape(*shape, dim)
 
     def _check_hub_options(self):
