@@ -6,7 +6,7 @@ import warnings
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow.embedding import (
@@ -31,7 +31,7 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
-from skflow.utils import check_given_name
+from skflow.utils import PairsTransformerMixin, check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -41,7 +41,7 @@ logger = logging.getLogger("skflow")
 _PATH_PARAMETERS = ("model_name_or_path", "cache_dir")  # the parameters that take os.PathLike
 
 
-class BertEmbedder(TransformerMixin, BaseEstimator):
+class BertEmbedder(PairsTransformerMixin, BaseEstimator):
     """Sentence embeddings from any Hugging Face encoder.
 
     ``transform`` maps texts to pooled hidden states of a frozen encoder. A
@@ -310,10 +310,12 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             cache.check_writable()  # before any encoding: a bad cache_dir must not cost the work
             vectors[:], found = cache.get_many(unique)
             missing = ~found
+        long = np.zeros(len(unique), dtype=bool)
         if missing.any():
             todo = [unique[i] for i in np.flatnonzero(missing)]
-            encoded = self._encode(todo, settings)
+            encoded, truncated = self._encode(todo, settings)
             vectors[missing] = encoded
+            long[np.flatnonzero(missing)[truncated]] = True
             if cache is not None:
                 cache.put_many(todo, encoded)
         if cache is not None and cache.skipped:
@@ -324,6 +326,12 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
                 stacklevel=2,
             )
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
+        if long.any():  # counted as given: a text given twice is two texts
+            n_encoded, n_cached = int(missing[index].sum()), len(flat) - int(missing[index].sum())
+            warnings.warn(f"BertEmbedder: {long[index].sum()} of {n_encoded} texts ({long.sum()} distinct) are longer "
+                          f"than max_length={self.max_length} tokens and were truncated"
+                          + (f" ({n_cached} more came from the cache, not counted)." if n_cached else "."),
+                          UserWarning, stacklevel=3)
         return vectors[index].reshape(*shape, dim)
 
     def _check_hub_options(self):
@@ -380,22 +388,14 @@ class BertEmbedder(TransformerMixin, BaseEstimator):
             trust_remote_code=bool(self.trust_remote_code),
         )
 
-    def _encode(self, texts: list[str], settings: dict) -> np.ndarray:
+    def _encode(self, texts: list[str], settings: dict) -> tuple[np.ndarray, list[int]]:
         show = self.show_progress_bar
         if show is None:
             show = logger.getEffectiveLevel() <= logging.INFO
-        vectors, n_truncated = encode_texts(
+        return encode_texts(
             texts, settings, hub_kwargs(self.trust_remote_code, self.token), max_length=self.max_length,
             batch_size=self.batch_size, normalize=self.normalize, show_progress_bar=show,
         )
-        if n_truncated:
-            warnings.warn(
-                f"BertEmbedder: {n_truncated} of {len(texts)} texts are longer than "
-                f"max_length={self.max_length} tokens and were truncated.",
-                UserWarning,
-                stacklevel=4,
-            )
-        return vectors
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output features: ``bertembedder0``, ``bertembedder1``, ...

@@ -169,7 +169,7 @@ def evaluate(
                 latent = test
             else:
                 estimator.fit(train)
-                latent = estimator.transform(test.reshape(-1, test.shape[-1])).reshape(*test.shape[:2], -1)
+                latent = estimator.transform(test)  # 3-D: an ndarray whatever set_output says
             report = sts_report(latent, gold, subsets)
             report["fit_seconds"] = time.perf_counter() - start
             results["sets"][name][method] = report

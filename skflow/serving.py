@@ -66,7 +66,7 @@ class FlowPooling(Module):
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, dim=-1, eps=float(np.finfo(np.float32).tiny))
         if self.flow is not None:
-            latent = self.flow.transform(vectors.detach().cpu().numpy().astype(np.float32))
+            latent = np.asarray(self.flow.transform(vectors.detach().cpu().numpy().astype(np.float32)))
             vectors = torch.from_numpy(latent).to(vectors.device)
         features["sentence_embedding"] = vectors
         return features
@@ -243,4 +243,6 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
                                 f"hidden_states 0 to {n_hidden}")
     if takes != width:
         raise InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder gives {width}")
+    saved_models.check_numbers(folder, embedding.position_limit(transformer.auto_model.config, transformer.auto_model),
+                               modules[-1].get_embedding_dimension())
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)

@@ -288,7 +288,7 @@ def test_local_folder_loads(tmp_path):
 
 def test_overlong_texts_warn_once_with_a_count():
     texts = ["word " * 300, "short", "another " * 200]
-    with pytest.warns(UserWarning, match="2 of 3 texts are longer than max_length=64") as record:
+    with pytest.warns(UserWarning, match=r"2 of 3 texts \(2 distinct\) are longer than max_length=64") as record:
         out = _f32(max_length=64).transform(texts)
     assert len([w for w in record if "max_length" in str(w.message)]) == 1
     with pytest.warns(UserWarning, match="1 of 1 texts"):
@@ -297,6 +297,25 @@ def test_overlong_texts_warn_once_with_a_count():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _f32(max_length=64).transform(["short"])
+
+
+def test_the_truncation_warning_counts_texts_as_given_and_says_how_many_distinct(sts_data_home, tmp_path):
+    """3 of 4 texts long, two of them the same text: "3 of 4 texts (2 distinct)" (it said "1 of 2": unique texts)."""
+    sentences = load_sts("stsb", split="test", data_home=sts_data_home).pairs[:4, 0].tolist()
+    long_a, long_b = " ".join(sentences) * 3, " ".join(reversed(sentences)) * 3
+    texts = [long_a, sentences[0], long_b, long_a]
+    with pytest.warns(UserWarning, match=r"BertEmbedder: 3 of 4 texts \(2 distinct\) are longer than max_length=32 "
+                                         r"tokens and were truncated\.$"):
+        out = _f32(max_length=32).transform(texts)
+    np.testing.assert_array_equal(out[3], out[0])
+    pairs = np.array([[long_a, long_a], [long_b, sentences[1]]])  # 2-D input: counted over its elements
+    with pytest.warns(UserWarning, match=r"3 of 4 texts \(2 distinct\)"):
+        _f32(max_length=32).transform(pairs)
+    cached = _f32(max_length=32, cache_dir=tmp_path)
+    with pytest.warns(UserWarning, match=r"1 of 1 texts \(1 distinct\)"):
+        cached.transform([long_a])
+    with pytest.warns(UserWarning, match=r"2 of 3 texts \(1 distinct\) .*truncated \(2 more came from the cache"):
+        cached.transform([long_a, long_b, sentences[2], long_b, long_a])
 
 
 def test_progress_bar(capsys):

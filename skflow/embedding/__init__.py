@@ -46,7 +46,7 @@ from skflow.embedding._options import (
     model_kwargs_key,
     reveal_token,
 )
-from skflow.embedding._run import encode_texts, encoder_settings
+from skflow.embedding._run import encode_texts, encoder_settings, position_limit
 from skflow.embedding._texts import validate_texts
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "padding_id",
     "pinned_model_source",
     "pool",
+    "position_limit",
     "quiet_transformers",
     "resolve_dtype",
     "resolve_model_source",

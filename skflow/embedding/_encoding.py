@@ -178,8 +178,8 @@ def resolve_pooling(pooling: str, layers, n_layers: int) -> tuple[str, tuple[int
     return reduction, normalize_layers(tuple(int(v) for v in values), n_layers)
 
 
-def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
-    """Token ids of each text, truncated to ``max_length``; also how many were truncated."""
+def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[int]]:
+    """Token ids of each text, truncated to ``max_length``; also the indices of those truncated."""
     with quiet_transformers():  # no "sequence longer than the maximum" warning: we count those
         full = tokenizer(list(texts), truncation=False, verbose=False, return_token_type_ids=False,
                          return_attention_mask=False)["input_ids"]
@@ -194,7 +194,7 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[lis
             f"{len(empty)} of {len(full)} texts have no tokens with this tokenizer (the first: {texts[empty[0]]!r}); "
             "it adds no special tokens, so an empty text leaves nothing to pool. Drop empty texts, or set a prompt."
         )
-    return full, len(long)
+    return full, long
 
 
 def encode_ids(

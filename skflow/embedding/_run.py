@@ -1,6 +1,7 @@
 """What `BertEmbedder` resolves before encoding (device, dtype, pooling, cache key), and the encoding itself."""
 
 import numpy as np
+import torch
 
 from skflow.embedding._encoding import (
     encode_ids,
@@ -30,9 +31,7 @@ def encoder_settings(
     reduction, layers = resolve_pooling(pooling, layers, n_hidden_layers(config))
     device = resolve_device(device)
     dtype_name = str(resolve_dtype(dtype, device)).removeprefix("torch.")
-    max_positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(max_positions, int) and max_length > max_positions:
-        raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({max_positions} positions).")
+    check_max_length(max_length, position_limit(config), name)
     # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
     heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
     need = batch_size * max_length * 4 * (4 * hidden_size(config) + heads * max_length)
@@ -66,16 +65,36 @@ def encoder_settings(
     }
 
 
+def position_limit(config, model=None) -> int | None:
+    """The most tokens the encoder embeds, None if unbounded: ``max_position_embeddings``, less what a loaded
+    ``model``'s position table reserves (RoBERTa-like ones number positions from ``padding_idx + 1``; found as
+    sentence-transformers finds that offset)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:  # XLNet's -1: no limit
+        return None
+    for module in () if model is None else model.modules():
+        padding_idx, table = getattr(module, "padding_idx", None), getattr(module, "position_embeddings", None)
+        if isinstance(padding_idx, int) and isinstance(table, torch.nn.Embedding):
+            return min(limit, table.num_embeddings) - padding_idx - 1
+    return limit
+
+
+def check_max_length(max_length: int, limit: int | None, name) -> None:
+    if limit is not None and max_length > limit:
+        raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({limit} positions).")
+
+
 def encode_texts(
     texts: list[str], settings: dict, hub: tuple, *, max_length: int, batch_size: int, normalize: bool,
     show_progress_bar: bool,
-) -> tuple[np.ndarray, int]:
-    """Float32 vectors of ``texts`` (prompts already prepended), and how many texts were truncated."""
+) -> tuple[np.ndarray, list[int]]:
+    """Float32 vectors of ``texts`` (prompts already prepended), and the indices of the texts truncated."""
     tokenizer, model = load_encoder(
         *settings["source"], settings["device"], settings["dtype"], max(settings["layers"]), hub,
         settings["model_kwargs"],
     )
-    ids, n_truncated = tokenize(tokenizer, texts, max_length)
+    check_max_length(max_length, position_limit(model.config, model), settings["source"].path_or_id)
+    ids, truncated = tokenize(tokenizer, texts, max_length)
     n_batches = -(-len(texts) // batch_size)
     with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
         vectors = encode_ids(
@@ -90,4 +109,4 @@ def encode_texts(
     if normalize:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
-    return vectors, n_truncated
+    return vectors, truncated

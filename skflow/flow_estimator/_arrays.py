@@ -14,12 +14,12 @@ from torch import nn
 
 from skflow.flow_estimator._scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
-from skflow.utils import FLOAT_DTYPES, row_chunks
+from skflow.utils import float_dtypes, row_chunks
 
 
 def validate_latents(X, n_features: int) -> np.ndarray:
     """Validate 2-D or 3-D latent vectors with ``n_features`` features (no feature names to check)."""
-    Z = check_array(X, dtype=FLOAT_DTYPES, allow_nd=True, input_name="X")
+    Z = check_array(X, dtype=float_dtypes(X), allow_nd=True, input_name="X")
     if Z.ndim not in (2, 3):
         raise ValueError(f"Expected a 2-D or 3-D array, got {Z.ndim}-D input instead.")
     if Z.shape[-1] != n_features:

@@ -12,7 +12,7 @@ the flow is trained is the estimator's own business.
 from numbers import Integral
 from pathlib import Path
 
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -23,10 +23,10 @@ from skflow.flow_estimator._arrays import (
 )
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flow_estimator._state import restore_flow
-from skflow.utils import pairs_or_likelihood_score, validate_embeddings
+from skflow.utils import PairsTransformerMixin, pairs_or_likelihood_score, validate_embeddings
 
 
-class BaseFlow(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class BaseFlow(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
     """Transform, inverse-transform, score and sample with a fitted ``flow_``."""
 
     def transform(self, X):

@@ -76,14 +76,30 @@ def check_folder(path: str | os.PathLike) -> SimpleNamespace:
     if "Normalize" in kinds:  # releases before 3 wrote no config.json
         where = folders["Normalize"] / "config.json"
         _check_settings(read_json(where) if where.exists() else {}, where, NORMALIZE_FIXED)
-    check_transformer_config(folders["Transformer"])
     read_json(folders[kinds[1]] / "config.json")  # present and bounded in size; its loader checks its keys
-    return SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],  # its loader checks it
-                           model_settings=check_model_config(root), normalize="Normalize" in kinds,
-                           dense=folders.get("Dense"))  # stock folders only
+    checked = SimpleNamespace(transformer=folders["Transformer"], pooling=folders[kinds[1]],  # its loader checks it
+                              settings=check_transformer_config(folders["Transformer"]), root=root,
+                              model_settings=check_model_config(root), normalize="Normalize" in kinds,
+                              dense=folders.get("Dense"))  # stock folders only
+    check_numbers(checked, positions=None, width=None)
+    return checked
 
 
-def check_transformer_config(folder: Path) -> None:
+def check_numbers(folder: SimpleNamespace, positions: int | None, width: int | None) -> None:
+    """Each number an int the model supports: the lengths 1 to its ``positions``, ``truncate_dim`` 1 to its output
+    ``width`` (``None``: any positive int, the check before the model loads)."""
+    path, config = folder.settings
+    numbers = [(path, key, config.get(key), positions) for key in ("max_seq_length", "query_length", "document_length")]
+    numbers.append((folder.root / "config_sentence_transformers.json", "truncate_dim",
+                    folder.model_settings.get("truncate_dim"), width))
+    for where, key, value, most in numbers:
+        if value is not None and not (isinstance(value, Integral) and not isinstance(value, bool)
+                                      and 1 <= value <= (value if most is None else most)):
+            bound = "a positive int" if most is None else f"an int from 1 to {most}, what the model supports"
+            raise InvalidModelError(f"{where}: {key} must be {bound}; got {value!r}")
+
+
+def check_transformer_config(folder: Path) -> tuple[Path, dict]:
     for name in TRANSFORMER_CONFIG_FILES:
         path = folder / name
         config = read_json(path) if path.exists() else {}
@@ -97,6 +113,7 @@ def check_transformer_config(folder: Path) -> None:
                         f"{encoder_file}: attn_implementation")
     except ValueError as exc:
         raise InvalidModelError(str(exc)) from None
+    return path, config
 
 
 def check_model_config(root: Path) -> dict:

@@ -2,6 +2,7 @@
 fitting that fails leaving the estimator as it was."""
 
 import contextlib
+import functools
 import os
 import re
 import warnings
@@ -9,18 +10,27 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+from sklearn.base import TransformerMixin
+from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_array, validate_data
 
 from skflow.metrics import sts_spearman
 from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "check_feature_names", "pairs_or_likelihood_score", "physical_memory",
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "PairsTransformerMixin", "check_feature_names", "float_dtypes",
+           "pairs_or_likelihood_score", "physical_memory",
            "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
 # 8192 rows x 384 features in float64 are 25 MB.
 CHUNK_ROWS = 8192
+
+
+def float_dtypes(X) -> list:
+    """The dtypes for ``check_array``: a polars frame of float32 columns stays float32 (as a pandas one does)."""
+    polars32 = type(X).__module__.startswith("polars") and all(str(d) == "Float32" for d in X.dtypes)
+    return [np.float32] if polars32 else FLOAT_DTYPES
 
 
 def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -31,12 +41,37 @@ def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple
     except (ValueError, TypeError):  # ragged lists: the validation names the problem
         ndim = -1
     if ndim == 3:
-        X3 = check_array(X, dtype=FLOAT_DTYPES, allow_nd=True, ensure_min_samples=1, input_name="X")
+        X3 = check_array(X, dtype=float_dtypes(X), allow_nd=True, ensure_min_samples=1, input_name="X")
         rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
-        X2d = validate_data(estimator, rows, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
+        with warnings.catch_warnings():  # 3-D input has no column names to check against those fitted on
+            warnings.filterwarnings("ignore", "X does not have valid feature names", UserWarning)
+            X2d = validate_data(estimator, rows, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
         return X2d, X3.shape
-    X2d = validate_data(estimator, X, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
+    X2d = validate_data(estimator, X, reset=reset, dtype=float_dtypes(X), ensure_min_samples=min_samples)
     return X2d, X2d.shape
+
+
+def _two_d_in_containers(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def wrapped(self, X, *args, **kwargs):
+        out = method(self, X, *args, **kwargs)
+        return _wrap_data_with_container("transform", out, X, self) if np.ndim(out) == 2 else out
+    return wrapped
+
+
+class PairsTransformerMixin(TransformerMixin, auto_wrap_output_keys=None):
+    """``TransformerMixin`` whose ``set_output`` (and ``set_config(transform_output=...)``) applies to 2-D outputs;
+    a 3-D one (sentence pairs) stays an ndarray, which a DataFrame cannot hold."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(auto_wrap_output_keys=None, **kwargs)  # scikit-learn would wrap 3-D too
+        cls._sklearn_auto_wrap_output_keys = {"transform"}
+        if "transform" in cls.__dict__:
+            cls.transform = _two_d_in_containers(cls.__dict__["transform"])
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit to ``X``, then transform it (`set_output` applies through `transform`)."""
+        return self.fit(X, y, **fit_params).transform(X)
 
 
 def check_feature_names(state: dict) -> None:

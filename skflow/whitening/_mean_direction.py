@@ -4,10 +4,17 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from skflow.utils import InvalidModelError, check_feature_names, row_chunks, unchanged_on_failure, validate_embeddings
+from skflow.utils import (
+    InvalidModelError,
+    PairsTransformerMixin,
+    check_feature_names,
+    row_chunks,
+    unchanged_on_failure,
+    validate_embeddings,
+)
 from skflow.whitening._covariance import MAGNITUDE_LIMIT, write_affine_onnx
 
 __all__ = ["MeanDirectionRemover"]
@@ -20,7 +27,7 @@ MAX_SAMPLES = 2**63 - 1
 _OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
 
 
-class MeanDirectionRemover(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class MeanDirectionRemover(OneToOneFeatureMixin, PairsTransformerMixin, BaseEstimator):
     """Project embeddings off the corpus mean direction, without centring ("renormalization").
 
     Each row ``x`` becomes ``x - (x . m) m / |m|^2``, where ``m`` is the mean

@@ -4,11 +4,18 @@ from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.utils import InvalidModelError, pairs_or_likelihood_score, unchanged_on_failure, validate_embeddings
+from skflow.utils import (
+    InvalidModelError,
+    PairsTransformerMixin,
+    float_dtypes,
+    pairs_or_likelihood_score,
+    unchanged_on_failure,
+    validate_embeddings,
+)
 from skflow.whitening._covariance import (
     RunningMoments,
     affine_rows,
@@ -21,7 +28,7 @@ from skflow.whitening._invertible import WhenInvertible
 __all__ = ["Whitener"]
 
 
-class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
     """Post-hoc linear maps of embeddings from their covariance: whitening and its relatives.
 
     Centres the embeddings, optionally removes the ``n_remove`` principal
@@ -248,7 +255,7 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             If the map removes or leaves out directions.
         """
         check_is_fitted(self)
-        Z = check_array(X, dtype=[np.float64, np.float32], allow_nd=True, input_name="X")
+        Z = check_array(X, dtype=float_dtypes(X), allow_nd=True, input_name="X")
         if Z.ndim not in (2, 3) or Z.shape[-1] != self.n_components_:
             raise ValueError(
                 f"X has shape {Z.shape}, but Whitener.inverse_transform expects 2-D or 3-D input with "
