@@ -127,3 +127,12 @@ def test_flow_pooling_takes_a_tuple_of_layers_and_a_numpy_bool_as_earlier_releas
     for layers, normalize in (([True], False), ((2,), 1)):  # a bool is no index, an int no boolean
         with pytest.raises(ValueError, match="layers must be|normalize must be"):
             FlowPooling("mean", layers, normalize)
+
+
+def test_the_export_is_imported_on_first_use_and_other_names_are_attribute_errors():
+    import skflow
+    import skflow.serving
+
+    assert skflow.export_sentence_transformer is skflow.serving.export_sentence_transformer
+    with pytest.raises(AttributeError, match="module 'skflow' has no attribute 'export_onnx'"):
+        skflow.export_onnx  # noqa: B018
