@@ -4,7 +4,7 @@ from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
 from skflow.persistence import dump, load
-from skflow.whitening import MeanDirectionRemover, NotInvertibleError, Whitener
+from skflow.whitening import FewRowsWarning, MeanDirectionRemover, NotInvertibleError, Whitener
 
 __version__ = "0.2.0"
 
@@ -12,6 +12,7 @@ __all__ = [
     "BertEmbedder",
     "ConstantFeaturesWarning",
     "EncoderChangedError",
+    "FewRowsWarning",
     "FlowGaussianizer",
     "MeanDirectionRemover",
     "NotInvertibleError",

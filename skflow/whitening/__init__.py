@@ -5,6 +5,6 @@
 
 from skflow.whitening._invertible import NotInvertibleError
 from skflow.whitening._mean_direction import MeanDirectionRemover
-from skflow.whitening._whitener import Whitener
+from skflow.whitening._whitener import FewRowsWarning, Whitener
 
-__all__ = ["MeanDirectionRemover", "NotInvertibleError", "Whitener"]
+__all__ = ["FewRowsWarning", "MeanDirectionRemover", "NotInvertibleError", "Whitener"]
