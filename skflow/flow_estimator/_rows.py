@@ -162,13 +162,25 @@ class MemoryMappedRows:
         order = self.chunks[torch.randperm(len(self.chunks), generator=generator).numpy()]
         carry = None
         for start in range(0, len(order), BUFFER_CHUNKS):
-            parts = [self._chunk(int(c)) for c in order[start : start + BUFFER_CHUNKS]]
-            buffer = torch.cat(parts if carry is None else [carry, *parts])
-            buffer = buffer[torch.randperm(len(buffer), generator=generator).to(self.device)]
-            full = len(buffer) // batch_size * batch_size
+            # Each chunk is converted straight into one buffer, and batches are gathered from it: no list of
+            # chunks, concatenation or shuffled copy beside it (they held 3-4 buffers at once, +50 MB each).
+            group = order[start : start + BUFFER_CHUNKS]
+            n_carry = 0 if carry is None else len(carry)
+            size = n_carry + int(np.minimum(self.chunk_rows, len(self.X) - group * self.chunk_rows).sum())
+            buffer, filled = None, n_carry
+            for index in group:
+                part = self._chunk(int(index))
+                if buffer is None:
+                    buffer = torch.empty((size, part.shape[1]), dtype=part.dtype, device=part.device)
+                    if carry is not None:
+                        buffer[:n_carry] = carry
+                buffer[filled : filled + len(part)] = part
+                filled, part, carry = filled + len(part), None, None
+            permutation = torch.randperm(size, generator=generator).to(self.device)
+            full = size // batch_size * batch_size
             for offset in range(0, full, batch_size):
-                yield buffer[offset : offset + batch_size]
-            carry = buffer[full:]
+                yield buffer[permutation[offset : offset + batch_size]]
+            carry, buffer = buffer[permutation[full:]], None
         if not drop_last and carry is not None and len(carry):
             yield carry
 
