@@ -5,6 +5,7 @@ existing target is replaced only if it is a regular file of the kind written, re
 import bz2
 import contextlib
 import gzip
+import importlib
 import io
 import itertools
 import json
@@ -101,23 +102,35 @@ def _pickle_head(stream: BinaryIO) -> bytes:
 
 
 def _is_pickled_estimator(stream: BinaryIO) -> bool:
-    """A pickle of an instance of a class of skflow or scikit-learn, read from its first opcodes (the class, then
-    ``()`` and NEWOBJ, as every estimator pickles): nothing is unpickled, no module imported."""
+    """A pickle of an estimator of skflow or scikit-learn, read from its first opcodes (the class, then ``()`` and
+    NEWOBJ, as every estimator pickles): nothing is unpickled, no module but theirs imported."""
     ops = (op for op in pickletools.genops(io.BytesIO(_pickle_head(stream))) if op[0].name not in _FRAMING)
     names, args = zip(*[(op.name, arg) for op, arg, _ in itertools.islice(ops, 5)])
     if names[:3] == ("GLOBAL", "EMPTY_TUPLE", "NEWOBJ"):  # protocols 2 and 3: "module name"
-        return args[0].split(" ")[0].partition(".")[0] in _PACKAGES
+        return _is_estimator_class(*args[0].split(" "))
     # protocols 4 and 5: the module and the name pushed as strings
-    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and type(args[1]) is str and (
-        args[0].partition(".")[0] in _PACKAGES)
+    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and _is_estimator_class(args[0], args[1])
 
 
 def _is_skops_estimator(stream: BinaryIO) -> bool:
-    """A skops archive whose ``schema.json`` (read as JSON, nothing built) holds an instance of
-    a class of skflow or scikit-learn."""
+    """A skops archive whose ``schema.json`` (read as JSON, nothing built) holds an estimator of skflow or
+    scikit-learn."""
     with zipfile.ZipFile(stream) as archive, archive.open("schema.json") as schema:
         top = json.loads(schema.read(2**26))
-    return top["__loader__"] == "ObjectNode" and top["__module__"].partition(".")[0] in _PACKAGES
+    return top["__loader__"] == "ObjectNode" and _is_estimator_class(top["__module__"], top["__class__"])
+
+
+def _is_estimator_class(module: str, name: str) -> bool:
+    """Whether ``module.name`` is an estimator class of skflow or scikit-learn, not their data (a dataset's Bunch) or
+    helpers (a CV splitter): only their modules are imported, their own code; nothing of the file is run."""
+    if module.partition(".")[0] not in _PACKAGES or "__main__" in module.split("."):
+        return False
+    from sklearn.base import BaseEstimator
+
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return isinstance(found, type) and issubclass(found, BaseEstimator)
 
 
 def _is_onnx(stream: BinaryIO) -> bool:
