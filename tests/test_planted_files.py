@@ -122,13 +122,29 @@ def test_the_one_reader_refuses_fifos_devices_and_files_over_their_limit_unread(
     limited = "not a regular file of at most 1,000 bytes"
     assert str(_within(10, read_regular_file, planted, 1000)) == limited
     assert str(_within(10, read_bytes, locate(planted), 1000)) == limited
-    assert str(_within(10, read_bytes, locate(planted), 1000, "gzip")) == "not a regular file"  # limit: decompressed
+    assert str(_within(10, read_bytes, locate(planted), 1000, "gzip")) == limited
     (tmp_path / "big").write_bytes(b"x" * 1001)
     assert str(_within(10, read_regular_file, tmp_path / "big", 1000)) == "not a regular file of at most 1,000 bytes"
     assert read_regular_file(tmp_path / "big", 1001) == b"x" * 1001
     bomb = tmp_path / "bomb.txt.gz"
-    bomb.write_bytes(gzip.compress(b"x" * 10**6))  # 1 kB that decompresses to 1 MB
+    bomb.write_bytes(gzip.compress(b"x" * 10**5))  # 0.1 kB that decompresses to 100 kB
     assert str(_within(10, read_bytes, locate(bomb), 1000, "gzip")) == "holds more than 1,000 bytes"
+    assert _within(10, read_bytes, locate(bomb), 10**5, "gzip") == b"x" * 10**5
+
+
+def test_a_huge_compressed_input_is_refused_unread(tmp_path):
+    """A sparse 1 GiB ``.txt.gz`` against a limit of 1,000 bytes: refused from its size (it was read whole into
+    memory, 14 s and 1.4 GB here, before gzip failed on it); the limit bounds the file, compressed or not."""
+    import resource
+
+    huge = tmp_path / "huge.txt.gz"
+    with open(huge, "wb") as file:
+        file.write(gzip.compress(b"hello\n"))
+        file.truncate(2**30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    refused = _within(10, read_bytes, locate(huge), 1000, "gzip")
+    assert str(refused) == "not a regular file of at most 1,000 bytes"
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**28
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
