@@ -173,3 +173,18 @@ def test_planted_encoder_sts_and_cache_files_are_refused_or_left_alone_at_once(t
     found, hit = _within(10, cache.get_many, ["a", "b"])
     np.testing.assert_array_equal(found, vectors)
     assert hit.all() and not os.path.isfile(cache.folder / "key.json")
+
+
+def test_a_huge_skops_file_is_refused_unread_by_load(tmp_path):
+    """``skflow.load`` of a sparse .skops file past 4 GiB: refused from its size (it was read whole into memory: 2 GiB
+    took 2.4 GB and 8 s here before zipfile refused it; a larger one runs the machine out of memory)."""
+    import resource
+
+    huge = tmp_path / "model.skops"
+    with open(huge, "wb") as file:
+        file.truncate(2**32 + 1)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    refused = _within(10, skflow.load, huge)
+    assert isinstance(refused, skflow.persistence.InvalidModelError)
+    assert str(refused) == f"{huge}: not a regular file of at most 4,294,967,296 bytes"
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**28
