@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +22,7 @@ from skflow.datasets._files import STSDataError, check_file, lines
 from skflow.embedding import EmbeddingCache
 from skflow.embedding._model_source import EncoderNotFoundError, resolve_model_source
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.ray_jobs._corpus import vectors_column
+from skflow.ray_jobs._corpus import InputError, input_files, vectors_column
 from skflow.ray_jobs._outputs import MARKER, OutputFolder
 from skflow.ray_jobs._storage import locate, read_bytes
 from skflow.utils import read_regular_file
@@ -188,3 +189,21 @@ def test_a_huge_skops_file_is_refused_unread_by_load(tmp_path):
     assert isinstance(refused, skflow.persistence.InvalidModelError)
     assert str(refused) == f"{huge}: not a regular file of at most 4,294,967,296 bytes"
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**28
+
+
+def test_a_listed_shard_linked_to_another_listed_shard_is_refused(tmp_path):
+    """Two shards of 5 rows; the first replaced by a link to the second. Each footer agreed with the manifest and
+    so did their sum, but a file named twice is read once: 5 rows of 10 were read, without a word."""
+    out = tmp_path / "out"
+    with OutputFolder(out, overwrite=False).writing(rows=10, command="embed") as sink:
+        sink.on_write_start()
+        written = [sink.write(iter([pa.table({"id": range(5 * task, 5 * task + 5)})]),
+                              types.SimpleNamespace(task_idx=task)) for task in (0, 1)]
+        sink.on_write_complete(types.SimpleNamespace(write_returns=written))
+    first, second = json.loads((out / MARKER).read_text())["files"]
+    os.unlink(out / first)
+    os.symlink(out / second, out / first)
+    refused = _within(10, input_files, [out])
+    assert isinstance(refused, InputError) and str(refused) == (
+        f"{out / second}: is the same file as {first}, both listed in its output's {MARKER} manifest: the output is "
+        "damaged; write it again")
