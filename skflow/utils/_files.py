@@ -55,9 +55,10 @@ class UnreadableFileError(OSError):
     """A file that is not read: not a regular file (a FIFO, a device), or larger than its kind allows."""
 
 
-def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
-    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError."""
-    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+def open_regular_file(path: str | os.PathLike, limit: int | None = None, *, follow_links: bool = True) -> BinaryIO:
+    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError
+    (a link, without ``follow_links``: OSError ELOOP)."""
+    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)), "rb")
     info = os.fstat(stream.fileno())
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
         stream.close()
