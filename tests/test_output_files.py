@@ -233,7 +233,8 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
               "dict.gz": gzip.compress(pickle.dumps({"weights": [1, 2, 3]}, protocol=2)),
               "frame.pkl": pickle.dumps(pd.DataFrame({"a": [1, 2]}), protocol=5),
               "array.pkl": pickle.dumps(np.zeros(3)), "list.pkl": pickle.dumps([whitener]),
-              "class.pkl": pickle.dumps(Whitener)}
+              "class.pkl": pickle.dumps(Whitener), "tuple.pkl": pickle.dumps((whitener, {"mine": 1}), protocol=4),
+              "tuple.gz": gzip.compress(pickle.dumps((whitener, pd.DataFrame({"a": [1]})), protocol=2))}
     joblib.dump(np.zeros(3), tmp_path / "array.joblib")
     with zipfile.ZipFile(tmp_path / "other.skops", "w") as archive:
         archive.writestr("schema.json", json.dumps(schema))

@@ -100,6 +100,9 @@ def _plant(tmp_path, target: str, writer: str):
     elif target == "a CV splitter of scikit-learn":
         path = tmp_path / "folds.pkl"
         path.write_bytes(pickle.dumps(pytest.importorskip("sklearn.model_selection").KFold(3), protocol=4))
+    elif target == "an estimator and the user's data in one tuple":  # its first opcodes are the estimator's
+        path = tmp_path / "bundle.joblib"
+        joblib.dump((_fitted("Whitener"), {"my": "precious data"}), path, compress=3)
     elif target == "folder":
         path = tmp_path / "out.onnx"
         path.mkdir()
@@ -111,7 +114,8 @@ def _plant(tmp_path, target: str, writer: str):
 
 @pytest.mark.parametrize("target", ["readme", "text named like the output", "a model of another kind",
                                     "a pandas pickle", "a joblib pickle of a dict", "scikit-learn's data (a Bunch)",
-                                    "a CV splitter of scikit-learn", "folder",
+                                    "a CV splitter of scikit-learn", "an estimator and the user's data in one tuple",
+                                    "folder",
                                     "a link to the user's file"])
 @pytest.mark.parametrize("writer", list(_WRITERS))
 def test_a_writer_never_replaces_a_file_skflow_did_not_write(tmp_path, writer, target, monkeypatch):

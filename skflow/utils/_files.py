@@ -19,7 +19,6 @@ import socket
 import stat
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -87,16 +86,24 @@ class FileKind(NamedTuple):
             return False
 
 
+def _pickle_file(stream: BinaryIO) -> BinaryIO:
+    """``stream`` read from its start, plain or decompressed from one of joblib's compressors (zlib, gzip, bz2, xz,
+    lzma) as it is read."""
+    import joblib.compressor
+
+    stream.seek(0)
+    magic = stream.read(6)
+    stream.seek(0)
+    for start, opener in ((b"x", joblib.compressor.BinaryZlibFile), (b"\x1f\x8b", gzip.open), (b"BZh", bz2.open),
+                          ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
+        if magic.startswith(start):
+            return opener(stream, "rb")
+    return stream
+
+
 def _pickle_head(stream: BinaryIO) -> bytes:
-    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz,
-    lzma); else ValueError."""
-    head = stream.read(4096)
-    if head[:1] == b"x":
-        head = zlib.decompressobj().decompress(head, 512)
-    for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
-        if head.startswith(magic):
-            stream.seek(0)
-            head = opener(stream, "rb").read(512)
+    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors; else ValueError."""
+    head = _pickle_file(stream).read(512)
     if not (head[:1] == b"\x80" and 2 <= head[1] <= 5):
         raise ValueError("not a pickle")
     return head
@@ -104,13 +111,18 @@ def _pickle_head(stream: BinaryIO) -> bytes:
 
 def _is_pickled_estimator(stream: BinaryIO) -> bool:
     """A pickle of an estimator of skflow or scikit-learn, read from its first opcodes (the class, then ``()`` and
-    NEWOBJ, as every estimator pickles): nothing is unpickled, no module but theirs imported."""
+    NEWOBJ, as every estimator pickles) and its last (BUILD, STOP: the estimator is the whole pickle, not the first
+    item of a tuple that holds the user's data too): nothing is unpickled, no module but theirs imported."""
     ops = (op for op in pickletools.genops(io.BytesIO(_pickle_head(stream))) if op[0].name not in _FRAMING)
     names, args = zip(*[(op.name, arg) for op, arg, _ in itertools.islice(ops, 5)])
     if names[:3] == ("GLOBAL", "EMPTY_TUPLE", "NEWOBJ"):  # protocols 2 and 3: "module name"
-        return _is_estimator_class(*args[0].split(" "))
-    # protocols 4 and 5: the module and the name pushed as strings
-    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and _is_estimator_class(args[0], args[1])
+        estimator = _is_estimator_class(*args[0].split(" "))
+    else:  # protocols 4 and 5: the module and the name pushed as strings
+        estimator = names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and _is_estimator_class(args[0], args[1])
+    tail, file = b"", _pickle_file(stream)  # read to its end in blocks: joblib's arrays lie inline, not as opcodes
+    for block in iter(lambda: file.read(2**20), b""):
+        tail = (tail + block)[-2:]
+    return estimator and tail == b"b."
 
 
 def _is_skops_estimator(stream: BinaryIO) -> bool:
