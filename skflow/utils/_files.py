@@ -119,10 +119,12 @@ def _is_pickled_estimator(stream: BinaryIO) -> bool:
         estimator = _is_estimator_class(*args[0].split(" "))
     else:  # protocols 4 and 5: the module and the name pushed as strings
         estimator = names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and _is_estimator_class(args[0], args[1])
+    if not estimator:
+        return False
     tail, file = b"", _pickle_file(stream)  # read to its end in blocks: joblib's arrays lie inline, not as opcodes
     for block in iter(lambda: file.read(2**20), b""):
         tail = (tail + block)[-2:]
-    return estimator and tail == b"b."
+    return tail == b"b."
 
 
 def _is_skops_estimator(stream: BinaryIO) -> bool:
