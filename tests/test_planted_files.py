@@ -207,3 +207,22 @@ def test_a_listed_shard_linked_to_another_listed_shard_is_refused(tmp_path):
     assert isinstance(refused, InputError) and str(refused) == (
         f"{out / second}: is the same file as {first}, both listed in its output's {MARKER} manifest: the output is "
         "damaged; write it again")
+
+
+def test_a_shard_swapped_for_a_fifo_after_the_listing_is_refused_not_blocked_on(tmp_path):
+    """The listing said a regular file; a FIFO was swapped in before the driver read its Parquet footer (the row
+    check of the manifest, and the footer check of the rows): pyarrow's open blocked on it for ever."""
+    from skflow.ray_jobs._corpus import Corpus, check_rows
+    from skflow.ray_jobs._outputs import _check_rows
+
+    out = tmp_path / "out"
+    write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": range(5)}))
+    (name,) = json.loads((out / MARKER).read_text())["files"]
+    os.unlink(out / name)
+    os.mkfifo(out / name)
+    refused = _within(10, _check_rows, locate(out), {name: 5, None: 5}, [name], InputError)
+    assert isinstance(refused, InputError) and str(refused).startswith(f"{out / name}: cannot be read as Parquet "
+                                                                       "(not a regular file)")
+    refused = _within(10, check_rows, Corpus(files=(str(out / name),), kind="parquet"), "id")
+    assert isinstance(refused, InputError) and str(refused).startswith(f"{out / name}: cannot be read as Parquet "
+                                                                       "(not a regular file)")

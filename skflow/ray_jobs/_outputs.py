@@ -228,8 +228,6 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
 def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
     """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
     ``counts`` (or, every file read, another total)."""
-    import pyarrow.parquet as pq
-
     total, seen = 0, {}
     for name in names:
         shard = folder.child(name)
@@ -238,7 +236,7 @@ def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Ex
             raise error(f"{printable(shard.shown)}: is the same file as {printable(same)}, both listed in its output's "
                         f"{MARKER} manifest: the output is damaged; write it again")
         try:
-            rows = pq.read_metadata(shard.path, filesystem=shard.filesystem).num_rows
+            rows = storage.parquet_metadata(shard).num_rows
         except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line
             raise error(f"{printable(shard.shown)}: cannot be read as Parquet ({storage.one_line(exc)}); the output "
                         "is damaged: write it again") from None

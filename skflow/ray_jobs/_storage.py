@@ -187,6 +187,17 @@ def write_bytes(where: Location, data: bytes) -> None:
         stream.write(data)
 
 
+def parquet_metadata(where: Location):
+    """A Parquet file's footer; a local file opened by the one reader, so a FIFO or device swapped in since the
+    listing is UnreadableFileError, never blocked on."""
+    import pyarrow.parquet as pq
+
+    if where.is_remote:
+        return pq.read_metadata(where.path, filesystem=where.filesystem)
+    with open_regular_file(where.path) as file:
+        return pq.read_metadata(file)
+
+
 def read_bytes(where: Location, limit: int, compression: str | None = None) -> bytes:
     """A regular file's bytes (decompressed), at most ``limit`` of them, of a file of at most ``limit`` bytes
     (compressed or not); else UnreadableFileError, nothing read. Streamed: a compressed file is never held whole."""
