@@ -235,7 +235,8 @@ def test_only_skops_and_joblib_files_count_as_model_files(tmp_path):
               "dict.gz": gzip.compress(pickle.dumps({"weights": [1, 2, 3]}, protocol=2)),
               "frame.pkl": pickle.dumps(pd.DataFrame({"a": [1, 2]}), protocol=5),
               "array.pkl": pickle.dumps(np.zeros(3)), "list.pkl": pickle.dumps([whitener]),
-              "class.pkl": pickle.dumps(Whitener)}
+              "class.pkl": pickle.dumps(Whitener), "tuple.pkl": pickle.dumps((whitener, {"mine": 1}), protocol=4),
+              "tuple.gz": gzip.compress(pickle.dumps((whitener, pd.DataFrame({"a": [1]})), protocol=2))}
     joblib.dump(np.zeros(3), tmp_path / "array.joblib")
     with zipfile.ZipFile(tmp_path / "other.skops", "w") as archive:
         archive.writestr("schema.json", json.dumps(schema))
@@ -261,3 +262,30 @@ def test_an_unreadable_model_is_named_by_the_users_path_not_the_copy_read(tmp_pa
     with pytest.raises(InputError) as error:
         load_model(path)
     assert str(error.value).count(str(path)) == 2 and "skflow-model-" not in str(error.value)
+
+
+def test_fit_overwrite_refuses_a_link_and_a_fifo_swapped_in_before_ray(tmp_path, monkeypatch):
+    """``fit --overwrite`` onto a link to a model file passed the check (the type read through the link), ran the
+    whole fit in Ray, then the write refused the link; a FIFO swapped in after the type was read ("file") hung the
+    check (pyarrow's open blocks on it: 1,451 checks against a swapping loop, then a hang). Both refused at once."""
+    import threading
+
+    from skflow import Whitener
+    from skflow.ray_jobs import _storage
+
+    model = tmp_path / "real.skops"
+    skops_dump = pytest.importorskip("skops.io").dump
+    skops_dump(Whitener().fit(np.random.RandomState(0).normal(size=(50, 4))), model)
+    os.symlink(model, tmp_path / "link.skops")
+    with pytest.raises(OutputPathError, match=r"link\.skops: exists and is not a model file"):
+        check_model_output(tmp_path / "link.skops", overwrite=True)
+    os.mkfifo(tmp_path / "swapped.skops")
+    monkeypatch.setattr(_storage, "file_type", lambda *args, **kwargs: "file")  # read before the swap
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(pytest.raises(OutputPathError, check_model_output,
+                                                                          tmp_path / "swapped.skops", overwrite=True)),
+                              daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the check blocked on the FIFO"
+    assert "swapped.skops: exists and is not a model file" in str(outcome[0].value)

@@ -232,3 +232,22 @@ def test_a_download_killed_midway_leaves_no_data_and_the_next_one_completes(sts_
             assert out.strip() == "1500"
             assert [p.name for p in tmp_path.iterdir()] == ["STS13-en-test"]  # the killed one's staging removed
         server.shutdown()
+
+
+def test_a_file_replaced_between_its_check_and_its_read_is_refused(sts13, monkeypatch):
+    """A score edited right after the file's sha256 was accepted, before it is parsed (another process replacing it):
+    the edited scores were read as the original data, without a word. The bytes parsed must be those checked."""
+    real_check = datasets.check_file
+    gold = sts13 / "STS.gs.headlines.txt"
+
+    def check_then_replace(path, relative, **kwargs):
+        verdict = real_check(path, relative, **kwargs)
+        if path == gold:
+            replacement = gold.with_name("replacement")
+            replacement.write_bytes(gold.read_bytes().replace(b"4.4", b"1.4", 1))
+            os.replace(replacement, gold)
+        return verdict
+
+    monkeypatch.setattr(datasets, "check_file", check_then_replace)
+    with pytest.raises(STSDataError, match=r"STS.gs.headlines.txt: changed since its sha256 was checked"):
+        load_sts("sts13", data_home=sts13.parent)

@@ -1,6 +1,7 @@
 """The one writer of single files (`skflow.utils.replaced_atomically`), as a concurrent run or a user meets it."""
 
 import os
+import pickle
 import subprocess
 import sys
 
@@ -93,6 +94,15 @@ def _plant(tmp_path, target: str, writer: str):
     elif target == "a joblib pickle of a dict":
         path = tmp_path / "weights.joblib"
         joblib.dump({"weights": np.arange(3.0)}, path, compress=3)
+    elif target == "scikit-learn's data (a Bunch)":  # a class of scikit-learn, but no estimator: it was replaced
+        path = tmp_path / "iris.joblib"
+        joblib.dump(pytest.importorskip("sklearn.datasets").load_iris(), path)
+    elif target == "a CV splitter of scikit-learn":
+        path = tmp_path / "folds.pkl"
+        path.write_bytes(pickle.dumps(pytest.importorskip("sklearn.model_selection").KFold(3), protocol=4))
+    elif target == "an estimator and the user's data in one tuple":  # its first opcodes are the estimator's
+        path = tmp_path / "bundle.joblib"
+        joblib.dump((_fitted("Whitener"), {"my": "precious data"}), path, compress=3)
     elif target == "folder":
         path = tmp_path / "out.onnx"
         path.mkdir()
@@ -103,7 +113,9 @@ def _plant(tmp_path, target: str, writer: str):
 
 
 @pytest.mark.parametrize("target", ["readme", "text named like the output", "a model of another kind",
-                                    "a pandas pickle", "a joblib pickle of a dict", "folder",
+                                    "a pandas pickle", "a joblib pickle of a dict", "scikit-learn's data (a Bunch)",
+                                    "a CV splitter of scikit-learn", "an estimator and the user's data in one tuple",
+                                    "folder",
                                     "a link to the user's file"])
 @pytest.mark.parametrize("writer", list(_WRITERS))
 def test_a_writer_never_replaces_a_file_skflow_did_not_write(tmp_path, writer, target, monkeypatch):

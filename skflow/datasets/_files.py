@@ -20,6 +20,7 @@ from skflow.utils import UnreadableFileError, read_regular_file
 DATA_LIMIT = 2**27  # bytes: the largest STS file is a few MB
 
 _verified: dict[tuple, str] = {}
+_checked: dict[str, str] = {}  # path -> the sha256 that check_file last accepted: lines() reads only those bytes
 
 
 class STSDataError(ValueError):
@@ -43,8 +44,10 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
             _verified[key] = digest
     verdict = _verified[key]
     if verdict in ("original", "zenodo"):
+        _checked[str(path)] = SHA256[relative] if verdict == "original" else ZENODO_SICK_SHA256[relative]
         return verdict
     if allow_modified:
+        _checked[str(path)] = verdict
         return "modified"
     raise STSDataError(
         f"{path}: sha256 {verdict} is not that of the file as distributed ({SHA256.get(relative)}): the file is "
@@ -62,8 +65,11 @@ def _read(path: Path) -> bytes:
 
 
 def lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 file, split on ``\\n`` (a ``\\r`` before it is dropped), no final empty line."""
+    """Lines of a UTF-8 file, split on ``\\n`` (a ``\\r`` before it is dropped), no final empty line; a file that
+    `check_file` accepted must still hold the bytes it checked."""
     data = _read(path)
+    if (checked := _checked.get(str(path))) is not None and hashlib.sha256(data).hexdigest() != checked:
+        raise STSDataError(f"{path}: changed since its sha256 was checked (replaced while being read?); read it again")
     if not data.strip():
         raise STSDataError(f"{path}: the file is empty")
     try:

@@ -11,7 +11,15 @@ from typing import NamedTuple
 import numpy as np
 
 from skflow.ray_jobs._outputs import read_as_listed
-from skflow.ray_jobs._storage import file_type, is_remote, list_files, locate, one_line, read_bytes
+from skflow.ray_jobs._storage import (
+    file_type,
+    is_remote,
+    list_files,
+    locate,
+    one_line,
+    parquet_metadata,
+    read_bytes,
+)
 from skflow.utils import check_name, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
@@ -165,7 +173,6 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     object storage are checked by their footer here, their rows as Ray reads them: ``(rows, length, the row checks)``
     for :func:`read_dataset`."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if vectors and corpus.kind != "parquet":
         raise InputError(f"{corpus.files[0]}: vectors are read from Parquet shards (as written by skflow embed)")
@@ -174,7 +181,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
         if corpus.kind == "parquet":
             where = locate(path, InputError)
             try:  # the footer: a few KiB read
-                metadata = pq.read_metadata(where.path, filesystem=where.filesystem)
+                metadata = parquet_metadata(where)
             except (OSError, ValueError, pa.ArrowException) as exc:
                 raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
             schema = metadata.schema.to_arrow_schema()

@@ -13,13 +13,21 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
 from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line, read_bytes
-from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, replaced_atomically
+from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, open_regular_file, replaced_atomically
 
 MODEL_LIMIT = 2**32  # bytes: a flow's weights, or a pipeline's, are megabytes
 
 
 def _is_model_file(where: Location) -> bool:
-    """Whether a regular file is a skops archive or a joblib file, the only files ``skflow fit`` replaces."""
+    """Whether a regular file is a skops archive or a joblib file, the only files ``skflow fit`` replaces. A local one
+    is opened as the write checks it: never through a link, never blocked on (a FIFO swapped in since its type was
+    read hung ``fit``)."""
+    if not where.is_remote:
+        try:
+            with open_regular_file(where.path, follow_links=False) as file:
+                return MODEL.recognises(file)
+        except OSError:  # a link (the write would refuse it after the fit), a FIFO, a device
+            return False
     try:
         with where.filesystem.open_input_file(where.path) as file:
             return MODEL.recognises(file)

@@ -228,13 +228,15 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
 def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
     """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
     ``counts`` (or, every file read, another total)."""
-    import pyarrow.parquet as pq
-
-    total = 0
+    total, seen = 0, {}
     for name in names:
         shard = folder.child(name)
+        # a listed shard linked to another: each footer agrees and so does the sum, but the file is read once
+        if (same := seen.setdefault(shard.key if shard.is_remote else os.path.realpath(shard.path), name)) != name:
+            raise error(f"{printable(shard.shown)}: is the same file as {printable(same)}, both listed in its output's "
+                        f"{MARKER} manifest: the output is damaged; write it again")
         try:
-            rows = pq.read_metadata(shard.path, filesystem=shard.filesystem).num_rows
+            rows = storage.parquet_metadata(shard).num_rows
         except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line
             raise error(f"{printable(shard.shown)}: cannot be read as Parquet ({storage.one_line(exc)}); the output "
                         "is damaged: write it again") from None

@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import NamedTuple
 
-from skflow.utils import OutputPathError, UnreadableFileError, check_name, printable, read_regular_file
+from skflow.utils import OutputPathError, UnreadableFileError, check_name, open_regular_file, printable
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
 _S3_BUCKET = re.compile(r"^(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]$")
@@ -187,17 +187,29 @@ def write_bytes(where: Location, data: bytes) -> None:
         stream.write(data)
 
 
+def parquet_metadata(where: Location):
+    """A Parquet file's footer; a local file opened by the one reader, so a FIFO or device swapped in since the
+    listing is UnreadableFileError, never blocked on."""
+    import pyarrow.parquet as pq
+
+    if where.is_remote:
+        return pq.read_metadata(where.path, filesystem=where.filesystem)
+    with open_regular_file(where.path) as file:
+        return pq.read_metadata(file)
+
+
 def read_bytes(where: Location, limit: int, compression: str | None = None) -> bytes:
-    """A regular file's bytes (decompressed), at most ``limit`` of them; else UnreadableFileError, nothing read."""
+    """A regular file's bytes (decompressed), at most ``limit`` of them, of a file of at most ``limit`` bytes
+    (compressed or not); else UnreadableFileError, nothing read. Streamed: a compressed file is never held whole."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
     if where.is_remote and ((info := where.filesystem.get_file_info(where.path)).type != pafs.FileType.File
-                            or compression is None and info.size > limit):
+                            or info.size > limit):
         raise UnreadableFileError(f"not a regular file of at most {limit:,} bytes")
-    raw = where.filesystem.open_input_stream(where.path) if where.is_remote else pa.BufferReader(
-        read_regular_file(where.path, limit if compression is None else None))
-    with pa.input_stream(raw, compression=compression) as stream:
+    with (where.filesystem.open_input_stream(where.path, compression=None) if where.is_remote else
+          pa.PythonFile(open_regular_file(where.path, limit), mode="r")) as raw, pa.input_stream(
+            raw, compression=compression) as stream:
         data = stream.read(limit + 1)
     if len(data) > limit:
         raise UnreadableFileError(f"holds more than {limit:,} bytes")

@@ -5,6 +5,7 @@ existing target is replaced only if it is a regular file of the kind written, re
 import bz2
 import contextlib
 import gzip
+import importlib
 import io
 import itertools
 import json
@@ -18,7 +19,6 @@ import socket
 import stat
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -54,9 +54,10 @@ class UnreadableFileError(OSError):
     """A file that is not read: not a regular file (a FIFO, a device), or larger than its kind allows."""
 
 
-def open_regular_file(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
-    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError."""
-    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+def open_regular_file(path: str | os.PathLike, limit: int | None = None, *, follow_links: bool = True) -> BinaryIO:
+    """``path`` opened if it is a regular file of at most ``limit`` bytes; a FIFO or a device: UnreadableFileError
+    (a link, without ``follow_links``: OSError ELOOP)."""
+    stream = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)), "rb")
     info = os.fstat(stream.fileno())
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
         stream.close()
@@ -85,39 +86,66 @@ class FileKind(NamedTuple):
             return False
 
 
+def _pickle_file(stream: BinaryIO) -> BinaryIO:
+    """``stream`` read from its start, plain or decompressed from one of joblib's compressors (zlib, gzip, bz2, xz,
+    lzma) as it is read."""
+    import joblib.compressor
+
+    stream.seek(0)
+    magic = stream.read(6)
+    stream.seek(0)
+    for start, opener in ((b"x", joblib.compressor.BinaryZlibFile), (b"\x1f\x8b", gzip.open), (b"BZh", bz2.open),
+                          ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
+        if magic.startswith(start):
+            return opener(stream, "rb")
+    return stream
+
+
 def _pickle_head(stream: BinaryIO) -> bytes:
-    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors (zlib, gzip, bz2, xz,
-    lzma); else ValueError."""
-    head = stream.read(4096)
-    if head[:1] == b"x":
-        head = zlib.decompressobj().decompress(head, 512)
-    for magic, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), ((b"\xfd7zXZ", b"\x5d\x00\x00"), lzma.open)):
-        if head.startswith(magic):
-            stream.seek(0)
-            head = opener(stream, "rb").read(512)
+    """The first bytes of a pickle (protocol 2 to 5), plain or in one of joblib's compressors; else ValueError."""
+    head = _pickle_file(stream).read(512)
     if not (head[:1] == b"\x80" and 2 <= head[1] <= 5):
         raise ValueError("not a pickle")
     return head
 
 
 def _is_pickled_estimator(stream: BinaryIO) -> bool:
-    """A pickle of an instance of a class of skflow or scikit-learn, read from its first opcodes (the class, then
-    ``()`` and NEWOBJ, as every estimator pickles): nothing is unpickled, no module imported."""
+    """A pickle of an estimator of skflow or scikit-learn, read from its first opcodes (the class, then ``()`` and
+    NEWOBJ, as every estimator pickles) and its last (BUILD, STOP: the estimator is the whole pickle, not the first
+    item of a tuple that holds the user's data too): nothing is unpickled, no module but theirs imported."""
     ops = (op for op in pickletools.genops(io.BytesIO(_pickle_head(stream))) if op[0].name not in _FRAMING)
     names, args = zip(*[(op.name, arg) for op, arg, _ in itertools.islice(ops, 5)])
     if names[:3] == ("GLOBAL", "EMPTY_TUPLE", "NEWOBJ"):  # protocols 2 and 3: "module name"
-        return args[0].split(" ")[0].partition(".")[0] in _PACKAGES
-    # protocols 4 and 5: the module and the name pushed as strings
-    return names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and type(args[1]) is str and (
-        args[0].partition(".")[0] in _PACKAGES)
+        estimator = _is_estimator_class(*args[0].split(" "))
+    else:  # protocols 4 and 5: the module and the name pushed as strings
+        estimator = names[2:5] == ("STACK_GLOBAL", "EMPTY_TUPLE", "NEWOBJ") and _is_estimator_class(args[0], args[1])
+    if not estimator:
+        return False
+    tail, file = b"", _pickle_file(stream)  # read to its end in blocks: joblib's arrays lie inline, not as opcodes
+    for block in iter(lambda: file.read(2**20), b""):
+        tail = (tail + block)[-2:]
+    return tail == b"b."
 
 
 def _is_skops_estimator(stream: BinaryIO) -> bool:
-    """A skops archive whose ``schema.json`` (read as JSON, nothing built) holds an instance of
-    a class of skflow or scikit-learn."""
+    """A skops archive whose ``schema.json`` (read as JSON, nothing built) holds an estimator of skflow or
+    scikit-learn."""
     with zipfile.ZipFile(stream) as archive, archive.open("schema.json") as schema:
         top = json.loads(schema.read(2**26))
-    return top["__loader__"] == "ObjectNode" and top["__module__"].partition(".")[0] in _PACKAGES
+    return top["__loader__"] == "ObjectNode" and _is_estimator_class(top["__module__"], top["__class__"])
+
+
+def _is_estimator_class(module: str, name: str) -> bool:
+    """Whether ``module.name`` is an estimator class of skflow or scikit-learn, not their data (a dataset's Bunch) or
+    helpers (a CV splitter): only their modules are imported, their own code; nothing of the file is run."""
+    if module.partition(".")[0] not in _PACKAGES or "__main__" in module.split("."):
+        return False
+    from sklearn.base import BaseEstimator
+
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return isinstance(found, type) and issubclass(found, BaseEstimator)
 
 
 def _is_onnx(stream: BinaryIO) -> bool:
