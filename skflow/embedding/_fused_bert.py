@@ -11,6 +11,7 @@ architecture, float32, a GPU, an ``attn_implementation`` chosen in
 transformers' forward.
 """
 
+import os
 import weakref
 
 import torch
@@ -19,13 +20,20 @@ _SUPPORTED = frozenset({"BertModel", "RobertaModel", "XLMRobertaModel"})
 _BUILT: "weakref.WeakKeyDictionary[torch.nn.Module, FusedBertEncoder | None]" = weakref.WeakKeyDictionary()
 # The fused forward must give transformers' hidden states to within bf16 rounding; checked on a probe at build.
 _PROBE_MIN_COSINE = 0.999
+# oneDNN ISA caps (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA) without bf16 dot products: oneDNN's bf16 check still says
+# yes for the AVX-512 ones (it emulates bf16 there, slower than float32), so they are read here.
+_CAPS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI"})
 # The most bytes of float32 attention scores a block holds at once (at least one query's: heads x length x 4).
 SCORES_BYTES = 64 * 2**20
 
 
 def cpu_has_fast_bf16() -> bool:
     """Whether oneDNN does bf16 matrix work in this CPU's hardware: AMX or AVX-512 BF16, as torch's cpuinfo reads
-    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` caps it below bf16)."""
+    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` or ``AVX512_CORE`` caps it below
+    bf16)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().upper()
+    if cap in _CAPS_WITHOUT_BF16:
+        return False
     try:
         hardware = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
         return bool(hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported())
