@@ -29,6 +29,7 @@ def _search_types() -> set[str]:
     scorers = [metrics.get_scorer(name) for name in metrics.get_scorer_names()]
     named = [cls for cls in vars(ms).values() if isinstance(cls, type) and issubclass(cls, (ms.BaseCrossValidator,
              ms.BaseShuffleSplit))] + [type(ms.check_cv([([0], [1])])), type(metrics.check_scoring(Whitener()))]
+    named += [ms.RepeatedKFold, ms.RepeatedStratifiedKFold]  # splitters too, on another base class
     named += [*map(type, scorers), *(scorer._score_func for scorer in scorers)]
     return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
 
