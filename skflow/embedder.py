@@ -323,7 +323,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
                 f"BertEmbedder: cache entries in {cache.folder} were not trusted or not written "
                 f"({cache.problems()}); their vectors were computed afresh.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,  # transform < set_output's wrapper < the caller
             )
         index = np.fromiter((position[t] for t in flat), dtype=np.int64, count=len(flat))
         if long.any():  # counted as given: a text given twice is two texts
@@ -379,7 +379,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
                 f"(hidden_states[-2] and [-1]), which is now pooling={POOLING_ALIASES[self.pooling]!r}. "
                 "The BERT-flow paper's 'last2avg' is what its code computes: pooling='first_last_avg'.",
                 FutureWarning,
-                stacklevel=3,
+                stacklevel=4,  # _settings < transform < set_output's wrapper < the caller
             )
         return encoder_settings(
             source, config, pooling=self.pooling, layers=self.layers, device=self.device, dtype=self.dtype,

@@ -22,13 +22,20 @@ SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_C
 def _search_types() -> set[str]:
     """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, plain data that skops
     restores without running code: scikit-learn's CV splitters, its scorers and the metric functions its named
-    scorers call, and skflow's STS scorer."""
+    scorers call, skflow's STS scorer, and scipy.stats' distributions (frozen or not)."""
     from sklearn import metrics
     from sklearn import model_selection as ms
 
     scorers = [metrics.get_scorer(name) for name in metrics.get_scorer_names()]
     named = [cls for cls in vars(ms).values() if isinstance(cls, type) and issubclass(cls, (ms.BaseCrossValidator,
              ms.BaseShuffleSplit))] + [type(ms.check_cv([([0], [1])])), type(metrics.check_scoring(Whitener()))]
+    named += [ms.RepeatedKFold, ms.RepeatedStratifiedKFold]  # splitters too, on another base class
+    # RandomizedSearchCV's param_distributions: scipy's distributions, frozen (data: their parameters)
+    from scipy import stats
+
+    named += [type(value) for value in vars(stats).values() if isinstance(value, (stats.rv_continuous,
+                                                                                   stats.rv_discrete))]
+    named += [type(stats.uniform()), type(stats.randint(0, 2))]
     named += [*map(type, scorers), *(scorer._score_func for scorer in scorers)]
     return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
 
@@ -126,8 +133,8 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
         trusted = set(skops.io.get_untrusted_types(data=data)) & (set(SKFLOW_TYPES) | _search_types())
         if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - trusted):
             raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators, "
-                                     "scikit-learn's CV splitters and scorers, and skops' defaults: scikit-learn, "
-                                     "numpy). Only if you trust the file's author: "
+                                     "scikit-learn's CV splitters and scorers, scipy.stats' distributions, and skops' "
+                                     "defaults: scikit-learn, numpy). Only if you trust the file's author: "
                                      "skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))")
         model = skops.io.loads(data, trusted=sorted(trusted))
         if not isinstance(model, BaseEstimator):

