@@ -1,5 +1,6 @@
 """Saving fitted models safely: skops files that load without running code from the file (``docs/serving.md``)."""
 
+import functools
 import os
 from pathlib import Path
 
@@ -19,7 +20,8 @@ _SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, Mean
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 
-def _search_types() -> set[str]:
+@functools.cache
+def _search_types() -> frozenset[str]:
     """What a fitted GridSearchCV or RandomizedSearchCV holds beside estimators and arrays, plain data that skops
     restores without running code: scikit-learn's CV splitters, its scorers and the metric functions its named
     scorers call, skflow's STS scorer, and scipy.stats' distributions (frozen or not)."""
@@ -37,7 +39,7 @@ def _search_types() -> set[str]:
                                                                                    stats.rv_discrete))]
     named += [type(stats.uniform()), type(stats.randint(0, 2))]
     named += [*map(type, scorers), *(scorer._score_func for scorer in scorers)]
-    return {f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"}
+    return frozenset({f"{t.__module__}.{t.__qualname__}" for t in named} | {"skflow.metrics.STSScorer"})
 
 
 def dump(model: BaseEstimator, path: str | os.PathLike, *, overwrite: bool = True) -> Path:
@@ -130,8 +132,11 @@ def load(path: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(path).expanduser()
     try:
         data = read_skops_file(path)
-        trusted = set(skops.io.get_untrusted_types(data=data)) & (set(SKFLOW_TYPES) | _search_types())
-        if refused := sorted(set(skops.io.get_untrusted_types(data=data)) - trusted):
+        untrusted = set(skops.io.get_untrusted_types(data=data))
+        trusted = untrusted & set(SKFLOW_TYPES)
+        if untrusted - trusted:  # a search: its types are gathered (scipy.stats imported) only then
+            trusted |= untrusted & _search_types()
+        if refused := sorted(untrusted - trusted):
             raise UntrustedTypeError(f"types skflow does not trust: {', '.join(refused)} (it trusts its estimators, "
                                      "scikit-learn's CV splitters and scorers, scipy.stats' distributions, and skops' "
                                      "defaults: scikit-learn, numpy). Only if you trust the file's author: "

@@ -158,7 +158,7 @@ def test_a_setting_skflow_cannot_honour_is_refused_naming_the_file(exported, tmp
 def test_a_pooling_configuration_is_bounded_present_and_exactly_skflows(exported, tmp_path, kind, pooling):
     """Read by sentence-transformers' loaders, after skflow's bounded read: a config padded to 2 MiB, a missing
     one, and (FlowPooling) a "flow" key are refused naming the file, never read whole or passed over."""
-    cases = {"padded": (lambda path: path.write_text(" " * 2**21 + path.read_text()), "at most 1,048,576 bytes"),
+    cases = {"padded": (lambda path: path.write_text(" " * 2**21 + path.read_text()), "larger than 1,048,576 bytes"),
              "missing": (lambda path: path.unlink(), "missing; not a folder written by"),
              "a flow key": (lambda path: _edit(path, flow="x"), "refused|flow")}
     for name, (edit, message) in cases.items():

@@ -120,12 +120,12 @@ def test_planted_files_and_dangling_outputs_are_refused_in_one_line_before_ray(t
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
 def test_the_one_reader_refuses_fifos_devices_and_files_over_their_limit_unread(tmp_path, kind):
     planted = _planted(tmp_path / "planted", kind)
-    limited = "not a regular file of at most 1,000 bytes"
+    limited = "not a regular file"
     assert str(_within(10, read_regular_file, planted, 1000)) == limited
     assert str(_within(10, read_bytes, locate(planted), 1000)) == limited
     assert str(_within(10, read_bytes, locate(planted), 1000, "gzip")) == limited
     (tmp_path / "big").write_bytes(b"x" * 1001)
-    assert str(_within(10, read_regular_file, tmp_path / "big", 1000)) == "not a regular file of at most 1,000 bytes"
+    assert str(_within(10, read_regular_file, tmp_path / "big", 1000)) == "larger than 1,000 bytes"
     assert read_regular_file(tmp_path / "big", 1001) == b"x" * 1001
     bomb = tmp_path / "bomb.txt.gz"
     bomb.write_bytes(gzip.compress(b"x" * 10**5))  # 0.1 kB that decompresses to 100 kB
@@ -144,7 +144,7 @@ def test_a_huge_compressed_input_is_refused_unread(tmp_path):
         file.truncate(2**30)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     refused = _within(10, read_bytes, locate(huge), 1000, "gzip")
-    assert str(refused) == "not a regular file of at most 1,000 bytes"
+    assert str(refused) == "larger than 1,000 bytes"
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**28
 
 
@@ -165,7 +165,7 @@ def test_planted_encoder_sts_and_cache_files_are_refused_or_left_alone_at_once(t
     for read in (lambda path: check_file(path, "stsbenchmark/sts-train.csv", allow_modified=True), lines):
         refused = _within(10, read, sts)
         assert isinstance(refused, STSDataError) and str(refused) == \
-            f"{sts}: not a regular file of at most 134,217,728 bytes; delete it to download it again"
+            f"{sts}: not a regular file; delete it to download it again"
     cache = EmbeddingCache(tmp_path / "cache", {"model": "m"}, 2)
     cache.folder.mkdir(parents=True)
     _planted(cache.folder / "key.json", kind)  # a label skflow writes, never reads
@@ -187,7 +187,7 @@ def test_a_huge_skops_file_is_refused_unread_by_load(tmp_path):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     refused = _within(10, skflow.load, huge)
     assert isinstance(refused, skflow.persistence.InvalidModelError)
-    assert str(refused) == f"{huge}: not a regular file of at most 4,294,967,296 bytes"
+    assert str(refused) == f"{huge}: larger than 4,294,967,296 bytes"
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**28
 
 

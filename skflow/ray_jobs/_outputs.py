@@ -227,14 +227,16 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
 
 def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
     """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
-    ``counts`` (or, every file read, another total)."""
-    total, seen = 0, {}
+    ``counts`` (or, every file read, another total); a manifest that records no rows has none to check."""
+    total, seen, recorded = 0, {}, any(count is not None for count in counts.values())
     for name in names:
         shard = folder.child(name)
         # a listed shard linked to another: each footer agrees and so does the sum, but the file is read once
         if (same := seen.setdefault(shard.key if shard.is_remote else os.path.realpath(shard.path), name)) != name:
             raise error(f"{printable(shard.shown)}: is the same file as {printable(same)}, both listed in its output's "
                         f"{MARKER} manifest: the output is damaged; write it again")
+        if not recorded:
+            continue
         try:
             rows = storage.parquet_metadata(shard).num_rows
         except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line

@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import NamedTuple
 
-from skflow.utils import OutputPathError, UnreadableFileError, check_name, open_regular_file, printable
+from skflow.utils import OutputPathError, UnreadableFileError, check_name, open_regular_file, printable, read_at_most
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
 _S3_BUCKET = re.compile(r"^(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]$")
@@ -204,13 +204,11 @@ def read_bytes(where: Location, limit: int, compression: str | None = None) -> b
     import pyarrow as pa
     import pyarrow.fs as pafs
 
-    if where.is_remote and ((info := where.filesystem.get_file_info(where.path)).type != pafs.FileType.File
-                            or info.size > limit):
-        raise UnreadableFileError(f"not a regular file of at most {limit:,} bytes")
+    if where.is_remote and (info := where.filesystem.get_file_info(where.path)).type != pafs.FileType.File:
+        raise UnreadableFileError("not a regular file")
+    if where.is_remote and info.size > limit:
+        raise UnreadableFileError(f"larger than {limit:,} bytes")
     with (where.filesystem.open_input_stream(where.path, compression=None) if where.is_remote else
           pa.PythonFile(open_regular_file(where.path, limit), mode="r")) as raw, pa.input_stream(
             raw, compression=compression) as stream:
-        data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise UnreadableFileError(f"holds more than {limit:,} bytes")
-    return data
+        return read_at_most(stream, limit)

@@ -30,8 +30,8 @@ _FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opco
 
 __all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
            "OutputPathError", "UnreadableFileError", "UntrustedTypeError", "check_output_file",
-           "left_by_a_dead_process", "open_regular_file", "read_regular_file", "replaced_atomically", "run_tag",
-           "temporary_sibling", "write_text_atomically"]
+           "left_by_a_dead_process", "open_regular_file", "read_at_most", "read_regular_file", "replaced_atomically",
+           "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):
@@ -50,6 +50,9 @@ class OutputPathError(ValueError):
     """An output path that cannot or must not be written: found before any work is done, or at the write."""
 
 
+READ_BLOCK = 2**20  # bytes a bounded read takes at a time
+
+
 class UnreadableFileError(OSError):
     """A file that is not read: not a regular file (a FIFO, a device), or larger than its kind allows."""
 
@@ -61,17 +64,27 @@ def open_regular_file(path: str | os.PathLike, limit: int | None = None, *, foll
     info = os.fstat(stream.fileno())
     if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
         stream.close()
-        raise UnreadableFileError("not a regular file" + ("" if limit is None else f" of at most {limit:,} bytes"))
+        raise UnreadableFileError("not a regular file" if not stat.S_ISREG(info.st_mode) else
+                                  f"larger than {limit:,} bytes")
     return stream
+
+
+def read_at_most(stream, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``stream``, a block at a time (one read of ``limit`` bytes reserves them all first);
+    UnreadableFileError past that."""
+    blocks, size = [], 0
+    while block := stream.read(min(READ_BLOCK, limit + 1 - size)):
+        blocks.append(block)
+        size += len(block)
+        if size > limit:
+            raise UnreadableFileError(f"holds more than {limit:,} bytes")
+    return b"".join(blocks)
 
 
 def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
     """The bytes of :func:`open_regular_file`'s file, never more than ``limit`` (also if it grew since)."""
     with open_regular_file(path, limit) as stream:
-        data = stream.read(-1 if limit is None else limit + 1)
-    if limit is not None and len(data) > limit:
-        raise UnreadableFileError(f"not a regular file of at most {limit:,} bytes")
-    return data
+        return stream.read() if limit is None else read_at_most(stream, limit)
 
 
 class FileKind(NamedTuple):
