@@ -114,6 +114,7 @@ print(peak / (_rows.BUFFER_CHUNKS * rows.chunk_rows * 384 * 4))
 """
 
 
+@pytest.mark.slow
 def test_the_shuffle_buffer_holds_one_buffer_not_four(tmp_path):
     """The attack: fit on a 1.5 GB memmap grew the process's anonymous memory by 302 MB (RssAnon sampled every
     10 ms), over a 300 MB target; the shuffle buffer (4 chunks, 50 MB in float32) was held as the list of chunks,

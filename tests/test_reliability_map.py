@@ -1,6 +1,7 @@
 """Every row of ``docs/reliability.md`` names tests that exist: the row -> test mapping of issue #37."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _REFERENCE = re.compile(r"`((?:tests/)?(?:test_\w+\.py)?(?:::\w+)?)(?:\[[^`]*\])?`")
 
 
+@functools.cache
 def _tests_in(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
