@@ -189,7 +189,7 @@ def test_without_bf16_hardware_the_embedder_runs_transformers_exactly(monkeypatc
     assert calls == [] and FusedBertEncoder.build(_random(BertConfig(**WIDTH))) is None
 
 
-@pytest.mark.parametrize("cap", ["AVX2", *(pytest.param(cap, marks=pytest.mark.slow)  # a process each: one in the fast loop
+@pytest.mark.parametrize("cap", ["AVX2", *(pytest.param(cap, marks=pytest.mark.slow)  # one process in the fast loop
                                   for cap in ("AVX512_CORE", "avx512_core_vnni"))])
 def test_with_onednn_capped_below_bf16_the_default_is_float32_transformers(tmp_path, cap):
     """The same where oneDNN itself may not use bf16 hardware (``ONEDNN_MAX_CPU_ISA=AVX2``, an AVX2-only CPU's limit;
