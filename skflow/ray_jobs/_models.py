@@ -13,9 +13,7 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import output_location
 from skflow.ray_jobs._storage import Location, check_writable, file_type, locate, one_line, read_bytes
-from skflow.utils import JOBLIB, MODEL, SKOPS, OutputPathError, open_regular_file, replaced_atomically
-
-MODEL_LIMIT = 2**32  # bytes: a flow's weights, or a pipeline's, are megabytes
+from skflow.utils import JOBLIB, MODEL, MODEL_FILE_LIMIT, SKOPS, OutputPathError, open_regular_file, replaced_atomically
 
 
 def _is_model_file(where: Location) -> bool:
@@ -81,7 +79,7 @@ def _dump(model, file: Path) -> None:
 def _copied(where: Location, folder: str) -> Path:  # a local file too: what is checked is what is read
     local = Path(folder) / Path(where.path).name
     try:
-        local.write_bytes(read_bytes(where, MODEL_LIMIT))
+        local.write_bytes(read_bytes(where, MODEL_FILE_LIMIT))
     except Exception as exc:  # noqa: BLE001 - a FIFO, a device, too large, access denied, network: one line
         raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
     return local

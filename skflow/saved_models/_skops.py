@@ -9,10 +9,9 @@ from math import prod
 
 import numpy as np
 
-from skflow.utils import InvalidModelError, UnreadableFileError, read_regular_file
+from skflow.utils import MODEL_FILE_LIMIT, InvalidModelError, UnreadableFileError, read_regular_file
 
 MIB = 2**20
-FILE_LIMIT = 2**32  # bytes of a .skops file, as of transform's model files: a flow's or a pipeline's are megabytes
 SCHEMA_FLOOR, SCHEMA_RATIO = 16 * MIB, 4
 TOTAL_FLOOR, TOTAL_RATIO = 64 * MIB, 32
 MAX_DEPTH = 200
@@ -22,7 +21,7 @@ _HEADER_VERSIONS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.
 def read_skops_file(path: str | os.PathLike) -> bytes:
     """The bytes of a ``.skops`` file, read once (what is checked is what is loaded), its declared sizes bounded."""
     try:
-        data = read_regular_file(path, FILE_LIMIT)
+        data = read_regular_file(path, MODEL_FILE_LIMIT)
     except UnreadableFileError as exc:
         raise InvalidModelError(str(exc)) from None
     with zipfile.ZipFile(io.BytesIO(data)) as archive:  # not a zip, a missing member: zipfile's own errors

@@ -28,8 +28,8 @@ from skflow.utils._names import printable
 _PACKAGES = ("skflow", "sklearn")  # whose estimators a model file holds
 _FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opcodes that build no object
 
-__all__ = ["JOBLIB", "MANIFEST", "MODEL", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS", "InvalidModelError",
-           "OutputPathError", "UnreadableFileError", "UntrustedTypeError", "check_output_file",
+__all__ = ["JOBLIB", "MANIFEST", "MODEL", "MODEL_FILE_LIMIT", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS",
+           "InvalidModelError", "OutputPathError", "UnreadableFileError", "UntrustedTypeError", "check_output_file",
            "left_by_a_dead_process", "open_regular_file", "read_at_most", "read_regular_file", "replaced_atomically",
            "run_tag", "temporary_sibling", "write_text_atomically"]
 
@@ -51,6 +51,7 @@ class OutputPathError(ValueError):
 
 
 READ_BLOCK = 2**20  # bytes a bounded read takes at a time
+MODEL_FILE_LIMIT = 2**32  # bytes of a model file skflow reads (skops, joblib): a flow's or a pipeline's are megabytes
 
 
 class UnreadableFileError(OSError):
