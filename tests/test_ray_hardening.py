@@ -582,12 +582,12 @@ def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_ins
 
 
 class _AnotherFitMeanwhile(FlowGaussianizer):
-    """Before its first training step, another ``skflow fit`` (a real process) writes the same output file."""
+    """Before its first training step, another ``skflow fit`` (the command, on the same Ray instance) writes the same
+    output file."""
 
     def partial_fit(self, X, y=None):
         if not hasattr(self, "n_samples_seen_"):
-            run = _command("fit", *type(self).other, "--quiet", timeout=600)
-            assert run.returncode == 0, run.stderr[-2000:]
+            assert _run(["fit", *type(self).other, "--quiet"]) == 0
         return super().partial_fit(X, y)
 
 
@@ -644,15 +644,32 @@ def _session(sid: int) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def agents_ending():
+    """Sessions of killed drivers whose last Ray processes, the dashboard and runtime-env agents, end on their own
+    60 s after the kill (Ray 2.60's ``publish_error`` to the dead GCS server, a timeout fixed in its code): the rest
+    of this module runs meanwhile, and at its end every such session must be empty."""
+    sessions = []
+    yield sessions
+    for sid, killed in sessions:
+        while _session(sid) and time.monotonic() - killed < 180:
+            time.sleep(0.5)
+        left = _session(sid)
+        for line in left:  # never leave anything behind, even if the check fails
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        assert left == [], f"Ray processes left 180 s after the driver's SIGKILL: {left}"
+
+
 @pytest.mark.ray
-def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, capsys):
+def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, agents_ending):
     """Ray ends its instance without help (measured, Ray 2.60: the head at once, the workers within 3 s, the
-    dashboard and runtime-env agents after 62 to 64 s, when they give up on the dead GCS server)."""
+    dashboard and runtime-env agents after 62 to 64 s, checked at the end of this module)."""
     old = _skflow_output(tmp_path / "old")
     before = _tree(old)
     driver = subprocess.Popen([sys.executable, "-m", "skflow", "embed", corpus, "--output", old, "--overwrite",
                                "--quiet"], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
     try:
         end = time.monotonic() + 180
         while "ray::MapWorker" not in " ".join(_session(driver.pid)):  # the job runs
@@ -662,13 +679,14 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(t
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=10)
         killed = time.monotonic()
-        while _session(driver.pid) and time.monotonic() - killed < 180:
+        while [p for p in _session(driver.pid) if not any(a in p for a in agents)] and time.monotonic() - killed < 30:
             time.sleep(0.5)
-        left = _session(driver.pid)
-        print(f"Ray processes gone {time.monotonic() - killed:.1f} s after the driver's SIGKILL")
+        left = [p for p in _session(driver.pid) if not any(a in p for a in agents)]
+        print(f"Ray's head and workers gone {time.monotonic() - killed:.1f} s after the driver's SIGKILL")
     finally:
-        for line in _session(driver.pid):  # never leave anything behind, even if the test fails
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+        if driver.poll() is None:
+            driver.kill()
+        agents_ending.append((driver.pid, time.monotonic()))
     assert left == []
     # the old output is whole and read as before: its manifest and files (a killed run's files may lie beside them)
     assert {name: digest for name, digest in _tree(old).items() if name in before} == before
@@ -688,15 +706,18 @@ def _readme_ray_commands() -> list[list[str]]:
 
 
 @pytest.mark.ray
-def test_the_readme_ray_commands_run_as_written_on_this_machine(tmp_path):
+def test_the_readme_ray_commands_run_as_written_on_this_machine_and_print_nothing_with_quiet(tmp_path):
+    """One process per command, as a user runs them. With --quiet a successful command writes nothing to stdout or
+    stderr: Ray's own lines went to the console whatever the logging level (core_worker's from C++, "Progress bars
+    disabled")."""
     commands = _readme_ray_commands()
     assert [c[:2] for c in commands] == [["skflow", "embed"], ["skflow", "fit"], ["skflow", "transform"]]
     (tmp_path / "corpus").mkdir()
     pq.write_table(pa.table({"id": list(range(40)), "text": SENTENCES}), tmp_path / "corpus" / "part-0.parquet")
     for argv in commands:
-        run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:]], cwd=tmp_path, capture_output=True,
-                             text=True, env=ENV, timeout=600, check=False)
-        assert run.returncode == 0, (argv, run.stderr[-3000:])
+        run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:], "--quiet"], cwd=tmp_path,
+                             capture_output=True, text=True, env=ENV, timeout=600, check=False)
+        assert (run.returncode, run.stdout, run.stderr) == (0, "", ""), (argv, run.stderr[-3000:])
     assert pq.read_table(tmp_path / "emb").num_rows == 40
     flow = skflow.load(tmp_path / "flow.skops")
     assert flow.n_samples_seen_ == 40
@@ -704,29 +725,15 @@ def test_the_readme_ray_commands_run_as_written_on_this_machine(tmp_path):
     assert latent.num_rows == 40 and sorted(latent.column("id").to_pylist()) == list(range(40))
 
 
-@pytest.mark.ray
-def test_quiet_commands_print_nothing_on_success(tmp_path, corpus):
-    """Ray's own lines went to the console whatever the logging level (core_worker's from C++, "Progress bars
-    disabled"): with --quiet a successful command writes nothing to stdout or stderr."""
-    for argv in (["embed", corpus, "--output", tmp_path / "emb", "--pooling", "cls"],
-                 ["fit", tmp_path / "emb", "--output", tmp_path / "flow.skops"],
-                 ["transform", tmp_path / "emb", "--model", tmp_path / "flow.skops", "--output", tmp_path / "z"]):
-        run = _command(*argv, "--quiet", timeout=600)
-        assert (run.returncode, run.stdout, run.stderr) == (0, "", ""), (argv, run.stderr[-3000:])
-    assert pq.read_table(tmp_path / "z").num_rows == 40
-
-
-@pytest.mark.ray
-def test_fit_with_a_seed_gives_the_same_model_every_run(tmp_path):
+def test_fit_with_a_seed_gives_the_same_model_every_run(ray_instance, tmp_path):
     """Two runs of `skflow fit emb --seed 7` gave latents 1.3 to 3.4 apart: Ray read the shards' blocks in any
     order and shuffled them unseeded. Now the block order, the shuffle buffer and the flow follow the seed."""
     emb = _embeddings(tmp_path / "emb", n=400, shards=4)
     X = np.random.RandomState(0).normal(size=(400, 8)).astype(np.float32)
     latents = []
     for seed in ("7", "7", "8"):
-        run = _command("fit", emb, "--output", tmp_path / "flow.skops", "--seed", seed, "--overwrite",
-                       "--batch-size", "32", "--quiet", timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
+        assert _run(["fit", emb, "--output", tmp_path / "flow.skops", "--seed", seed, "--overwrite",
+                     "--batch-size", "32", "--quiet"]) == 0
         latents.append(skflow.load(tmp_path / "flow.skops").transform(X))
     assert latents[0].tobytes() == latents[1].tobytes()
     assert np.abs(latents[0] - latents[2]).max() > 1e-3
