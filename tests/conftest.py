@@ -149,3 +149,90 @@ def stsb_test_cls(sts_data_home, tmp_path_factory):
     dimensions are constant, as with every real encoder output of this model.
     """
     return _stsb_test_embeddings(sts_data_home, "cls")
+
+
+# ---------------------------------------------------------------------- one S3 server and one Ray head per session
+S3_SECRET = "SKFLOW-TEST-SECRET-4f1c9a-do-not-print"
+S3_KEY_ID = "AKIASKFLOWTESTKEY001"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server in a thread of this process, and the variables that point a client at it (secret credentials
+    that must appear in no output, error, log or written object)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": S3_KEY_ID,
+           "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_head(s3_server):
+    """The address of one Ray head of 2 CPUs for the session (``ray start``, a process of its own, killed by its
+    session at the end), its workers started with the S3 server's variables and this tree on PYTHONPATH. Its own
+    temporary folder: Ray joins the address found in the default one (/tmp/ray) from any ``ray.init()``."""
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    temp = tempfile.mkdtemp(prefix="skflow-ray-", dir="/tmp")  # short: Ray's socket paths must fit
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AWS_PROFILE", "AWS_SESSION_TOKEN",
+                                                             "AWS_DEFAULT_REGION")}
+    path = os.pathsep.join(filter(None, [str(_TESTS_DIR.parent), env.get("PYTHONPATH")]))
+    env.update(s3_server, RAY_AUTH_MODE="disabled", PYTHONPATH=path)
+    head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--num-cpus=2",
+                             f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
+                             "--disable-usage-stats", "--node-ip-address=127.0.0.1"],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        for _ in range(100):  # the head and every process it started share its session
+            left = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _session_of(p) == head.pid]
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        head.wait(timeout=30)
+
+
+def _session_of(proc: Path) -> int | None:
+    """The session of a live process (None for a zombie, which only its parent can remove)."""
+    try:
+        stat = (proc / "stat").read_text()
+        state, *fields = stat[stat.rindex(")") + 2:].split()
+        return None if state == "Z" else int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def ray_instance(ray_head):
+    """This process joined to the session's Ray head for one module (``ray.shutdown`` leaves the head running);
+    yields the session folder, where Ray's logs are."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")  # as the head was started
+        # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
+        ray.init(address=ray_head, logging_level="ERROR", log_to_driver=False)
+        yield Path(ray._private.worker._global_node.get_session_dir_path())
+        ray.shutdown()

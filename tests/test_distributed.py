@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
-import ray
 
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer
@@ -19,14 +18,6 @@ from skflow.cli import main
 from skflow.datasets import load_sts
 
 N_SENTENCES = 300
-
-
-@pytest.fixture(scope="module")
-def ray_instance():
-    # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

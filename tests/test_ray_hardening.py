@@ -2,8 +2,8 @@
 report a partial success.
 
 Most checks fail before Ray starts (``distributed.ray_session`` is replaced by a failure there); those that need
-Ray share one local instance of 2 CPUs; the kill, address and README tests run the real command in a process of
-its own, every wait bounded by a timeout.
+Ray share the session's head of 2 CPUs (``tests/conftest.py``); the kill, address and README tests run the real
+command in a process of its own, every wait bounded by a timeout.
 """
 
 import gzip
@@ -476,15 +476,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.skops", "results.json"]
 
 
-# ------------------------------------------------------------------- on Ray: one local instance of 2 CPUs
-@pytest.fixture(scope="module")
-def ray_instance():
-    # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
+# ------------------------------------------------------------ on Ray: the session's head of 2 CPUs (conftest.py)
 def _embedder():
     return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
 

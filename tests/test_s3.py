@@ -1,9 +1,9 @@
 """skflow embed | fit | transform from and to ``s3://``, against a real S3 API: moto's server on this machine.
 
 The server runs in a thread of the test process (``AWS_ENDPOINT_URL`` points at it, which pyarrow reads); the
-credentials are a recognisable secret that must appear in no output, error, log or written object. Ray runs one
-local instance of 2 CPUs, started after the environment is set so that its workers read the same endpoint and
-credentials; the command-line errors run ``python -m skflow`` in processes of their own, each with a timeout.
+credentials are a recognisable secret that must appear in no output, error, log or written object. Ray is the
+session's head of 2 CPUs (``tests/conftest.py``), started with the same variables so that its workers read the same
+endpoint and credentials; the real command runs ``python -m skflow`` in a process of its own, with a timeout.
 """
 
 import io
@@ -25,11 +25,11 @@ import skflow
 from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
 from skflow.ray_jobs import MARKER, OutputFolder, _outputs, input_files, load_model, locate, save_model
+from tests.conftest import S3_KEY_ID as KEY_ID
+from tests.conftest import S3_SECRET as SECRET
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET = "SKFLOW-TEST-SECRET-4f1c9a-do-not-print"
-KEY_ID = "AKIASKFLOWTESTKEY001"
 BUCKET = "skflow-corpus"
 TOPICS = ["cats", "rain", "trains", "bread"] * 10
 SENTENCES = [f"Sentence number {i} is about {topic}." for i, topic in enumerate(TOPICS)]
@@ -37,23 +37,17 @@ SENTENCES = [f"Sentence number {i} is about {topic}." for i, topic in enumerate(
 
 # ------------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server, the environment that points at it, and a boto3 client; the bucket holds the corpus."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+def s3(s3_server):
+    """The session's moto S3 server emptied, its variables set here, and a boto3 client; the bucket holds the corpus.
+    (The session's Ray head, ``ray_instance``, was started with the same variables: its workers read them.)"""
+    endpoint = s3_server["AWS_ENDPOINT_URL"]
     # moto keeps its buckets in the process: a module started after another would see the other's objects
     with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30):
         pass
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-           "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
     with pytest.MonkeyPatch.context() as mp:
         for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
             mp.delenv(key, raising=False)
-        for key, value in env.items():
+        for key, value in s3_server.items():
             mp.setenv(key, value)
         client = boto3.client("s3")
         client.create_bucket(Bucket=BUCKET)
@@ -63,18 +57,6 @@ def s3():
             _put(client, f"corpus/part-{part}.parquet", table)
         client.put_object(Bucket=BUCKET, Key="texts/b.txt", Body="\n".join(SENTENCES[20:]).encode())
         yield client, endpoint
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def ray_instance(s3):
-    """Started once the S3 variables are set: Ray's workers inherit them, and PYTHONPATH (this tree)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield Path(ray._private.worker._global_node.get_session_dir_path())
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -147,7 +129,7 @@ def _embedder():
 
 
 # --------------------------------------------------------------------------- the three steps on S3
-def test_the_workers_import_this_tree(ray_instance):
+def test_the_workers_import_this_tree(ray_instance, s3):
     @ray.remote
     def where():
         import skflow as imported
@@ -357,26 +339,30 @@ def _auth(endpoint: str, count: str) -> None:
         assert response.status == 200
 
 
-def test_a_missing_bucket_a_missing_key_and_bad_credentials_are_one_line_and_exit_2(s3, tmp_path):
+def test_a_missing_bucket_a_missing_key_and_bad_credentials_are_one_line_and_exit_2(s3, tmp_path, capfd, no_ray,
+                                                                                      monkeypatch):
     client, endpoint = s3
-    run = _command("embed", "s3://skflow-no-such-bucket/corpus/", "--output", tmp_path / "out")
-    assert _one_line(run) == "error: s3://skflow-no-such-bucket/corpus: no such bucket 'skflow-no-such-bucket' " \
-                             "(or no access to it)"
-    run = _command("embed", f"s3://{BUCKET}/no-such-key.parquet", "--output", tmp_path / "out")
-    assert _one_line(run) == f"error: s3://{BUCKET}/no-such-key.parquet: no such file or folder"
+    err = _refused(capfd, ["embed", "s3://skflow-no-such-bucket/corpus/", "--output", tmp_path / "out"])
+    assert err == "error: s3://skflow-no-such-bucket/corpus: no such bucket 'skflow-no-such-bucket' " \
+                  "(or no access to it)"
+    err = _refused(capfd, ["embed", f"s3://{BUCKET}/no-such-key.parquet", "--output", tmp_path / "out"])
+    assert err == f"error: s3://{BUCKET}/no-such-key.parquet: no such file or folder"
     (tmp_path / "a.txt").write_text("one text\n", encoding="utf-8")
-    run = _command("embed", tmp_path / "a.txt", "--output", "s3://skflow-no-such-bucket/emb")
-    assert "no such bucket" in _one_line(run)
+    assert "no such bucket" in _refused(capfd, ["embed", tmp_path / "a.txt", "--output", "s3://skflow-no-such-bucket/emb"])
     _auth(endpoint, "0")
     try:
-        for env in ({}, {"AWS_ACCESS_KEY_ID": "AKIAUNKNOWNKEY000001"}):  # a key moto's IAM never issued
-            run = _command("embed", f"s3://{BUCKET}/corpus/", "--output", tmp_path / "out", env=env)
-            err = _one_line(run)
+        for key in (KEY_ID, "AKIAUNKNOWNKEY000001"):  # a key moto's IAM never issued
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+            err = _refused(capfd, ["embed", f"s3://{BUCKET}/corpus/", "--output", tmp_path / "out"])
             assert err.startswith(f"error: s3://{BUCKET}/corpus: cannot be read (") and "AWS Error" in err, err
             assert SECRET not in err
     finally:
         _auth(endpoint, "inf")
     assert not (tmp_path / "out").exists()
+    # the real command, in a process of its own: the same line
+    run = _command("embed", "s3://skflow-no-such-bucket/corpus/", "--output", tmp_path / "out")
+    assert _one_line(run) == "error: s3://skflow-no-such-bucket/corpus: no such bucket 'skflow-no-such-bucket' " \
+                             "(or no access to it)"
 
 
 # --------------------------------------------------------------------- a careless or hostile user, before Ray

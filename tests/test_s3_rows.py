@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import ray
 
 from skflow import FlowGaussianizer, distributed
 from skflow.cli import main
@@ -22,19 +21,10 @@ from skflow.ray_jobs import MARKER, OutputFolder, _corpus, input_files, save_mod
 from skflow.utils import OutputPathError
 from tests import test_s3
 from tests.test_output_files import _writers, write_like_ray
-from tests.test_s3 import BUCKET, ROOT, _embed_args, _keys, _objects, _put, _refused, _s3_table, _sorted_vectors
+from tests.test_s3 import BUCKET, _embed_args, _keys, _objects, _put, _refused, _s3_table, _sorted_vectors
 
 s3 = test_s3.s3  # the same moto server fixture, one per module
 no_secret_in_output = test_s3.no_secret_in_output
-
-
-@pytest.fixture
-def fresh_ray(s3, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ def _vectors(ids, vectors) -> pa.Table:  # a variable-length list column: its le
 
 
 def test_the_rows_of_s3_parquet_texts_are_checked_in_the_actors_not_downloaded_by_the_driver(
-    fresh_ray, s3, capfd, driver_reads
+    ray_instance, s3, capfd, driver_reads
 ):
     client, _ = s3
     _put(client, "shards/a.parquet", _texts([1, 2], ["a first text", "a second"]))
@@ -79,7 +69,7 @@ def test_the_rows_of_s3_parquet_texts_are_checked_in_the_actors_not_downloaded_b
 
 
 def test_the_vectors_of_s3_shards_are_checked_where_they_are_read_naming_the_file_and_row(
-    fresh_ray, s3, capfd, driver_reads, tmp_path
+    ray_instance, s3, capfd, driver_reads, tmp_path
 ):
     client, _ = s3
     good = np.random.default_rng(0).normal(size=(40, 8))
@@ -107,7 +97,7 @@ def test_the_vectors_of_s3_shards_are_checked_where_they_are_read_naming_the_fil
     assert err.endswith("nothing was written") and driver_reads == [] and _objects(client, "vectors-z") == {}
 
 
-def test_an_s3_output_is_read_as_the_files_its_manifest_lists(fresh_ray, s3, tmp_path):
+def test_an_s3_output_is_read_as_the_files_its_manifest_lists(ray_instance, s3, tmp_path):
     client, _ = s3
     vectors = np.random.default_rng(1).normal(size=(30, 8))
     _put(client, "half-done/part-old.parquet", _vectors(range(10), vectors[:10]))
@@ -248,7 +238,7 @@ def _damaged(table: pa.Table, column: str) -> bytes:
     return bytes(data)
 
 
-def test_a_damaged_s3_parquet_page_behind_a_sound_footer_is_named_exit_2(fresh_ray, s3, capfd, tmp_path):
+def test_a_damaged_s3_parquet_page_behind_a_sound_footer_is_named_exit_2(ray_instance, s3, capfd, tmp_path):
     """The footer passes the driver's check; the read fails in Ray, which names the file: not "the Ray job failed"
     (exit 1) nor, in fit, Ray's whole traceback."""
     client, _ = s3
