@@ -9,6 +9,7 @@ loaders ignored would not pass.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -113,9 +114,17 @@ REFUSED = {
 
 def _variant(exported, kind: str, tmp_path: Path, edit) -> Path:
     folder = tmp_path / kind
-    shutil.copytree(exported[kind], folder)
+    shutil.copytree(exported[kind], folder, copy_function=_copy)
     edit(folder)
     return folder
+
+
+def _copy(source: str, target: str) -> None:
+    """Settings files copied (the cases edit them in place), the weights (88 MB) linked: no case writes them."""
+    if os.path.getsize(source) > 2**20:
+        os.link(source, target)
+    else:
+        shutil.copy2(source, target)
 
 
 def _outputs(model: SentenceTransformer) -> dict:
