@@ -1,8 +1,9 @@
 """From text to sentence vectors: the model source, the encoder and its poolings, the embedding cache.
 
-:class:`skflow.BertEmbedder` is the estimator over these pieces; the
-sentence-transformers module (:mod:`skflow.serving`) and the Ray commands
-(:mod:`skflow.distributed`) use the same encoder and poolings.
+:class:`skflow.BertEmbedder` is the estimator over these pieces; what its
+parameters resolve to (`encoder_settings`) is what it encodes with, what keys
+the cache and what the sentence-transformers export (:mod:`skflow.serving`)
+writes.
 """
 
 from skflow.embedding._cache import EmbeddingCache
