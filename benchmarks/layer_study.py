@@ -18,7 +18,7 @@ import numpy as np
 from _study import Clock, line_figure, present_sets, section, study_parser, write_numbers, write_section
 
 from skflow import BertEmbedder
-from skflow.embedding import hub_kwargs, load_config, n_hidden_layers, resolve_model_source
+from skflow.embedding import encoder_settings
 from skflow.evaluation import evaluate
 
 POOLINGS = ("mean", "cls")
@@ -36,9 +36,7 @@ def main(argv=None):
     except FileNotFoundError as exc:
         parser.error(str(exc))
     sets = list(data)
-    model = BertEmbedder().model_name_or_path
-    config = load_config(*resolve_model_source(model, None, None), hub_kwargs(False, None))
-    every = list(range(n_hidden_layers(config) + 1))
+    every = list(range(encoder_settings(BertEmbedder(), device="cpu").n_layers + 1))
     if args.layers and not set(args.layers) <= set(every):
         parser.error(f"--layers: the encoder's hidden states are {every[0]} to {every[-1]}, got {args.layers}")
     layers = args.layers or every

@@ -8,7 +8,6 @@ import os
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
@@ -16,7 +15,7 @@ from skflow import ray_jobs
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
-from skflow.utils import OutputPathError, check_given_name, resolve_device
+from skflow.utils import OutputPathError, check_given_name, resolve_device, torch_threads
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
 
@@ -43,10 +42,10 @@ class _MapBatches:
         # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
         # matrix products single-threaded when Ray ran a call in another thread (22% slower).
-        torch.set_num_threads(self.threads)
         values = table.column(self.input_column)
         X = ray_jobs.vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
-        return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
+        with torch_threads(self.threads):
+            return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 
 def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected=(),

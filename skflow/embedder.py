@@ -13,20 +13,15 @@ from skflow.embedding import (
     DEFAULT_MODEL,
     DTYPES,
     NEW_PARAMETER_DEFAULTS,
-    POOLING_ALIASES,
     POOLINGS,
     EmbeddingCache,
     EncoderChangedError,
     EncoderNotFoundError,
-    ModelSource,
+    EncoderSettings,
     check_hub_options,
-    check_model_kwargs,
     encode_texts,
     encoder_settings,
-    hidden_size,
     hide_token,
-    hub_kwargs,
-    load_config,
     pinned_model_source,
     resolve_model_source,
     validate_texts,
@@ -273,7 +268,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         >>> embedder.check_encoder_identity() == embedder.encoder_identity_
         True
         """
-        return self._source().identity
+        return pinned_model_source(self).identity
 
     def transform(self, X):
         """Embed texts.
@@ -293,7 +288,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         self._check_hub_options()
         texts, shape = validate_texts(X)
         settings = self._settings()
-        dim = settings["dim"]
+        dim = settings.dim
         if texts.size == 0:
             return np.zeros((*shape, dim), dtype=np.float32)
 
@@ -306,7 +301,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         missing = np.ones(len(unique), dtype=bool)
         cache = None
         if self.cache_dir is not None:
-            cache = EmbeddingCache(self.cache_dir, settings["cache_key"], dim)
+            cache = EmbeddingCache(self.cache_dir, settings.cache_key, dim)
             cache.check_writable()  # before any encoding: a bad cache_dir must not cost the work
             vectors[:], found = cache.get_many(unique)
             missing = ~found
@@ -361,41 +356,22 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         state.setdefault("_token", state.pop("token", None))  # saved before the token was kept hidden
         super().__setstate__(state)
 
-    def _source(self) -> ModelSource:
-        """Where the encoder loads from, pinned, with what identifies its files (checked against fit's)."""
-        identity = getattr(self, "encoder_identity_", None)
-        return pinned_model_source(self.model_name_or_path, self.revision, identity, self.token)
-
-    def _model(self) -> tuple:  # the encoder's source (see `_source`) and its config
-        source = self._source()
-        return source, load_config(*source, hub_kwargs(self.trust_remote_code, self.token))
-
-    def _settings(self) -> dict:
-        """Resolved model source, dtype, device, layers and the cache key."""
-        source, config = self._model()
-        if self.pooling in POOLING_ALIASES:
+    def _settings(self) -> EncoderSettings:
+        if isinstance(alias := POOLINGS[self.pooling], str):
             warnings.warn(
                 f"BertEmbedder: pooling={self.pooling!r} is deprecated; it averages the last two blocks "
-                f"(hidden_states[-2] and [-1]), which is now pooling={POOLING_ALIASES[self.pooling]!r}. "
+                f"(hidden_states[-2] and [-1]), which is now pooling={alias!r}. "
                 "The BERT-flow paper's 'last2avg' is what its code computes: pooling='first_last_avg'.",
                 FutureWarning,
                 stacklevel=4,  # _settings < transform < set_output's wrapper < the caller
             )
-        return encoder_settings(
-            source, config, pooling=self.pooling, layers=self.layers, device=self.device, dtype=self.dtype,
-            max_length=self.max_length, batch_size=self.batch_size, normalize=self.normalize, prompt=self.prompt,
-            model_kwargs=check_model_kwargs(self.model_kwargs), name=self.model_name_or_path,
-            trust_remote_code=bool(self.trust_remote_code),
-        )
+        return encoder_settings(self)
 
-    def _encode(self, texts: list[str], settings: dict) -> tuple[np.ndarray, list[int]]:
+    def _encode(self, texts: list[str], settings: EncoderSettings) -> tuple[np.ndarray, list[int]]:
         show = self.show_progress_bar
         if show is None:
             show = logger.getEffectiveLevel() <= logging.INFO
-        return encode_texts(
-            texts, settings, hub_kwargs(self.trust_remote_code, self.token), max_length=self.max_length,
-            batch_size=self.batch_size, normalize=self.normalize, show_progress_bar=show,
-        )
+        return encode_texts(texts, settings, show_progress_bar=show)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output features: ``bertembedder0``, ``bertembedder1``, ...
@@ -409,7 +385,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        dim = hidden_size(self._model()[1])
+        dim = encoder_settings(self, device="cpu").dim  # on any device
         return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):

@@ -24,7 +24,6 @@ FLOW_FILE = "flow.skops"
 LINEAR = (Whitener, MeanDirectionRemover)  # exported as a stock Dense module where the pooling allows
 POST_PROCESSINGS = (FlowGaussianizer, *LINEAR)
 PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
-REDUCTIONS = tuple(sorted({reduction for reduction, _ in embedding.POOLINGS.values()}))
 
 
 class FlowPooling(Module):
@@ -46,8 +45,9 @@ class FlowPooling(Module):
 
     def __init__(self, reduction: str, layers: list[int] | None, normalize: bool, flow=None) -> None:
         super().__init__()
-        if reduction not in REDUCTIONS:  # pool would mean-pool anything but "cls"
-            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows {REDUCTIONS}")
+        if reduction not in embedding.STOCK_MODES:  # pool would mean-pool anything but "cls"
+            raise ValueError(f"unknown reduction {reduction!r}; FlowPooling knows "
+                             f"{tuple(sorted(embedding.STOCK_MODES))}")
         if layers is not None and not (isinstance(layers, (list, tuple)) and layers and all(
                 isinstance(layer, (int, np.integer)) and type(layer) is not bool and layer >= 0 for layer in layers)):
             raise ValueError(f"layers must be null or a non-empty list of hidden_states indices (ints >= 0), got "
@@ -137,27 +137,21 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         raise FileExistsError(f"{out}: exists and is not an empty folder (a link never is): give a new folder")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"{out}: the folder to write it in, {out.parent}, does not exist or is not a folder")
-    source = embedding.pinned_model_source(embedder.model_name_or_path, embedder.revision,
-                                           getattr(embedder, "encoder_identity_", None), embedder.token)
-    embedding.check_prompt(embedder.prompt)
     if embedder.trust_remote_code:
         raise ValueError("the encoder needs remote code (trust_remote_code=True), which the folder's loaders never "
                          "run: serve the pipeline with skflow.dump instead")
-    hub = dict(embedding.hub_kwargs(embedder.trust_remote_code, embedder.token))
-    config = embedding.load_config(*source, tuple(hub.items()))
-    n_hidden, width = embedding.n_hidden_layers(config), embedding.hidden_size(config)
-    if post.n_features_in_ != width:
-        raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives {width}")
-    reduction, layers = embedding.resolve_pooling(embedder.pooling, embedder.layers, n_hidden)
-    last = layers == (n_hidden,)
-    mode = saved_models.STOCK_MODES.get(reduction)  # sentence-transformers' Pooling mode, where it has one
-    stock = last and isinstance(post, LINEAR) and mode is not None
+    settings = embedding.encoder_settings(embedder, device="cpu")  # the export is loaded on the CPU, whole
+    if post.n_features_in_ != settings.dim:
+        raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives "
+                         f"{settings.dim}")
+    source, last = settings.source, settings.stock_mode is not None  # stock modes pool the last layer alone
+    stock = last and isinstance(post, LINEAR)
     # for the model, its config and tokenizer; the token loads it and is never written (nor by sentence-transformers)
-    pinned = {**({"revision": source.revision} if source.revision else {}), **hub}
-    placement = {"device_map", "max_memory", "low_cpu_mem_usage"}  # the export is loaded on the CPU, whole
-    loading = {k: v for k, v in embedding.check_model_kwargs(embedder.model_kwargs).items() if k not in placement}
+    pinned = {**({"revision": source.revision} if source.revision else {}), **dict(settings.hub)}
+    placement = {"device_map", "max_memory", "low_cpu_mem_usage"}
+    loading = {k: v for k, v in settings.model_kwargs.items() if k not in placement}
     with embedding.quiet_transformers():
-        transformer = Transformer(source.path_or_id, max_seq_length=embedder.max_length,
+        transformer = Transformer(source.path_or_id, max_seq_length=settings.max_length,
                                   model_kwargs={**pinned, **loading}, processor_kwargs=dict(pinned),
                                   config_kwargs={**pinned, **({} if last else {"output_hidden_states": True})})
         tokenizer = transformer.tokenizer
@@ -170,15 +164,16 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
         if stock:  # Pooling, Normalize (before the map, as skflow does), a Dense of x @ matrix + bias
             matrix, bias = (torch.from_numpy(array.astype(np.float32)) for array in post.linear_map())
             dense = Dense(*matrix.shape, activation_function=torch.nn.Identity(), init_weight=matrix.T, init_bias=bias)
-            modules = [Pooling(width, mode), *([Normalize()] if embedder.normalize else []), dense]
+            modules = [Pooling(settings.dim, settings.stock_mode), *[Normalize()] * settings.normalize, dense]
         else:
-            modules = [FlowPooling(reduction, None if last else list(layers), bool(embedder.normalize), post)]
+            modules = [FlowPooling(settings.reduction, None if last else [*settings.layers], settings.normalize, post)]
         with temporary_sibling(out, folder=True) as staging:  # never a half-written model folder at ``out``
-            prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), embedder.prompt)  # every encode_*
-            settings = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if embedder.prompt else {}
-            SentenceTransformer(modules=[transformer, *modules], device="cpu", **settings).save(str(staging))
+            prompts = dict.fromkeys((PROMPT_NAME, "query", "document"), settings.prompt)  # every encode_*
+            default = {"prompts": prompts, "default_prompt_name": PROMPT_NAME} if settings.prompt else {}
+            SentenceTransformer(modules=[transformer, *modules], device="cpu", **default).save(str(staging))
             if stock:
-                saved_models.write_interoperable_configs(staging, mode, width, embedder.max_length)
+                saved_models.write_interoperable_configs(staging, settings.stock_mode, settings.dim,
+                                                         settings.max_length)
             os.rename(staging, out)  # onto nothing or an empty folder; a folder filled meanwhile fails it
     return out
 

@@ -174,12 +174,26 @@ def _integrity(cache: EmbeddingCache) -> str:
         return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
+@pytest.mark.parametrize("params,folder", [
+    ({}, "2961ce0f933c56e6e6dd96c7"),
+    ({"pooling": "last2avg", "layers": [0, -1], "max_length": 64, "normalize": True, "prompt": "query: ",
+      "model_kwargs": {"attn_implementation": "eager", "low_cpu_mem_usage": True}}, "299fccb3711bc71993cd2a9d"),
+], ids=["default", "every-keyed-setting"])
+def test_an_existing_cache_keeps_its_folder(tmp_path, params, folder):
+    """The configuration folders that 88eb914 (before the resolved settings object) made for these settings:
+    a user's cache keeps hitting."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # last2avg
+        _f32(cache_dir=tmp_path, **params).transform(TEXTS[:1])
+    assert [p.name for p in tmp_path.iterdir()] == [folder]
+
+
 @pytest.mark.parametrize("kind", ["folder", "fifo", "symbolic link", "hard link", "-wal link"])
 def test_a_store_that_is_a_folder_fifo_or_link_is_recomputed_with_a_warning(tmp_path, kind):
     """Each is left as it is, never read, never written through; the vectors are computed afresh."""
     embedder = _f32(cache_dir=tmp_path / "cache")
     expected = embedder.transform(TEXTS)
-    cache = EmbeddingCache(tmp_path / "cache", embedder._settings()["cache_key"], expected.shape[1])
+    cache = EmbeddingCache(tmp_path / "cache", embedder._settings().cache_key, expected.shape[1])
     planted = EmbeddingCache(tmp_path / "planted", cache.key, cache.dim)
     planted.put_many(TEXTS, expected + 1)  # valid entries with other vectors
     outside = tmp_path / "outside.sqlite3"
@@ -215,7 +229,7 @@ def test_another_users_store_is_never_read_and_this_user_keeps_its_own_beside_it
     """A team sharing a cache_dir: no warning, no vector of another user's (who could have planted any)."""
     embedder = _f32(cache_dir=tmp_path)
     expected = embedder.transform(TEXTS)
-    cache = EmbeddingCache(tmp_path, embedder._settings()["cache_key"], expected.shape[1])
+    cache = EmbeddingCache(tmp_path, embedder._settings().cache_key, expected.shape[1])
     cache.path.unlink()
     EmbeddingCache(tmp_path, cache.key, cache.dim).put_many(TEXTS, expected + 1)  # planted, valid entries
     os.chown(cache.path, 65534, 65534) if os.getuid() == 0 else pytest.fail("run as root")

@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig, DistilBertConfig, RobertaConfig
 
-from skflow import BertEmbedder
+from skflow import BertEmbedder, utils
 from skflow.datasets import load_sts
-from skflow.embedding import DEFAULT_MODEL, _encoding, _fused_bert, _run, load_encoder, resolve_model_source
+from skflow.embedding import DEFAULT_MODEL, _encoding, _fused_bert, _run, resolve_model_source
 from skflow.embedding._fused_bert import FusedBertEncoder, cpu_has_fast_bf16, fused_encoder
 
 # The fused path needs bf16 hardware (AMX or AVX-512 BF16). Where the CPU has it, the tests below assert the fused
@@ -41,7 +41,7 @@ def _min_cosine(a, b) -> float:
 
 
 def _bundled(dtype: str):
-    return load_encoder(*resolve_model_source(DEFAULT_MODEL, None), "cpu", dtype, None)
+    return _encoding.load_encoder(*resolve_model_source(DEFAULT_MODEL, None), "cpu", dtype, None)
 
 
 @needs_fast_bf16
@@ -368,7 +368,7 @@ def test_without_an_openmp_runtime_to_limit_batches_run_one_at_a_time(monkeypatc
     texts = [f"sentence {i} " + "word " * (i % 11) for i in range(40)]
     embedder = BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=8, show_progress_bar=False)
     streamed = embedder.transform(texts)
-    monkeypatch.setattr(_encoding, "_openmp", lambda: types.SimpleNamespace(lib_controllers=[]))
+    monkeypatch.setattr(utils._estimators, "_openmp", lambda: types.SimpleNamespace(lib_controllers=[]))
     seen = _threads_of_batches(monkeypatch)
     alone = embedder.transform(texts)
     assert seen == [(threading.current_thread().name, torch.get_num_threads())] * 5

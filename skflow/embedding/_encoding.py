@@ -15,28 +15,29 @@ from numbers import Integral
 
 import numpy as np
 import torch
-from threadpoolctl import ThreadpoolController
 
 from skflow.embedding import _fused_bert
 from skflow.embedding._fused_bert import fused_encoder, keep_transformers_forward
 from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
 from skflow.embedding._options import check_attention
+from skflow.utils import per_thread_limits, torch_threads
 
-# Pooling name -> (token reduction, hidden_states indices). hidden_states[0] is
-# the embedding layer, so the first transformer block is index 1.
-POOLINGS: dict[str, tuple[str, tuple[int, ...]]] = {
-    "cls": ("cls", (-1,)),
-    "mean": ("mean", (-1,)),
-    "first_last_avg": ("mean", (1, -1)),
-    "last_two_avg": ("mean", (-2, -1)),
-    "last2avg": ("mean", (-2, -1)),  # deprecated alias of last_two_avg, see POOLING_ALIASES
-    "last_token": ("last_token", (-1,)),  # decoder embedders (gte-Qwen, e5-mistral, Qwen3-Embedding)
-    "max": ("max", (-1,)),
+# The pooling vocabulary. Pooling name -> the token reduction, the hidden_states indices it averages (hidden_states[0]
+# is the embedding layer, so the first transformer block is index 1), and sentence-transformers' Pooling mode of that
+# reduction; a deprecated name -> the name it now has.
+POOLINGS: dict[str, tuple[str, tuple[int, ...], str] | str] = {
+    "cls": ("cls", (-1,), "cls"),
+    "mean": ("mean", (-1,), "mean"),
+    "first_last_avg": ("mean", (1, -1), "mean"),
+    "last_two_avg": ("mean", (-2, -1), "mean"),
+    "last_token": ("last_token", (-1,), "lasttoken"),  # decoder embedders (gte-Qwen, e5-mistral, Qwen3-Embedding)
+    "max": ("max", (-1,), "max"),
+    # BERT-flow's paper says "last2avg" for what its code computes, first_last_avg; skflow's "last2avg" meant the
+    # last two blocks, so that name misled and is kept only as an alias.
+    "last2avg": "last_two_avg",
 }
-# Old pooling name -> its new name. BERT-flow's paper says "last2avg" for what
-# its code computes, first_last_avg; skflow's "last2avg" meant the last two
-# blocks, so that name misled and is kept only as an alias.
-POOLING_ALIASES = {"last2avg": "last_two_avg"}
+# token reduction -> sentence-transformers' Pooling mode that computes the same vector
+STOCK_MODES = {entry[0]: entry[2] for entry in POOLINGS.values() if isinstance(entry, tuple)}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -169,7 +170,8 @@ def normalize_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
 def resolve_pooling(pooling: str, layers, n_layers: int) -> tuple[str, tuple[int, ...]]:
     """The token reduction of ``pooling`` and the non-negative ``hidden_states`` indices it averages:
     those of the pooling, or ``layers`` (an int or a non-empty sequence of ints) when given."""
-    reduction, default_layers = POOLINGS[pooling]
+    entry = POOLINGS[pooling]
+    reduction, default_layers, _ = POOLINGS[entry] if isinstance(entry, str) else entry
     if layers is None:
         return reduction, normalize_layers(default_layers, n_layers)
     values = [layers] if isinstance(layers, Integral) else np.asarray(layers, dtype=object).ravel().tolist()
@@ -247,38 +249,28 @@ def in_streams(function: Callable, items: Sequence, n_streams: int) -> Iterator:
     On the CPU two sentence batches at once, on one thread each, encode ~1.5x faster than one batch on two
     threads: the small operations between the matrix products (softmax, LayerNorm, copies) do not split well
     across threads. One item waits beside those running, so an error stops all but the few already started.
-
-    Each worker limits its own OpenMP team, the count torch's kernels read, and nothing else:
-    ``torch.set_num_threads`` would also set the process-wide count that every thread copies at its first torch
-    call, so threads started meanwhile, callers running at once among them, would keep a share for good.
-    Where no OpenMP runtime can be limited per thread, the items run one at a time.
+    Each item runs under `skflow.utils.torch_threads`; where it cannot limit a thread, the items run one at a time.
     """
-    if n_streams == 1 or len(items) < 2 or not _openmp().lib_controllers:
+    if n_streams == 1 or len(items) < 2 or not per_thread_limits():
         yield from map(function, items)
         return
     n_workers = min(n_streams, len(items))
     share = max(1, torch.get_num_threads() // n_workers)
 
-    def take_share() -> None:
-        torch.get_num_threads()  # torch's first call in a thread sets its count; the share comes after
-        _openmp().limit(limits=share)  # this thread's OpenMP count only, never restored: the thread ends with us
+    def on_share(item):
+        with torch_threads(share):
+            return function(item)
 
-    executor = ThreadPoolExecutor(n_workers, thread_name_prefix="skflow-encoder", initializer=take_share)
+    executor = ThreadPoolExecutor(n_workers, thread_name_prefix="skflow-encoder")
     waiting = iter(items)
     try:
-        running = collections.deque(executor.submit(function, x) for x in itertools.islice(waiting, n_workers + 1))
+        running = collections.deque(executor.submit(on_share, x) for x in itertools.islice(waiting, n_workers + 1))
         while running:
             result = running.popleft().result()
-            running.extend(executor.submit(function, x) for x in itertools.islice(waiting, 1))
+            running.extend(executor.submit(on_share, x) for x in itertools.islice(waiting, 1))
             yield result
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
-
-
-@functools.cache
-def _openmp() -> ThreadpoolController:
-    """The OpenMP runtimes loaded with torch, whose per-thread count `in_streams`' workers set."""
-    return ThreadpoolController().select(user_api="openmp")
 
 
 def run_encoder(model, input_ids: torch.Tensor, mask: torch.Tensor, layers: tuple[int, ...] | None) -> torch.Tensor:

@@ -84,28 +84,17 @@ def resolve_model_source(name_or_path: str | os.PathLike, revision: str | None, 
     return ModelSource(name, commit, f"{name}@{commit}")
 
 
-def pinned_model_source(
-    name_or_path: str | os.PathLike, revision: str | None, identity: str | None, token=None
-) -> ModelSource:
-    """Where to load the encoder from for an embedder whose fit recorded ``identity``; checked against it.
-
-    Parameters
-    ----------
-    name_or_path, revision : str
-        The embedder's ``model_name_or_path`` and ``revision``.
-    identity : str or None
-        Its ``encoder_identity_``; None (not fitted): `resolve_model_source`,
-        no check.
-    token : str, bool or None
-        Hugging Face token for a private hub model; used, never kept.
+def pinned_model_source(embedder) -> ModelSource:
+    """Where to load a `BertEmbedder`'s encoder from, checked against the identity its ``fit`` recorded.
 
     Returns
     -------
     source : ModelSource
-        For a hub model recorded at a commit, that commit, without asking the
-        hub where its branch points now. For any other source (a local folder,
-        the embedded default) the source as it is now, once its identity has
-        been found equal to ``identity``.
+        Not fitted: `resolve_model_source`, no check. For a hub model
+        recorded at a commit, that commit, without asking the hub where its
+        branch points now. For any other source (a local folder, the embedded
+        default) the source as it is now, once its identity has been found
+        equal to ``encoder_identity_``. The token is used, never kept.
 
     Raises
     ------
@@ -113,11 +102,11 @@ def pinned_model_source(
         The files differ from those recorded (re-saved weights or tokenizer,
         another ``model_name_or_path``, another commit as ``revision``).
     """
-    if identity is None:
-        return resolve_model_source(name_or_path, revision, token)
+    name, revision, token = os.fspath(embedder.model_name_or_path), embedder.revision, embedder.token
+    if (identity := getattr(embedder, "encoder_identity_", None)) is None:
+        return resolve_model_source(name, revision, token)
     if not isinstance(identity, str):
         raise TypeError(f"encoder_identity_ must be a str, got {type(identity).__name__}")
-    name = os.fspath(name_or_path)
     repo, _, commit = identity.rpartition("@")
     if repo == name and _COMMIT.fullmatch(commit):
         if revision is not None and _COMMIT.fullmatch(revision) and revision != commit:

@@ -1,11 +1,15 @@
-"""What `BertEmbedder` resolves before encoding (device, dtype, pooling, cache key), and the encoding itself."""
+"""What a `BertEmbedder`'s parameters resolve to (`EncoderSettings`), and the encoding itself."""
+
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from skflow.embedding._encoding import (
+    STOCK_MODES,
     encode_ids,
     hidden_size,
+    load_config,
     load_encoder,
     n_hidden_layers,
     padding_id,
@@ -13,24 +17,61 @@ from skflow.embedding._encoding import (
     resolve_pooling,
     tokenize,
 )
-from skflow.embedding._model_source import ModelSource
-from skflow.embedding._options import frozen_kwargs, model_kwargs_key
+from skflow.embedding._model_source import ModelSource, pinned_model_source
+from skflow.embedding._options import check_model_kwargs, check_prompt, frozen_kwargs, hub_kwargs, model_kwargs_key
 from skflow.utils import physical_memory, progress_bar, resolve_device
 
 
-def encoder_settings(
-    source: ModelSource, config, *, pooling: str, layers, device: str, dtype: str, max_length: int, batch_size: int,
-    normalize: bool, prompt: str | None, model_kwargs: dict, name, trust_remote_code: bool = False,
-) -> dict:
-    """Resolved model source, dtype, device, token reduction, layers, dimension and the embedding cache's key.
+@dataclass(frozen=True)
+class EncoderSettings:
+    """What a `BertEmbedder`'s parameters resolve to, once: the embedder encodes from it, the embedding cache is
+    keyed by it (`cache_key`), the sentence-transformers export writes it (`stock_mode`). See `encoder_settings`."""
 
-    The key holds everything that changes the vectors; ``prompt`` and the
-    ``model_kwargs`` that change vectors enter it only when set, so the keys
-    of caches written before they existed stay the same.
-    """
-    reduction, layers = resolve_pooling(pooling, layers, n_hidden_layers(config))
-    device = resolve_device(device)
-    dtype_name = str(resolve_dtype(dtype, device)).removeprefix("torch.")
+    source: ModelSource
+    hub: tuple = field(repr=False)  # `hub_kwargs`: the token in memory only, never in a key, a file or a log
+    model_kwargs: dict  # checked
+    device: str
+    dtype: str  # resolved: "auto" is never here
+    reduction: str  # the pooling's token reduction, aliases resolved
+    layers: tuple[int, ...]  # the hidden_states indices averaged, non-negative
+    n_layers: int  # the encoder's blocks: hidden_states[n_layers] is the last
+    dim: int
+    max_length: int
+    batch_size: int
+    normalize: bool
+    prompt: str | None
+    trust_remote_code: bool
+
+    @property
+    def stock_mode(self) -> str | None:
+        """sentence-transformers' Pooling mode of the same vectors; None where it has none (not the last layer)."""
+        return STOCK_MODES[self.reduction] if self.layers == (self.n_layers,) else None
+
+    @property
+    def cache_key(self) -> dict:
+        """Everything that changes the vectors; ``prompt``, ``trust_remote_code`` and the ``model_kwargs`` that
+        change vectors enter it only when set, so the keys of caches written before they existed stay the same."""
+        key = {"model": self.source.identity, "reduction": self.reduction, "layers": list(self.layers),
+               "max_length": self.max_length, "dtype": self.dtype, "normalize": self.normalize}
+        if self.prompt:
+            key["prompt"] = self.prompt
+        if self.trust_remote_code:  # the folder's own code builds the model: other vectors than the built-in class
+            key["trust_remote_code"] = True
+        if model_kwargs_key(self.model_kwargs):
+            key["model_kwargs"] = model_kwargs_key(self.model_kwargs)
+        return key
+
+
+def encoder_settings(embedder, device: str | None = None) -> EncoderSettings:
+    """What ``embedder``'s parameters resolve to (on ``device`` if given, else its own), checked before any work:
+    the encoder's source (pinned at ``fit``'s identity), its config, the layers, the size of one forward pass."""
+    source = pinned_model_source(embedder)
+    hub = hub_kwargs(embedder.trust_remote_code, embedder.token)
+    config = load_config(*source, hub)
+    n_layers, max_length, batch_size = n_hidden_layers(config), int(embedder.max_length), int(embedder.batch_size)
+    reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_layers)
+    resolved = resolve_device(device or embedder.device)
+    name = embedder.model_name_or_path
     check_max_length(max_length, position_limit(config), name)
     # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
     heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
@@ -39,30 +80,12 @@ def encoder_settings(
         raise ValueError(f"batch_size={batch_size} texts of up to {max_length} tokens take about "
                          f"{need / 2**30:.0f} GiB in one forward pass of {name!r}, more than this machine's "
                          f"{memory / 2**30:.1f} GiB of memory; lower batch_size or max_length.")
-    key = {
-        "model": source.identity,
-        "reduction": reduction,
-        "layers": list(layers),
-        "max_length": int(max_length),
-        "dtype": dtype_name,
-        "normalize": bool(normalize),
-    }
-    if prompt:
-        key["prompt"] = prompt
-    if trust_remote_code:  # the folder's own code builds the model: other vectors than the built-in class
-        key["trust_remote_code"] = True
-    if model_kwargs_key(model_kwargs):
-        key["model_kwargs"] = model_kwargs_key(model_kwargs)
-    return {
-        "source": source,
-        "model_kwargs": frozen_kwargs(model_kwargs),
-        "device": str(device),
-        "dtype": dtype_name,
-        "reduction": reduction,
-        "layers": layers,
-        "dim": hidden_size(config),
-        "cache_key": key,
-    }
+    return EncoderSettings(
+        source, hub, check_model_kwargs(embedder.model_kwargs), str(resolved),
+        str(resolve_dtype(embedder.dtype, resolved)).removeprefix("torch."), reduction, layers, n_layers,
+        hidden_size(config), max_length, batch_size, bool(embedder.normalize), check_prompt(embedder.prompt),
+        bool(embedder.trust_remote_code),
+    )
 
 
 def position_limit(config, model=None) -> int | None:
@@ -84,29 +107,17 @@ def check_max_length(max_length: int, limit: int | None, name) -> None:
         raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({limit} positions).")
 
 
-def encode_texts(
-    texts: list[str], settings: dict, hub: tuple, *, max_length: int, batch_size: int, normalize: bool,
-    show_progress_bar: bool,
-) -> tuple[np.ndarray, list[int]]:
+def encode_texts(texts: list[str], settings: EncoderSettings, show_progress_bar: bool) -> tuple[np.ndarray, list[int]]:
     """Float32 vectors of ``texts`` (prompts already prepended), and the indices of the texts truncated."""
-    tokenizer, model = load_encoder(
-        *settings["source"], settings["device"], settings["dtype"], max(settings["layers"]), hub,
-        settings["model_kwargs"],
-    )
-    check_max_length(max_length, position_limit(model.config, model), settings["source"].path_or_id)
-    ids, truncated = tokenize(tokenizer, texts, max_length)
-    n_batches = -(-len(texts) // batch_size)
+    tokenizer, model = load_encoder(*settings.source, settings.device, settings.dtype, max(settings.layers),
+                                    settings.hub, frozen_kwargs(settings.model_kwargs))
+    check_max_length(settings.max_length, position_limit(model.config, model), settings.source.path_or_id)
+    ids, truncated = tokenize(tokenizer, texts, settings.max_length)
+    n_batches = -(-len(texts) // settings.batch_size)
     with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
-        vectors = encode_ids(
-            model,
-            ids,
-            pad_token_id=padding_id(tokenizer),
-            reduction=settings["reduction"],
-            layers=settings["layers"],
-            batch_size=batch_size,
-            progress=update,
-        )
-    if normalize:
+        vectors = encode_ids(model, ids, pad_token_id=padding_id(tokenizer), reduction=settings.reduction,
+                             layers=settings.layers, batch_size=settings.batch_size, progress=update)
+    if settings.normalize:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
     return vectors, truncated

@@ -20,6 +20,7 @@ import torch
 from skflow.flows import OfficialGlowGradient, is_log_scale, is_official
 from skflow.flows.glow import Glow
 from skflow.flows.optim import adam_weight_decay_update, flatten_parameters, step_scales
+from skflow.utils import torch_threads
 
 # A batch loss this many nats per feature (plus a margin for tiny flows) above the first step's means
 # that the fit diverges, finite or not.
@@ -214,7 +215,8 @@ class FlowTrainer:
         first = next(batches, None)
         if first is None:
             return result
-        with _threads_for(first):
+        small = first.device.type == "cpu" and first.numel() <= SINGLE_THREAD_MAX_ELEMENTS
+        with torch_threads(1, mkl=True) if small else contextlib.nullcontext():
             for index, batch in enumerate(itertools.chain([first], batches)):
                 try:
                     loss = self.step(batch)
@@ -312,20 +314,6 @@ def _flat_step_scales(flow: Glow, flat: torch.Tensor) -> torch.Tensor | None:
         offset = (parameter.data_ptr() - flat.data_ptr()) // flat.element_size()
         scales[offset : offset + parameter.numel()] = scale
     return scales
-
-
-@contextlib.contextmanager
-def _threads_for(batch: torch.Tensor) -> Iterator[None]:
-    """One torch thread while steps on batches like ``batch`` run on the CPU (see SINGLE_THREAD_MAX_ELEMENTS)."""
-    threads = torch.get_num_threads()
-    if batch.device.type != "cpu" or batch.numel() > SINGLE_THREAD_MAX_ELEMENTS or threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 class Rows(Protocol):

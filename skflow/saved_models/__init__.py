@@ -3,12 +3,11 @@
 from skflow.saved_models._estimators import check_estimator, estimators
 from skflow.saved_models._skops import read_skops_file
 from skflow.saved_models._st_folder import (
-    STOCK_MODES,
     check_folder,
     check_numbers,
     load_stock_modules,
     write_interoperable_configs,
 )
 
-__all__ = ["STOCK_MODES", "check_estimator", "check_folder", "check_numbers", "estimators", "load_stock_modules",
+__all__ = ["check_estimator", "check_folder", "check_numbers", "estimators", "load_stock_modules",
            "read_skops_file", "write_interoperable_configs"]

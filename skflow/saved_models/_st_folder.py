@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from skflow.embedding import check_attention
+from skflow.embedding import STOCK_MODES, check_attention
 from skflow.utils import InvalidModelError, UnreadableFileError, UntrustedTypeError, read_regular_file
 
 # sentence-transformers' modules by every name it has given them (sentence_transformers.models.X: every release's)
@@ -22,8 +22,6 @@ MODULE_KINDS = {name: name.rsplit(".", 1)[1] for name in (
     "skflow.serving.FlowPooling")}
 LAYOUTS = (("Transformer", "FlowPooling"), ("Transformer", "Pooling", "Dense"),
            ("Transformer", "Pooling", "Normalize", "Dense"))
-# skflow's token reduction -> sentence-transformers' Pooling mode that computes the same vector
-STOCK_MODES = {"cls": "cls", "mean": "mean", "last_token": "lasttoken", "max": "max"}
 MODEL_SETTINGS = ("__version__", "prompts", "default_prompt_name", "truncate_dim", "requirements")
 MODEL_FIXED = {"model_type": "SentenceTransformer",  # a tuple: the values allowed (SentenceTransformer's functions)
                "similarity_fn_name": ("cosine", "dot", "euclidean", "manhattan", None)}

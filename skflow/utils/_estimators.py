@@ -1,5 +1,5 @@
-"""What skflow's estimators share: input checks, the score protocol, chunks of rows, the device, progress bars, and
-fitting that fails leaving the estimator as it was."""
+"""What skflow's estimators share: input checks, the score protocol, chunks of rows, the device and torch's threads,
+progress bars, and fitting that fails leaving the estimator as it was."""
 
 import contextlib
 import functools
@@ -13,13 +13,14 @@ import torch
 from sklearn.base import TransformerMixin
 from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_array, validate_data
+from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
 from skflow.utils._files import InvalidModelError
 
 __all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "PairsTransformerMixin", "check_feature_names", "float_dtypes",
-           "pairs_or_likelihood_score", "physical_memory",
-           "progress_bar", "resolve_device", "row_chunks", "unchanged_on_failure", "validate_embeddings"]
+           "pairs_or_likelihood_score", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device",
+           "row_chunks", "torch_threads", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
@@ -121,6 +122,42 @@ def physical_memory() -> int | None:
     with contextlib.suppress(AttributeError, ValueError, OSError):
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int, *, mkl: bool = False) -> Iterator[None]:
+    """Run the block on ``n`` of torch's CPU threads in the calling thread; its count comes back on exit.
+
+    skflow's one rule for torch's threads (the encoder's batches, the flow's small training steps, the Ray actors'
+    calls): a block of work sets the count of the thread that runs it, the OpenMP count that torch's kernels and
+    oneDNN read there, and nothing else. ``torch.set_num_threads`` is not called: it also sets the process-wide
+    count that every thread copies at its first torch call, so threads started meanwhile, callers running at once
+    among them, would keep the block's count for good. Where no OpenMP runtime can be limited per thread
+    (`per_thread_limits`), the block runs on the count as it is.
+
+    ``mkl``: the block's matrix products are MKL's (float32), whose count torch pins per thread once
+    ``torch.set_num_threads`` has been called in the process; the OpenMP count does not reach it then (measured:
+    MKL kept 2 threads under an OpenMP limit of 1), so the block sets both with ``torch.set_num_threads``, and
+    threads started during it copy ``n``.
+    """
+    before = torch.get_num_threads()  # torch's first call in a thread sets that thread's count: the limit comes after
+    with contextlib.ExitStack() as limit:
+        if mkl and n != before:
+            torch.set_num_threads(n)
+            limit.callback(torch.set_num_threads, before)
+        elif per_thread_limits() and n != before:
+            limit.enter_context(_openmp().limit(limits=n))
+        yield
+
+
+def per_thread_limits() -> bool:
+    """Whether `torch_threads` can limit a thread's count (threadpoolctl finds the OpenMP runtime torch loaded)."""
+    return bool(_openmp().lib_controllers)
+
+
+@functools.cache
+def _openmp() -> ThreadpoolController:
+    return ThreadpoolController().select(user_api="openmp")
 
 
 @contextlib.contextmanager
