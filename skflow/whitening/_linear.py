@@ -24,12 +24,11 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow.utils import (
     ONNX,
+    EmbeddingMapMixin,
     InvalidModelError,
-    PairsTransformerMixin,
     check_feature_names,
     check_output_file,
     float_dtypes,
-    pairs_or_likelihood_score,
     replaced_atomically,
     row_chunks,
     unchanged_on_failure,
@@ -64,7 +63,7 @@ class _OfferedIf:
 
 
 def _keeps_every_direction(owner, estimator) -> None:
-    """Unfitted: not known yet."""
+    """``inverse_transform`` where the fitted map keeps every direction (unfitted: not known yet, so there)."""
     if not owner._invertible:
         raise AttributeError(f"'{owner.__name__}' object has no attribute 'inverse_transform'")
     n_kept, n_features = len(getattr(estimator, "components_", ())), getattr(estimator, "n_features_in_", 0)
@@ -80,7 +79,7 @@ def _has(hook: str, method: str):
     return check
 
 
-class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
+class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
     """``z = (x - mean_) @ components_.T * scale_``, fitted by a subclass; see the module's docstring."""
 
     # Each fitted attribute and what a restored state must hold there, in the order checked: a shape (a float64,
@@ -90,6 +89,8 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin
                      "n_features_in_": (Integral, "d", "d")}
     _invertible = True  # False: a projection, no inverse_transform at all
     _lost = "the directions it leaves out are lost and cannot be recovered"
+    score_samples = _OfferedIf(_has("_log_prob_rows", "score_samples"))(EmbeddingMapMixin.score_samples)
+    score = _OfferedIf(_has("_log_prob_rows", "score"))(EmbeddingMapMixin.score)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -139,23 +140,6 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin
             self._fit_rows(validate_embeddings(self, X, reset=first)[0], first)
         return self
 
-    def transform(self, X):
-        """Map ``X`` through the fitted linear map.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        Z : ndarray of shape (n_samples, n_features_out) or (n_samples, k, n_features_out)
-            float32 for float32 input, else float64.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        Z = self._transform_rows(X2d)
-        return Z.reshape(*shape[:-1], Z.shape[-1])
-
     @_OfferedIf(_keeps_every_direction)
     def inverse_transform(self, X):
         """Map output vectors back to the data space: the exact inverse of `transform`.
@@ -187,46 +171,6 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin
         X_original = affine_rows(Z.reshape(-1, Z.shape[-1]), self.components_ / self.scale_[:, None],
                                  shift_out=self.mean_)
         return X_original.reshape(*Z.shape[:-1], self.n_features_in_)
-
-    @_OfferedIf(_has("_log_prob_rows", "score_samples"))
-    def score_samples(self, X):
-        """Log-likelihood of each row under the fitted density (nats).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return self._log_prob_rows(X2d).reshape(shape[:-1])
-
-    @_OfferedIf(_has("_log_prob_rows", "score"))
-    def score(self, X, y=None):
-        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            Embedding pairs, or plain embeddings.
-        y : array-like of shape (n_pairs,), default=None
-            Gold similarity scores for 3-D pairs; ignored for 2-D input.
-
-        Returns
-        -------
-        score : float
-            With 3-D pairs and ``y``: the Spearman correlation between gold
-            scores and cosine similarities of the transformed pairs, as
-            :meth:`skflow.FlowGaussianizer.score`. Otherwise: the mean of
-            `score_samples` (as ``PCA.score``).
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return pairs_or_likelihood_score(type(self).__name__, X2d, shape, y, self._transform_rows,
-                                         self._log_prob_rows)
 
     def to_onnx(self, path) -> Path:
         """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
@@ -301,12 +245,6 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin
         check_feature_names(state)
         self._check_fitted(state)
         return state
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.three_d_array = True
-        return tags
 
 
 def _checked(key: str, value, spec: tuple, known: dict):
