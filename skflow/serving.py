@@ -16,13 +16,13 @@ from skflow import embedding, persistence, saved_models
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.utils import InvalidModelError, temporary_sibling
-from skflow.whitening import MeanDirectionRemover, Whitener
+from skflow.whitening import LinearPostProcessor
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 
 FLOW_FILE = "flow.skops"
-LINEAR = (Whitener, MeanDirectionRemover)  # exported as a stock Dense module where the pooling allows
-POST_PROCESSINGS = (FlowGaussianizer, *LINEAR)
+LINEAR = LinearPostProcessor  # exported as a stock Dense module where the pooling allows
+POST_PROCESSINGS = (FlowGaussianizer, LINEAR)
 PROMPT_NAME = "default"  # the name of the embedder's prompt in config_sentence_transformers.json
 
 

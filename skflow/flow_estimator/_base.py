@@ -12,6 +12,7 @@ the flow is trained is the estimator's own business.
 from numbers import Integral
 from pathlib import Path
 
+import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -23,28 +24,11 @@ from skflow.flow_estimator._arrays import (
 )
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flow_estimator._state import restore_flow
-from skflow.utils import PairsTransformerMixin, pairs_or_likelihood_score, validate_embeddings
+from skflow.utils import EmbeddingMapMixin
 
 
-class BaseFlow(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
+class BaseFlow(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
     """Transform, inverse-transform, score and sample with a fitted ``flow_``."""
-
-    def transform(self, X):
-        """Map ``X`` to the Gaussian latent space.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        Z : ndarray of the same shape as ``X``
-            float32 for float32 input, else float64.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        z, _ = latent_and_log_prob(self.flow_, self._scaling(), X2d)
-        return z.reshape(shape).astype(X2d.dtype, copy=False)
 
     def inverse_transform(self, X):
         """Map latent vectors back to the data space (exact inverse of `transform`).
@@ -62,50 +46,6 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         Z = validate_latents(X, self.n_features_in_)
         X_original = inverse(self.flow_, self._scaling(), Z.reshape(-1, Z.shape[-1]))
         return X_original.reshape(Z.shape).astype(Z.dtype, copy=False)
-
-    def score_samples(self, X):
-        """Log-likelihood of each sample under the model, in nats.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        _, log_prob = latent_and_log_prob(self.flow_, self._scaling(), X2d)
-        return log_prob.reshape(shape[:-1])
-
-    def score(self, X, y=None):
-        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            Embedding pairs, or plain embeddings.
-        y : array-like of shape (n_pairs,), default=None
-            Gold similarity scores for 3-D pairs; ignored for 2-D input.
-
-        Returns
-        -------
-        score : float
-            With 3-D pairs and ``y``: the Spearman correlation between gold
-            scores and cosine similarities in latent space (what BERT-flow
-            reports). Otherwise: the mean log-likelihood per sample in nats,
-            as scikit-learn's density estimators do. Constant gold scores are
-            a ``ValueError``; similarities that are all equal give ``nan``
-            with a `~skflow.metrics.UndefinedSpearmanWarning`.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return pairs_or_likelihood_score(
-            type(self).__name__, X2d, shape, y,
-            transform_rows=lambda rows: latent_and_log_prob(self.flow_, self._scaling(), rows)[0],
-            log_prob_rows=lambda rows: latent_and_log_prob(self.flow_, self._scaling(), rows)[1],
-        )
 
     def sample(self, n_samples=1, random_state=None):
         """Draw samples from the fitted density.
@@ -167,6 +107,12 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         return export_onnx(self.flow_, self._flow_config, self._scaling(), path)
 
     # -------------------------------------------------------------- helpers
+    def _transform_rows(self, X2d: np.ndarray) -> np.ndarray:
+        return latent_and_log_prob(self.flow_, self._scaling(), X2d)[0]
+
+    def _log_prob_rows(self, X2d: np.ndarray) -> np.ndarray:
+        return latent_and_log_prob(self.flow_, self._scaling(), X2d)[1]
+
     def _scaling(self) -> FeatureScaling:
         return FeatureScaling(mean=self.mean_, scale=self.scale_, constant=self.constant_features_)
 
@@ -187,9 +133,3 @@ class BaseFlow(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         super().__setstate__({key: value for key, value in state.items() if key != "flow_"})
         if flow is not None:
             self.flow_ = flow
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.three_d_array = True
-        return tags

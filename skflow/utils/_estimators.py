@@ -12,15 +12,15 @@ import numpy as np
 import torch
 from sklearn.base import TransformerMixin
 from sklearn.utils._set_output import _wrap_data_with_container
-from sklearn.utils.validation import check_array, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
 from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "PairsTransformerMixin", "check_feature_names", "float_dtypes",
-           "pairs_or_likelihood_score", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device",
-           "row_chunks", "torch_threads", "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "PairsTransformerMixin", "check_feature_names",
+           "float_dtypes", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks",
+           "torch_threads", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
@@ -83,20 +83,83 @@ def check_feature_names(state: dict) -> None:
         raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
 
 
-def pairs_or_likelihood_score(name: str, X2d: np.ndarray, shape: tuple, y, transform_rows: Callable,
-                              log_prob_rows: Callable) -> float:
-    """The ``score`` of skflow's post-processings: STS Spearman for pairs with gold scores, else mean log-likelihood
-    (``X2d`` and ``shape`` from :func:`validate_embeddings`; the callables map rows to vectors and log-likelihoods)."""
-    if len(shape) == 3 and y is not None:
-        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
-        if shape[1] != 2:
-            raise ValueError(f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), got "
-                             f"shape {shape}.")
-        return sts_spearman(transform_rows(X2d).reshape(*shape[:-1], -1), y)
-    if y is not None:
-        warnings.warn(f"{name}.score: y is ignored for input of shape {shape}; gold scores apply to sentence pairs of "
-                      "shape (n_pairs, 2, n_features). Returning the mean log-likelihood.", UserWarning, stacklevel=3)
-    return float(np.mean(log_prob_rows(X2d)))
+class EmbeddingMapMixin(PairsTransformerMixin):
+    """A fitted map of embeddings (2-D rows or 3-D pairs) that scores as BERT-flow does: ``transform``,
+    ``score_samples`` and ``score`` from a subclass's ``_transform_rows`` (validated 2-D rows to outputs) and
+    ``_log_prob_rows`` (to log-likelihoods in nats)."""
+
+    def transform(self, X):
+        """Map ``X`` through the fitted map (a flow: to its Gaussian latent space).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_features_out) or (n_samples, k, n_features_out)
+            float32 for float32 input, else float64.
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        Z = self._transform_rows(X2d)
+        return Z.reshape(*shape[:-1], Z.shape[-1]).astype(X2d.dtype, copy=False)
+
+    def score_samples(self, X):
+        """Log-likelihood of each sample under the fitted density, in nats.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        return self._log_prob_rows(X2d).reshape(shape[:-1])
+
+    def score(self, X, y=None):
+        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            Embedding pairs, or plain embeddings.
+        y : array-like of shape (n_pairs,), default=None
+            Gold similarity scores for 3-D pairs; ignored for 2-D input.
+
+        Returns
+        -------
+        score : float
+            With 3-D pairs and ``y``: the Spearman correlation between gold
+            scores and cosine similarities of the transformed pairs (what
+            BERT-flow reports). Otherwise: the mean log-likelihood per sample
+            in nats (`score_samples`), as scikit-learn's density estimators
+            and ``PCA.score`` do. Constant gold scores are a ``ValueError``;
+            similarities that are all equal give ``nan`` with a
+            `~skflow.metrics.UndefinedSpearmanWarning`.
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        if len(shape) == 3 and y is not None:
+            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
+            if shape[1] != 2:
+                raise ValueError(f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), "
+                                 f"got shape {shape}.")
+            return sts_spearman(self._transform_rows(X2d).reshape(*shape[:-1], -1), y)
+        if y is not None:
+            warnings.warn(f"{type(self).__name__}.score: y is ignored for input of shape {shape}; gold scores apply "
+                          "to sentence pairs of shape (n_pairs, 2, n_features). Returning the mean log-likelihood.",
+                          UserWarning, stacklevel=2)
+        return float(np.mean(self._log_prob_rows(X2d)))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.three_d_array = True
+        return tags
 
 
 def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:

@@ -1,10 +1,10 @@
 """The linear post-processings: centring, whitening, whitening-K, soft whitening, all-but-the-top, PCA-K
 (:class:`Whitener`, fitted from float64 running moments) and mean-direction removal
-(:class:`MeanDirectionRemover`); see ``docs/whitening.md``.
+(:class:`MeanDirectionRemover`), on one base (:class:`LinearPostProcessor`); see ``docs/whitening.md``.
 """
 
-from skflow.whitening._invertible import NotInvertibleError
+from skflow.whitening._linear import LinearPostProcessor, NotInvertibleError
 from skflow.whitening._mean_direction import MeanDirectionRemover
 from skflow.whitening._whitener import FewRowsWarning, Whitener
 
-__all__ = ["FewRowsWarning", "MeanDirectionRemover", "NotInvertibleError", "Whitener"]
+__all__ = ["FewRowsWarning", "LinearPostProcessor", "MeanDirectionRemover", "NotInvertibleError", "Whitener"]

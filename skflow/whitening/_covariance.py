@@ -1,5 +1,4 @@
-"""Running mean and scatter matrix in float64, merged chunk by chunk, the spectrum of the covariance, and
-the ONNX graph of an affine map ``z = (x - mean) @ W``.
+"""Running mean and scatter matrix in float64, merged chunk by chunk, and the spectrum of the covariance.
 
 `Whitener` fits from these moments: ``fit`` streams its input (a
 ``numpy.memmap`` too) through `RunningMoments.update` a chunk of
@@ -11,21 +10,12 @@ so there is no ``sum(x x^T) - n mean mean^T`` cancellation and the result
 does not depend (beyond rounding) on how the rows were cut.
 """
 
-import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from skflow.utils import (
-    ONNX,
-    InvalidModelError,
-    check_feature_names,
-    check_output_file,
-    replaced_atomically,
-    row_chunks,
-)
+from skflow.utils import row_chunks
 
 # A feature whose standard deviation is at most this fraction of its mean's magnitude is constant to rounding:
 # copies of one row gave at most 1.5e-13 (float64 centred moments, 2,000,000 rows); 1e-11 keeps a margin and fits
@@ -187,134 +177,5 @@ def warn_few_rows(moments: RunningMoments, name: str, shrinkage: float) -> None:
             f"{reliable:,} rows ({RELIABLE_ROWS_PER_FEATURE} per feature); its covariance is shrunk toward a "
             f"multiple of the identity by {shrinkage:.3g} (shrinkage_), see docs/whitening.md.",
             FewRowsWarning,
-            stacklevel=5,
-        )
-
-
-def affine_rows(X: np.ndarray, weights: np.ndarray, *, shift_in=0.0, shift_out=0.0) -> np.ndarray:
-    """``(X - shift_in) @ weights + shift_out`` computed in float64 a chunk at a time, in ``X``'s dtype."""
-    out = np.empty((X.shape[0], weights.shape[1]), dtype=X.dtype)
-    for start, part in row_chunks(X, np.float64):
-        out[start : start + len(part)] = (part - shift_in) @ weights + shift_out
-    return out
-
-
-def write_affine_onnx(mean: np.ndarray, weights: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write ``z = (x - mean) @ weights`` as an ONNX model to ``path`` (via a temporary sibling file).
-
-    Input ``x`` and output ``z`` are float32 with a dynamic batch dimension;
-    the graph computes in float64, so that large scales in ``weights`` do not
-    multiply float32 rounding errors.
-    """
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    out = check_output_file(path, kind=ONNX)  # a folder, a user's file, a missing folder: one line, before work
-    n_features, n_outputs = weights.shape
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["x"], ["x64"], to=TensorProto.DOUBLE),
-            helper.make_node("Sub", ["x64", "mean"], ["centred"]),
-            helper.make_node("MatMul", ["centred", "weights"], ["z64"]),
-            helper.make_node("Cast", ["z64"], ["z"], to=TensorProto.FLOAT),
-        ],
-        "affine_map",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n_features])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", n_outputs])],
-        initializer=[
-            numpy_helper.from_array(np.asarray(mean, dtype=np.float64), "mean"),
-            numpy_helper.from_array(np.asarray(weights, dtype=np.float64), "weights"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="skflow")
-    model.ir_version = 9  # readable by the onnxruntime releases of the last years
-    onnx.checker.check_model(model)
-    with replaced_atomically(out, kind=ONNX) as temporary:
-        temporary.write_bytes(model.SerializeToString())
-    return out
-
-
-FITTED = ("mean_", "scatter_", "components_", "explained_variance_", "scale_", "n_components_",
-          "variance_floor_", "shrinkage_", "n_samples_seen_", "n_features_in_")
-OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
-
-
-def check_whitener_state(state: dict, params: tuple[str, ...]) -> None:
-    """Refuse, with an `InvalidModelError`, a Whitener's saved ``state`` with keys other than its parameters
-    and fitted attributes, some fitted attributes only, or arrays that do not fit together."""
-    unknown = sorted(str(key)[:40] for key in state if key not in (*params, *FITTED, *OPTIONAL))[:5]
-    if unknown:
-        raise InvalidModelError(f"the saved Whitener has unknown attributes: {', '.join(unknown)}")
-    missing = [key for key in params if key not in state]
-    if missing:
-        raise InvalidModelError(f"the saved Whitener lacks its parameters {', '.join(missing)}")
-    present = [key for key in FITTED if key in state]
-    if not present:
-        return  # not fitted
-    if len(present) != len(FITTED):
-        raise InvalidModelError(
-            f"the saved Whitener has some fitted attributes only: lacks {', '.join(sorted(set(FITTED) - set(present)))}"
-        )
-    mean, scatter, components = state.get("mean_"), state.get("scatter_"), state.get("components_")
-    if not (isinstance(mean, np.ndarray) and mean.ndim == 1 and mean.size >= 1):
-        raise InvalidModelError("mean_ must be a 1-D array")
-    d = mean.shape[0]
-    n_kept = state.get("n_components_")
-    if not isinstance(n_kept, (int, np.integer)) or not 1 <= n_kept <= d:
-        raise InvalidModelError(f"n_components_ must be an int from 1 to {d}, got {n_kept!r}")
-    shapes = {"scatter_": (d, d), "components_": (n_kept, d), "explained_variance_": (n_kept,), "scale_": (n_kept,)}
-    for name, shape in shapes.items():
-        array = mean if name == "mean_" else state.get(name)
-        if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape):
-            raise InvalidModelError(f"{name} must be a float64 array of shape {shape}")
-    if not all(np.isfinite(state[name]).all() for name in ("mean_", *shapes)):
-        raise InvalidModelError("the fitted arrays must be finite")
-    n_samples, floor = state.get("n_samples_seen_"), state.get("variance_floor_")
-    if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
-        raise InvalidModelError(f"n_samples_seen_ must be a positive int, got {n_samples!r}")
-    if not isinstance(floor, (float, np.floating)) or not floor >= 0:
-        raise InvalidModelError(f"variance_floor_ must be a float >= 0, got {floor!r}")
-    if not isinstance(state.get("shrinkage_"), (float, np.floating)):
-        raise InvalidModelError(f"shrinkage_ must be a float, got {state.get('shrinkage_')!r}")
-    if state.get("n_features_in_") != d or components is None:
-        raise InvalidModelError(f"n_features_in_ must be {d}, the length of mean_")
-    check_feature_names(state)
-    if np.abs(mean).max() >= MAGNITUDE_LIMIT or np.abs(scatter).max() >= MAGNITUDE_LIMIT:
-        raise InvalidModelError(f"mean_ and scatter_ must be below {MAGNITUDE_LIMIT:g} in absolute value")
-    top = np.abs(scatter).max()
-    if np.abs(scatter - scatter.T).max() > 1e-12 * top:
-        raise InvalidModelError("scatter_ must be symmetric")
-    if np.linalg.eigvalsh(scatter)[0] < -1e-9 * top:
-        raise InvalidModelError("scatter_ must be positive semi-definite (it is a sum of outer products)")
-
-
-def check_rebuilt_state(state: dict, rebuilt: dict) -> None:
-    """Refuse a saved fitted Whitener whose map differs from the one its moments and parameters give.
-
-    The saved arrays are kept (round trips stay bit for bit); ``rebuilt`` is
-    what ``_fit_moments`` makes of the saved ``n_samples_seen_``, ``mean_``,
-    ``scatter_`` and parameters. Eigenvectors of equal eigenvalues may rotate
-    between machines, so ``components_`` is checked as orthonormal rows that
-    diagonalise the covariance into ``explained_variance_``.
-    """
-    if state["n_components_"] != rebuilt["n_components_"]:
-        raise InvalidModelError(f"n_components_ must be {rebuilt['n_components_']} for these parameters")
-    variance, top = rebuilt["explained_variance_"], max(float(rebuilt["explained_variance_"].max()), 1e-300)
-    close = {
-        "variance_floor_": np.isclose(state["variance_floor_"], rebuilt["variance_floor_"], rtol=1e-6, atol=0),
-        "shrinkage_": np.isclose(state["shrinkage_"], rebuilt["shrinkage_"], rtol=1e-6, atol=1e-12),
-        "explained_variance_": np.allclose(state["explained_variance_"], variance, rtol=1e-6, atol=1e-9 * top),
-        "scale_": np.allclose(state["scale_"], rebuilt["scale_"], rtol=1e-5, atol=0),
-    }
-    components = state["components_"]
-    covariance = state["scatter_"] / max(state["n_samples_seen_"] - 1, 1)
-    close["components_"] = (
-        np.abs(components).max() <= 1 + 1e-6
-        and np.allclose(components @ components.T, np.eye(len(components)), atol=1e-6)
-        and np.allclose(components @ covariance @ components.T, np.diag(state["explained_variance_"]), atol=1e-6 * top)
-    )
-    wrong = [name for name, ok in close.items() if not ok]
-    if wrong:
-        raise InvalidModelError(
-            f"{', '.join(wrong)} differ from what mean_, scatter_ and the parameters give: the file was edited"
+            stacklevel=6,
         )

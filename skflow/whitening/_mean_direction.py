@@ -1,33 +1,24 @@
 """MeanDirectionRemover: each embedding projected off the corpus mean direction, without centring."""
 
 import warnings
-from pathlib import Path
+from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, _fit_context
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import OneToOneFeatureMixin
 
-from skflow.utils import (
-    InvalidModelError,
-    PairsTransformerMixin,
-    check_feature_names,
-    row_chunks,
-    unchanged_on_failure,
-    validate_embeddings,
-)
-from skflow.whitening._covariance import MAGNITUDE_LIMIT, write_affine_onnx
+from skflow.utils import InvalidModelError, row_chunks
+from skflow.whitening._covariance import MAGNITUDE_LIMIT
+from skflow.whitening._linear import LinearPostProcessor
 
 __all__ = ["MeanDirectionRemover"]
 
-_FITTED = ("mean_", "max_abs_", "n_samples_seen_", "n_features_in_")
 # A mean whose largest entry is at most this fraction of the largest |x| is rounding: the rows are centred
 # (float32 centring leaves about 1e-8, float64 about 1e-15), and its "direction" is noise.
 ROUNDING_RELATIVE_MEAN = 1e-6
 MAX_SAMPLES = 2**63 - 1
-_OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
 
 
-class MeanDirectionRemover(OneToOneFeatureMixin, PairsTransformerMixin, BaseEstimator):
+class MeanDirectionRemover(OneToOneFeatureMixin, LinearPostProcessor):
     """Project embeddings off the corpus mean direction, without centring ("renormalization").
 
     Each row ``x`` becomes ``x - (x . m) m / |m|^2``, where ``m`` is the mean
@@ -96,111 +87,23 @@ class MeanDirectionRemover(OneToOneFeatureMixin, PairsTransformerMixin, BaseEsti
     __module__ = "skflow.whitening"  # the name saved files give it, whatever module defines it
 
     _parameter_constraints: dict = {}
+    _FITTED: dict = {"mean_": ("d",), "max_abs_": (Real, 0, np.finfo(np.float64).max),
+                     "n_samples_seen_": (Integral, 1, MAX_SAMPLES), "n_features_in_": (Integral, "d", "d")}
+    _invertible = False  # a projection: the mean direction is lost
 
     def __init__(self):
         pass
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Fit the mean of ``X``, from scratch.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            Embeddings; 3-D input (e.g. sentence pairs) is fitted on all
-            ``n_samples * k`` rows.
-        y : Ignored
-            Not used, present for API consistency by convention.
-
-        Returns
-        -------
-        self : object
-            The fitted estimator.
-        """
-        with unchanged_on_failure(self):
-            X2d, _ = validate_embeddings(self, X, reset=True)
-            self._fit_sum(0, np.zeros(X2d.shape[1]), 0.0, X2d)
-        return self
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y=None):
-        """Add the rows of ``X`` to the running mean. A call that fails leaves the estimator as it was.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            A chunk of embeddings (the first call needs at least two rows).
-        y : Ignored
-            Not used, present for API consistency by convention.
-
-        Returns
-        -------
-        self : object
-            The estimator, fitted on ``X`` as well.
-        """
-        first = not hasattr(self, "mean_")
-        with unchanged_on_failure(self):
-            X2d, _ = validate_embeddings(self, X, reset=first)
-            if first:
-                self._fit_sum(0, np.zeros(X2d.shape[1]), 0.0, X2d)
-            else:
-                self._fit_sum(self.n_samples_seen_, self.mean_ * self.n_samples_seen_, self.max_abs_, X2d)
-        return self
-
-    def transform(self, X):
-        """Remove each row's component along the mean direction.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        Z : ndarray of the shape of ``X``
-            float32 for float32 input, else float64.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        u = self._direction()
-        out = X2d.copy()
+    def _transform_rows(self, X2d: np.ndarray) -> np.ndarray:
+        u, out = self._direction(), X2d.copy()
         if u is not None:
             for start, part in row_chunks(X2d, np.float64):
                 out[start : start + len(part)] = part - np.outer(part @ u, u)
-        return out.reshape(shape)
+        return out
 
-    def to_onnx(self, path) -> Path:
-        """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
-
-        Input ``x``: float32, shape ``(batch, n_features_in_)``; output ``z``:
-        float32 of the same shape. The graph computes in float64, as
-        `transform` does. Needs the ``onnx`` package.
-
-        Parameters
-        ----------
-        path : str or path-like
-            The ``.onnx`` file to write; ``~`` is expanded.
-
-        Returns
-        -------
-        path : pathlib.Path
-        """
-        check_is_fitted(self)
-        return write_affine_onnx(np.zeros(self.n_features_in_), self._projection(), path)
-
-    def linear_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(W, b)`` with ``transform(x) == x @ W + b`` (``b`` is zero): what an export writes.
-
-        Returns
-        -------
-        W : ndarray of shape (n_features_in_, n_features_in_)
-        b : ndarray of shape (n_features_in_,)
-        """
-        check_is_fitted(self)
-        return self._projection(), np.zeros(self.n_features_in_)
-
-    def _projection(self) -> np.ndarray:
+    def _affine(self) -> tuple[np.ndarray, np.ndarray]:
         u = self._direction()
-        return np.eye(self.n_features_in_) - (0 if u is None else np.outer(u, u))
+        return np.zeros(self.n_features_in_), np.eye(self.n_features_in_) - (0 if u is None else np.outer(u, u))
 
     def _direction(self) -> np.ndarray | None:
         """The unit mean direction, scaled first so that the norm neither overflows nor underflows; None when the
@@ -211,10 +114,10 @@ class MeanDirectionRemover(OneToOneFeatureMixin, PairsTransformerMixin, BaseEsti
         scaled = self.mean_ / largest
         return scaled / np.linalg.norm(scaled)
 
-    def _fit_sum(self, n_samples: int, total: np.ndarray, max_abs: float, X2d: np.ndarray) -> None:
-        """The mean of ``n_samples`` earlier rows summing to ``total`` (largest ``|x|``: ``max_abs``) and the rows
-        of ``X2d``; raises before changing anything."""
-        total = total.copy()
+    def _fit_rows(self, X2d: np.ndarray, first: bool) -> None:
+        """The mean of the earlier rows (none if ``first``) and those of ``X2d``; raises before changing anything."""
+        n_samples, max_abs = (0, 0.0) if first else (self.n_samples_seen_, self.max_abs_)
+        total = np.zeros(X2d.shape[1]) if first else self.mean_ * n_samples
         with np.errstate(over="ignore", invalid="ignore"):
             for _, part in row_chunks(X2d, np.float64):
                 total += part.sum(axis=0)
@@ -230,41 +133,7 @@ class MeanDirectionRemover(OneToOneFeatureMixin, PairsTransformerMixin, BaseEsti
                           f"most {ROUNDING_RELATIVE_MEAN:g} of the largest |x|): the rows are centred, there is no "
                           "mean direction to remove, and the map is the identity.", UserWarning, stacklevel=4)
 
-    def __setstate__(self, state):
-        _check_state(state)  # it may be somebody else's file
-        if "n_samples_seen_" in state:
-            state = {**state, "n_samples_seen_": int(state["n_samples_seen_"]), "max_abs_": float(state["max_abs_"])}
-        super().__setstate__(state)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.three_d_array = True
-        return tags
-
-
-def _check_state(state: dict) -> None:
-    """Refuse, with an `InvalidModelError`, a saved state with unknown keys, some fitted attributes only, or
-    fitted values that `fit` could not have made."""
-    unknown = sorted(str(key)[:40] for key in state if key not in (*_FITTED, *_OPTIONAL))[:5]
-    if unknown:
-        raise InvalidModelError(f"the saved MeanDirectionRemover has unknown attributes: {', '.join(unknown)}")
-    present = [key for key in _FITTED if key in state]
-    if not present:
-        return
-    if len(present) != len(_FITTED):
-        missing = ", ".join(sorted(set(_FITTED) - set(present)))
-        raise InvalidModelError(f"the saved MeanDirectionRemover has some fitted attributes only: lacks {missing}")
-    mean, max_abs, n_samples = state["mean_"], state["max_abs_"], state["n_samples_seen_"]
-    if not (isinstance(mean, np.ndarray) and mean.dtype == np.float64 and mean.ndim == 1 and mean.size >= 1):
-        raise InvalidModelError("mean_ must be a 1-D float64 array")
-    if not isinstance(max_abs, (float, np.floating)) or not 0 <= max_abs < np.inf:
-        raise InvalidModelError(f"max_abs_ must be a finite float >= 0, got {max_abs!r}")
-    if not (np.isfinite(mean).all() and np.abs(mean).max() < MAGNITUDE_LIMIT
-            and np.abs(mean).max() <= max_abs * (1 + 1e-12)):
-        raise InvalidModelError(f"mean_ must be finite, below {MAGNITUDE_LIMIT:g} and at most max_abs_")
-    if not isinstance(state["n_features_in_"], (int, np.integer)) or state["n_features_in_"] != mean.size:
-        raise InvalidModelError(f"n_features_in_ must be {mean.size}, the length of mean_")
-    check_feature_names(state)
-    if not isinstance(n_samples, (int, np.integer)) or isinstance(n_samples, bool) or not 1 <= n_samples <= MAX_SAMPLES:
-        raise InvalidModelError(f"n_samples_seen_ must be an int from 1 to {MAX_SAMPLES}, got {n_samples!r}")
+    def _check_fitted(self, state: dict) -> None:
+        mean = np.abs(state["mean_"]).max()
+        if not (mean < MAGNITUDE_LIMIT and mean <= state["max_abs_"] * (1 + 1e-12)):
+            raise InvalidModelError(f"mean_ must be finite, below {MAGNITUDE_LIMIT:g} and at most max_abs_")

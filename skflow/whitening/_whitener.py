@@ -1,36 +1,18 @@
 """Whitener: centring, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
 
 from numbers import Integral, Real
-from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.utils import (
-    InvalidModelError,
-    PairsTransformerMixin,
-    float_dtypes,
-    pairs_or_likelihood_score,
-    unchanged_on_failure,
-    validate_embeddings,
-)
-from skflow.whitening._covariance import (
-    FewRowsWarning,
-    RunningMoments,
-    affine_rows,
-    check_rebuilt_state,
-    check_whitener_state,
-    warn_few_rows,
-    write_affine_onnx,
-)
-from skflow.whitening._invertible import WhenInvertible
+from skflow.utils import InvalidModelError
+from skflow.whitening._covariance import MAGNITUDE_LIMIT, FewRowsWarning, RunningMoments, warn_few_rows
+from skflow.whitening._linear import LinearPostProcessor
 
 __all__ = ["FewRowsWarning", "Whitener"]
 
 
-class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
+class Whitener(LinearPostProcessor):
     """Post-hoc linear maps of embeddings from their covariance: whitening and its relatives.
 
     Centres the embeddings, optionally removes the ``n_remove`` principal
@@ -81,6 +63,12 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
     ``n_features`` the covariance is singular), the variances are shrunk
     toward their mean (``shrinkage_``), and ``fit`` and ``partial_fit`` with
     ``power > 0`` warn with a `FewRowsWarning`.
+
+    `score_samples` is the log-likelihood under the Gaussian with the fitted
+    mean and covariance, its eigenvalues raised to at least
+    ``variance_floor_`` in all ``n_features_in_`` directions: it, and `score`
+    on plain embeddings, do not depend on ``n_components``, ``n_remove`` or
+    ``power``: select those by STS Spearman (`score` on pairs with gold scores).
 
     Parameters
     ----------
@@ -172,6 +160,14 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         "n_remove": [Interval(Integral, 0, None, closed="left")],
         "eigenvalue_floor": [Interval(Real, 0, 1, closed="right")],
     }
+    _FITTED: dict = {
+        "mean_": ("d",), "n_components_": (Integral, 1, "d"), "scatter_": ("d", "d"),
+        "components_": ("n_components_", "d"), "explained_variance_": ("n_components_",), "scale_": ("n_components_",),
+        "variance_floor_": (Real, 0, np.inf), "shrinkage_": (Real, 0, 1), "n_samples_seen_": (Integral, 1, None),
+        "n_features_in_": (Integral, "d", "d"),
+    }
+    _lost = ("directions removed by n_remove or left out by n_components are lost and cannot be recovered. Fit with "
+             "n_remove=0 and n_components=None")
 
     def __init__(self, *, n_components=None, power=0.5, n_remove=0, eigenvalue_floor=1e-6):
         self.n_components = n_components
@@ -179,182 +175,8 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         self.n_remove = n_remove
         self.eigenvalue_floor = eigenvalue_floor
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Fit the mean and covariance of ``X``, from scratch.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            Embeddings; 3-D input (e.g. sentence pairs) is fitted on all
-            ``n_samples * k`` rows. A ``numpy.memmap`` is read a chunk at a
-            time, never whole.
-        y : Ignored
-            Not used, present for API consistency by convention.
-
-        Returns
-        -------
-        self : object
-            The fitted estimator.
-        """
-        with unchanged_on_failure(self):
-            X2d, _ = validate_embeddings(self, X, reset=True)
-            self._fit_moments(RunningMoments.empty(X2d.shape[1]).update(X2d))
-        return self
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y=None):
-        """Merge the rows of ``X`` into the running moments and refit the map from them.
-
-        The first call (without a ``fit`` before it) needs at least two rows.
-        The parameters are read at every call. A call that fails leaves the
-        estimator as it was.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            A chunk of embeddings.
-        y : Ignored
-            Not used, present for API consistency by convention.
-
-        Returns
-        -------
-        self : object
-            The estimator, fitted on ``X`` as well.
-        """
-        first = not hasattr(self, "scatter_")
-        with unchanged_on_failure(self):
-            X2d, _ = validate_embeddings(self, X, reset=first)
-            start = RunningMoments.empty(X2d.shape[1]) if first else self._moments()
-            self._fit_moments(start.update(X2d))
-        return self
-
-    def transform(self, X):
-        """Map ``X`` to the kept principal directions, centred and scaled.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        Z : ndarray of shape (n_samples, n_components_) or (n_samples, k, n_components_)
-            float32 for float32 input, else float64.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return self._transform_rows(X2d).reshape(*shape[:-1], self.n_components_)
-
-    @WhenInvertible
-    def inverse_transform(self, X):
-        """Map output vectors back to the data space: the exact inverse of `transform`.
-
-        Only a map that keeps every direction (``n_remove=0``, all
-        ``n_components``) has one: on any other fitted map
-        ``hasattr(whitener, "inverse_transform")`` is False (a pipeline with
-        it has none either) and calling it raises `NotInvertibleError`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_components_) or (n_samples, k, n_components_)
-
-        Returns
-        -------
-        X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
-
-        Raises
-        ------
-        NotInvertibleError
-            If the map removes or leaves out directions.
-        """
-        check_is_fitted(self)
-        Z = check_array(X, dtype=float_dtypes(X), allow_nd=True, input_name="X")
-        if Z.ndim not in (2, 3) or Z.shape[-1] != self.n_components_:
-            raise ValueError(
-                f"X has shape {Z.shape}, but Whitener.inverse_transform expects 2-D or 3-D input with "
-                f"{self.n_components_} features."
-            )
-        weights = self.components_ / self.scale_[:, None]
-        X_original = affine_rows(Z.reshape(-1, Z.shape[-1]), weights, shift_out=self.mean_)
-        return X_original.reshape(*Z.shape[:-1], self.n_features_in_)
-
-    def score_samples(self, X):
-        """Log-likelihood of each row under the Gaussian with the fitted mean and floored covariance (nats).
-
-        The covariance is the fitted one with every eigenvalue raised to at
-        least ``variance_floor_``, in all ``n_features_in_`` directions: it
-        does not depend on ``n_components``, ``n_remove`` or ``power``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-
-        Returns
-        -------
-        log_likelihood : ndarray of shape (n_samples,) or (n_samples, k)
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return self._log_prob_rows(X2d).reshape(shape[:-1])
-
-    def score(self, X, y=None):
-        """STS Spearman for sentence pairs with gold scores, else mean log-likelihood.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            Embedding pairs, or plain embeddings.
-        y : array-like of shape (n_pairs,), default=None
-            Gold similarity scores for 3-D pairs; ignored for 2-D input.
-
-        Returns
-        -------
-        score : float
-            With 3-D pairs and ``y``: the Spearman correlation between gold
-            scores and cosine similarities of the transformed pairs, as
-            :meth:`skflow.FlowGaussianizer.score`. Otherwise: the mean of
-            `score_samples` (as ``PCA.score``), which does not depend on
-            ``n_components``, ``n_remove`` or ``power``: select those by STS
-            Spearman.
-        """
-        check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        return pairs_or_likelihood_score("Whitener", X2d, shape, y, self._transform_rows, self._log_prob_rows)
-
-    def to_onnx(self, path) -> Path:
-        """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
-
-        Input ``x``: float32, shape ``(batch, n_features_in_)`` for any batch
-        size; output ``z``: float32, ``(batch, n_components_)``. The graph
-        computes in float64 (``z = (x - mean_) @ W``), as `transform` does, so
-        the two agree to float32 rounding. Needs the ``onnx`` package.
-
-        Parameters
-        ----------
-        path : str or path-like
-            The ``.onnx`` file to write; ``~`` is expanded.
-
-        Returns
-        -------
-        path : pathlib.Path
-        """
-        check_is_fitted(self)
-        return write_affine_onnx(self.mean_, self.components_.T * self.scale_, path)
-
-    def linear_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(W, b)`` with ``transform(x) == x @ W + b``: what an export writes.
-
-        Returns
-        -------
-        W : ndarray of shape (n_features_in_, n_components_)
-        b : ndarray of shape (n_components_,)
-        """
-        check_is_fitted(self)
-        return (weights := self.components_.T * self.scale_), -(self.mean_ @ weights)
-
-    # -------------------------------------------------------------- helpers
-    def _transform_rows(self, X2d: np.ndarray) -> np.ndarray:
-        return affine_rows(X2d, self.components_.T * self.scale_, shift_in=self.mean_)
+    def _fit_rows(self, X2d: np.ndarray, first: bool) -> None:
+        self._fit_moments((RunningMoments.empty(X2d.shape[1]) if first else self._moments()).update(X2d))
 
     def _log_prob_rows(self, X2d: np.ndarray) -> np.ndarray:
         return self._moments().gaussian_log_prob(X2d, self.variance_floor_)
@@ -383,25 +205,40 @@ class Whitener(ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstim
         self.n_components_, self.variance_floor_, self.shrinkage_ = n_kept, floor, shrinkage
         self.scale_ = np.where(variances > 0, variances, 1.0) ** -float(self.power)
 
-    @property
-    def _n_features_out(self):
-        return self.n_components_
-
-    def __setstate__(self, state):
-        check_whitener_state(state, tuple(self._get_param_names()))  # it may be somebody else's file
-        if "mean_" in state:
-            fresh = type(self)(**{key: state[key] for key in self._get_param_names()})
-            try:
-                fresh._validate_params()
-                moments = RunningMoments(int(state["n_samples_seen_"]), state["mean_"], state["scatter_"])
-                fresh._fit_moments(moments, warn=False)
-            except (ValueError, TypeError) as exc:
-                raise InvalidModelError(f"the saved Whitener is invalid: {exc}") from None
-            check_rebuilt_state(state, vars(fresh))
-        super().__setstate__(state)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.three_d_array = True
-        return tags
+    def _check_fitted(self, state: dict) -> None:
+        """The moments a fit keeps (below `MAGNITUDE_LIMIT`, ``scatter_`` symmetric and positive semi-definite),
+        and the map they give with the saved parameters: the saved one (kept: round trips stay bit for bit).
+        Eigenvectors of equal eigenvalues may rotate between machines, so ``components_`` is checked as
+        orthonormal rows that diagonalise the covariance into ``explained_variance_``."""
+        scatter, top = state["scatter_"], np.abs(state["scatter_"]).max()
+        if np.abs(state["mean_"]).max() >= MAGNITUDE_LIMIT or top >= MAGNITUDE_LIMIT:
+            raise InvalidModelError(f"mean_ and scatter_ must be below {MAGNITUDE_LIMIT:g} in absolute value")
+        if np.abs(scatter - scatter.T).max() > 1e-12 * top:
+            raise InvalidModelError("scatter_ must be symmetric")
+        if np.linalg.eigvalsh(scatter)[0] < -1e-9 * top:
+            raise InvalidModelError("scatter_ must be positive semi-definite (it is a sum of outer products)")
+        rebuilt = type(self)(**{key: state[key] for key in self._get_param_names()})
+        try:
+            rebuilt._validate_params()
+            rebuilt._fit_moments(RunningMoments(state["n_samples_seen_"], state["mean_"], scatter), warn=False)
+        except (ValueError, TypeError) as exc:
+            raise InvalidModelError(f"the saved Whitener is invalid: {exc}") from None
+        if state["n_components_"] != rebuilt.n_components_:
+            raise InvalidModelError(f"n_components_ must be {rebuilt.n_components_} for these parameters")
+        variance = rebuilt.explained_variance_
+        top = max(float(variance.max()), 1e-300)
+        components = state["components_"]
+        close = {
+            "variance_floor_": np.isclose(state["variance_floor_"], rebuilt.variance_floor_, rtol=1e-6, atol=0),
+            "shrinkage_": np.isclose(state["shrinkage_"], rebuilt.shrinkage_, rtol=1e-6, atol=1e-12),
+            "explained_variance_": np.allclose(state["explained_variance_"], variance, rtol=1e-6, atol=1e-9 * top),
+            "scale_": np.allclose(state["scale_"], rebuilt.scale_, rtol=1e-5, atol=0),
+            "components_": np.abs(components).max() <= 1 + 1e-6
+            and np.allclose(components @ components.T, np.eye(len(components)), atol=1e-6)
+            and np.allclose(components @ rebuilt._moments().covariance() @ components.T,
+                            np.diag(state["explained_variance_"]), atol=1e-6 * top),
+        }
+        if wrong := [name for name, ok in close.items() if not ok]:
+            raise InvalidModelError(
+                f"{', '.join(wrong)} differ from what mean_, scatter_ and the parameters give: the file was edited"
+            )
