@@ -493,7 +493,7 @@ def _embedder():
     return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
 
 
-def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
+def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path):
     from skflow.ray_jobs import check_rows, read_dataset
 
     texts = tmp_path / "texts"
