@@ -245,8 +245,10 @@ def read_dataset(corpus: Corpus, read: Callable):
     import ray
 
     files = ray.data.from_items([{"path": file} for file in corpus.files], override_num_blocks=len(corpus.files))
+    # ray_remote_args_fn keeps the reads tasks of their own: fused into the actors that follow, one actor's call
+    # would take every file (the bundle of the actors' batch size) and read them one after another
     return files.map_batches(lambda batch: read(batch.column("path")[0].as_py()), batch_format="pyarrow",
-                             batch_size=1)
+                             batch_size=1, ray_remote_args_fn=dict)
 
 
 def vectors_column(vectors: np.ndarray):
