@@ -51,14 +51,15 @@ class _MapBatches:
 def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected=(),
            workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
            command: str) -> int:
-    """Check the rows of ``inputs`` for ``model`` (a FlowGaussianizer reads ``column``, any other model texts), then
-    make ``output`` hold them all with ``output_column`` added, computed in ``workers`` actors; returns the count."""
+    """Make ``output`` hold every row of ``inputs``, checked for ``model`` as Ray reads it (a FlowGaussianizer reads
+    ``column``, any other model texts), with ``output_column`` added, computed in ``workers`` actors; returns the
+    count."""
     ray_jobs.check_actors_before_ray(address, workers, gpus_per_worker, threads_per_worker)
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
-    n_rows, _, checks = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
-                                           length=model.n_features_in_ if vectors else None)
+    _, read = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
+                                  length=model.n_features_in_ if vectors else None)
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
@@ -68,18 +69,21 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        with target.writing(rows=n_rows, command=command) as sink:  # committed at the end, else its files deleted
-            try:
-                dataset = ray_jobs.read_dataset(corpus, input_column, checks)
-                dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
-                                    batch_format="pyarrow", **options).write_datasink(sink)
-                failure = None
-            except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below; its files go away
-                failure = ray_jobs.job_failure(exc)
-            if failure is not None:
-                gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
-                raise failure
-    return n_rows
+        sink = target.sink(command, empty=corpus.no_rows)  # committed when the write completes, else its files deleted
+        try:
+            ray_jobs.read_dataset(corpus, read).map_batches(_MapBatches, fn_constructor_kwargs=actor,
+                                                            batch_size=ROWS_PER_CALL, batch_format="pyarrow",
+                                                            **options).write_datasink(sink)
+            failure = None
+        except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below
+            failure = ray_jobs.job_failure(exc)
+        except BaseException as exc:  # Ctrl-C: Ray Data tells the sink of an Exception only
+            sink.on_write_failed(exc)
+            raise
+        if failure is not None:
+            gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
+            raise failure
+    return sink.rows
 
 
 def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
@@ -149,14 +153,14 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     flow._validate_params()
     resolve_device(flow.device)
     corpus = ray_jobs.input_files([input_dir])
-    _, length, checks = ray_jobs.check_rows(corpus, column, vectors=True)
+    length, read = ray_jobs.check_rows(corpus, column, vectors=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
     out = ray_jobs.check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
         ray_jobs.actor_resources(1)  # a cluster without a CPU would never read
-        dataset = ray_jobs.read_dataset(corpus, None, checks).select_columns([column])
+        dataset = ray_jobs.read_dataset(corpus, read).select_columns([column])
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):

@@ -207,11 +207,9 @@ def test_bad_inputs_fail_fast_with_one_line(corpus, tmp_path, capsys, monkeypatc
     assert "no column 'sentence' (columns: id, text)" in _error(capsys, embed)
     bad = tmp_path / "bad"
     bad.mkdir()
-    pq.write_table(pa.table({"text": ["a", None, "c"]}), bad / "x.parquet")
-    embed_bad = ["embed", str(bad), "--output", str(tmp_path / "o")]
-    assert f"{bad / 'x.parquet'}: row 2 of column 'text' is empty" in _error(capsys, embed_bad)
     pq.write_table(pa.table({"text": [1, 2]}), bad / "x.parquet")
-    assert "holds int64 values, not strings (row 1: 1)" in _error(capsys, embed_bad)
+    embed_bad = ["embed", str(bad), "--output", str(tmp_path / "o")]
+    assert f"{bad / 'x.parquet'}: column 'text' holds int64 values, not strings" in _error(capsys, embed_bad)
     empty = tmp_path / "empty"
     empty.mkdir()
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty / "x.parquet")
@@ -220,10 +218,6 @@ def test_bad_inputs_fail_fast_with_one_line(corpus, tmp_path, capsys, monkeypatc
     (tmp_path / "full" / "old.parquet").write_bytes(b"x")
     embed_full = ["embed", str(folder), "--output", str(tmp_path / "full")]
     assert "exists and is not empty; pass --overwrite" in _error(capsys, embed_full)
-    mixed = tmp_path / "mixed"
-    mixed.mkdir()
-    pq.write_table(pa.table({"embedding": pa.array([[1.0, 2.0], [1.0, 2.0, 3.0]])}), mixed / "x.parquet")
-    assert "vectors of several lengths" in _error(capsys, ["fit", str(mixed), "--output", str(tmp_path / "m.joblib")])
     (tmp_path / "broken.joblib").write_bytes(b"not a model")
     transform = ["transform", str(folder), "--output", str(tmp_path / "o2"), "--model"]
     assert "broken.joblib: cannot read the model" in _error(capsys, [*transform, str(tmp_path / "broken.joblib")])
@@ -235,3 +229,23 @@ def test_bad_inputs_fail_fast_with_one_line(corpus, tmp_path, capsys, monkeypatc
         ["embed", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")],
     )
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
+
+
+def test_bad_rows_are_found_where_ray_reads_them_in_one_line_naming_file_and_row(ray_instance, tmp_path, capsys):
+    """The driver reads listings and Parquet footers only: the task that reads a file checks its rows, and a bad
+    one ends the command in one line, exit 2, with nothing written (a text corpus of blank lines too)."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), bad / "x.parquet")
+    embed_bad = ["embed", str(bad), "--output", str(tmp_path / "o"), "--quiet"]
+    assert f"{bad / 'x.parquet'}: row 2 of column 'text' is empty" in _error(capsys, embed_bad)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(pa.table({"embedding": pa.array([[1.0, 2.0], [1.0, 2.0, 3.0]])}), mixed / "x.parquet")
+    assert "vectors of several lengths" in _error(capsys, ["fit", str(mixed), "--output", str(tmp_path / "m.joblib"),
+                                                           "--quiet"])
+    blank = tmp_path / "blank"
+    blank.mkdir()
+    (blank / "a.txt").write_text("\n  \n\n")
+    assert "the input has no rows" in _error(capsys, ["embed", str(blank), "--output", str(tmp_path / "o"), "--quiet"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "blank", "mixed"]

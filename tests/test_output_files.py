@@ -35,10 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def write_like_ray(target: OutputFolder, *tables: pa.Table, command: str = "embed") -> None:
     """Write ``tables`` into ``target`` through its sink, as Ray Data's write does (one task), and commit them."""
-    with target.writing(rows=sum(table.num_rows for table in tables), command=command) as sink:
+    sink = target.sink(command, empty=ValueError("no rows"))
+    try:
         sink.on_write_start()
         written = sink.write(iter(tables), types.SimpleNamespace(task_idx=0))
-        sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))
+        sink.on_write_complete(types.SimpleNamespace(write_returns=[written],
+                                                     num_rows=sum(table.num_rows for table in tables)))
+    except Exception as exc:
+        sink.on_write_failed(exc)
+        raise
 
 
 def _ids(folder) -> list[int]:
@@ -109,10 +114,10 @@ def test_a_file_that_appears_during_the_run_is_never_deleted_and_the_run_deletes
         write_like_ray(late, pa.table({"id": [2]}))
     assert _ids(tmp_path / "new") == [1] and len(_names(tmp_path / "new")) == 2
     failed = OutputFolder(tmp_path / "failed", overwrite=False)
-    with pytest.raises(ValueError, match="boom"), failed.writing(rows=1, command="embed") as sink:
-        sink.on_write_start()
-        sink.write(iter([pa.table({"id": [1]})]), types.SimpleNamespace(task_idx=0))
-        raise ValueError("boom")
+    sink = failed.sink("embed", empty=ValueError("no rows"))
+    sink.on_write_start()
+    sink.write(iter([pa.table({"id": [1]})]), types.SimpleNamespace(task_idx=0))
+    sink.on_write_failed(ValueError("boom"))  # what Ray Data calls when the job fails
     assert not (tmp_path / "failed").exists()  # the folder it made, and its files, are gone
 
 
@@ -129,10 +134,10 @@ _WRITER = textwrap.dedent("""
     while not go.exists():
         time.sleep(0.01)
     if name == "killed":  # a driver killed by its own pid after its first file, before its manifest
-        with target.writing(rows=1, command="embed") as sink:
-            sink.on_write_start()
-            sink.write(iter([pa.table({"id": [99]})]), types.SimpleNamespace(task_idx=0))
-            os.kill(os.getpid(), signal.SIGKILL)
+        sink = target.sink("embed", empty=ValueError("no rows"))
+        sink.on_write_start()
+        sink.write(iter([pa.table({"id": [99]})]), types.SimpleNamespace(task_idx=0))
+        os.kill(os.getpid(), signal.SIGKILL)
     try:
         write_like_ray(target, pa.table({"id": [int(name)]}))
     except ValueError as exc:

@@ -195,11 +195,11 @@ def test_a_listed_shard_linked_to_another_listed_shard_is_refused(tmp_path):
     """Two shards of 5 rows; the first replaced by a link to the second. Each footer agreed with the manifest and
     so did their sum, but a file named twice is read once: 5 rows of 10 were read, without a word."""
     out = tmp_path / "out"
-    with OutputFolder(out, overwrite=False).writing(rows=10, command="embed") as sink:
-        sink.on_write_start()
-        written = [sink.write(iter([pa.table({"id": range(5 * task, 5 * task + 5)})]),
-                              types.SimpleNamespace(task_idx=task)) for task in (0, 1)]
-        sink.on_write_complete(types.SimpleNamespace(write_returns=written))
+    sink = OutputFolder(out, overwrite=False).sink("embed", empty=ValueError("no rows"))
+    sink.on_write_start()
+    written = [sink.write(iter([pa.table({"id": range(5 * task, 5 * task + 5)})]),
+                          types.SimpleNamespace(task_idx=task)) for task in (0, 1)]
+    sink.on_write_complete(types.SimpleNamespace(write_returns=written, num_rows=10))
     first, second = json.loads((out / MARKER).read_text())["files"]
     os.unlink(out / first)
     os.symlink(out / second, out / first)
@@ -210,19 +210,16 @@ def test_a_listed_shard_linked_to_another_listed_shard_is_refused(tmp_path):
 
 
 def test_a_shard_swapped_for_a_fifo_after_the_listing_is_refused_not_blocked_on(tmp_path):
-    """The listing said a regular file; a FIFO was swapped in before the driver read its Parquet footer (the row
-    check of the manifest, and the footer check of the rows): pyarrow's open blocked on it for ever."""
-    from skflow.ray_jobs._corpus import Corpus, check_rows
-    from skflow.ray_jobs._outputs import _check_rows
+    """The listing said a regular file; a FIFO was swapped in before the driver read its Parquet footer (once: the
+    row check of the manifest and the footer check of the rows): pyarrow's open blocked on it for ever."""
+    from skflow.ray_jobs._corpus import check_rows
 
     out = tmp_path / "out"
     write_like_ray(OutputFolder(out, overwrite=False), pa.table({"id": range(5)}))
     (name,) = json.loads((out / MARKER).read_text())["files"]
+    corpus = input_files([out])  # listed while a regular file
     os.unlink(out / name)
     os.mkfifo(out / name)
-    refused = _within(10, _check_rows, locate(out), {name: 5, None: 5}, [name], InputError)
-    assert isinstance(refused, InputError) and str(refused).startswith(f"{out / name}: cannot be read as Parquet "
-                                                                       "(not a regular file)")
-    refused = _within(10, check_rows, Corpus(files=(str(out / name),), kind="parquet"), "id")
+    refused = _within(10, check_rows, corpus, "id")
     assert isinstance(refused, InputError) and str(refused).startswith(f"{out / name}: cannot be read as Parquet "
                                                                        "(not a regular file)")

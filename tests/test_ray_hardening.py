@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 import warnings
 from pathlib import Path
 
@@ -177,7 +178,6 @@ def test_a_command_that_fails_with_overwrite_keeps_the_previous_output(tmp_path,
     (["embed", "{emb_with_text}"], "has a column 'embedding' already"),
     (["fit", "{emb}", "--epochs", "0"], "argument --epochs: must be an int in the range [1, 10000], got '0'"),
     (["fit", "{emb}", "--device", "meta"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'meta'"),
-    (["fit", "{bad_emb}"], "part-1.parquet: row 6 of column 'embedding' holds nan (element 1)"),
     (["fit", "{emb}", "--depth", "1000000"], "error: FlowGaussianizer: the flow would have 3000000 steps (depth x "
                                              "levels), more than 1000; lower depth, n_levels or hidden_channels"),
     (["fit", "{emb}", "--hidden-channels", "1000000000"], "error: FlowGaussianizer: the flow would have "
@@ -201,7 +201,7 @@ def test_options_that_cannot_work_fail_in_one_line_before_ray_and_before_any_out
     os.replace(tmp_path / "flow.skops", tmp_path / "skops.joblib")
     joblib.dump(FlowGaussianizer(), tmp_path / "unfitted.joblib")
     names = {"corpus": corpus, "emb": emb, "emb_with_text": emb_with_text, "flow": flow,
-             "bad_emb": _embeddings(tmp_path / "bad", bad=(25, 0)), "skops_as_joblib": tmp_path / "skops.joblib",
+             "skops_as_joblib": tmp_path / "skops.joblib",
              "joblib_as_skops": tmp_path / "j.skops", "unfitted": tmp_path / "unfitted.joblib"}
     (tmp_path / "j.skops").write_bytes(flow.read_bytes())
     out = tmp_path / ("model.skops" if argv[0] == "fit" else "out")
@@ -302,18 +302,22 @@ def test_the_library_checks_its_arguments_too(tmp_path, corpus, no_ray):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "emb"]
 
 
-def test_non_finite_or_null_vectors_are_refused_naming_the_shard_and_the_row(tmp_path, capsys, no_ray):
+def test_non_finite_or_null_vectors_are_refused_naming_the_shard_and_the_row(ray_instance, tmp_path, capsys):
+    """Found by the Ray task that reads the shard (the driver reads Parquet footers only)."""
+    bad = _embeddings(tmp_path / "nan", bad=(25, 0))
+    assert "part-1.parquet: row 6 of column 'embedding' holds nan (element 1)" in _refused(
+        capsys, ["fit", bad, "--output", tmp_path / "flow.skops", "--quiet"])
     emb = _embeddings(tmp_path / "inf")
     table = pq.read_table(emb / "part-1.parquet")
     X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
     X[3, 5] = np.inf
     pq.write_table(table.set_column(1, "embedding", pa.array(list(X), pa.list_(pa.float32()))), emb / "part-1.parquet")
-    err = _refused(capsys, ["fit", emb, "--output", tmp_path / "flow.skops"])
+    err = _refused(capsys, ["fit", emb, "--output", tmp_path / "flow.skops", "--quiet"])
     assert f"{emb / 'part-1.parquet'}: row 4 of column 'embedding' holds inf (element 6); 1 non-finite" in err
     null_vector = pa.table({"embedding": pa.array([[1.0, 2.0], None], pa.list_(pa.float32()))})
     pq.write_table(null_vector, emb / "part-1.parquet")
     assert "part-1.parquet: row 2 of column 'embedding' is null, not a vector" in _refused(
-        capsys, ["fit", emb, "--output", tmp_path / "flow.skops"])
+        capsys, ["fit", emb, "--output", tmp_path / "flow.skops", "--quiet"])
     assert not (tmp_path / "flow.skops").exists()
 
 
@@ -337,12 +341,11 @@ def _json_lines(path: Path, rows) -> None:
 
 
 def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_ray):
-    from skflow.ray_jobs import check_rows
-    from skflow.ray_jobs._corpus import file_format
+    from skflow.ray_jobs._corpus import file_format, read_table
 
-    def rows(*inputs):
+    def rows(*inputs):  # read as the Ray tasks read each file
         corpus = input_files(inputs)
-        return check_rows(corpus, "text")[0], corpus
+        return sum(read_table(file, "text").num_rows for file in corpus.files), corpus
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)
@@ -378,7 +381,8 @@ def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_r
         rows(mixed)
 
 
-def test_format_errors_name_the_file_and_the_row(tmp_path, capsys, no_ray):
+def test_format_errors_name_the_file_and_the_row(ray_instance, tmp_path, capsys):
+    """Found by the Ray task that reads the file (the driver reads Parquet footers only)."""
     cases = {
         "bad.txt": (b"fine\nalso fine\nbroken \xff here\n", "bad.txt: line 3 is not valid UTF-8 (byte 8 of the line"),
         "bad.jsonl": (b'{"text": "a"}\n{"text": "b"\n{"text": "c"}\n', ("bad.jsonl: cannot be read as JSON lines (one "
@@ -392,7 +396,7 @@ def test_format_errors_name_the_file_and_the_row(tmp_path, capsys, no_ray):
     }
     for name, (data, message) in cases.items():
         (tmp_path / name).write_bytes(data)
-        assert message in _refused(capsys, ["embed", tmp_path / name, "--output", tmp_path / "out"]), name
+        assert message in _refused(capsys, ["embed", tmp_path / name, "--output", tmp_path / "out", "--quiet"]), name
     assert not (tmp_path / "out").exists()
 
 
@@ -481,7 +485,7 @@ def _embedder():
     return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
 
 
-def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
+def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path):
     from skflow.ray_jobs import check_rows, read_dataset
 
     texts = tmp_path / "texts"
@@ -506,9 +510,7 @@ def test_ray_reads_exactly_the_rows_the_driver_counts(ray_instance, tmp_path):
                 dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
     for folder, rows in expected.items():
         corpus = input_files([folder])
-        n_rows, _, checks = check_rows(corpus, "text")
-        assert n_rows == len(rows), folder
-        got = read_dataset(corpus, "text", checks).take_all()
+        got = read_dataset(corpus, check_rows(corpus, "text")[1]).take_all()
         assert sorted(str(row["text"]) for row in got) == rows, folder
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
     table = pq.read_table(tmp_path / "out")
@@ -557,8 +559,11 @@ def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_ins
     flow = _flow_file(tmp_path / "flow.joblib")
     from skflow.ray_jobs._outputs import _parquet_files_class
 
+    on_write_complete = _parquet_files_class().on_write_complete
+
     def a_file_lost(sink, result):  # what Ray reports, less the last file written
-        sink.written = [file for returned in result.write_returns for file in returned][:-1]
+        written = [file for returned in result.write_returns for file in returned][:-1]
+        on_write_complete(sink, types.SimpleNamespace(num_rows=result.num_rows, write_returns=[written]))
 
     monkeypatch.setattr(_parquet_files_class(), "on_write_complete", a_file_lost)
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"], code=1)

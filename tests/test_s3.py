@@ -270,19 +270,23 @@ def _recorder(endpoint: str, action: str) -> str:
         return response.read().decode()
 
 
-def _uploads(endpoint: str, run) -> tuple[int, int]:
-    """``(server-side copies, bytes uploaded)`` of the requests that ``run()`` makes to the store."""
-    import base64
-
+def _recorded(endpoint: str, run) -> list[dict]:
+    """The requests that ``run()`` makes to the store, as moto's recorder keeps them."""
     _recorder(endpoint, "reset-recording")
     _recorder(endpoint, "start-recording")
     try:
         run()
     finally:
         _recorder(endpoint, "stop-recording")
+    return [json.loads(line) for line in _recorder(endpoint, "download-recording").splitlines()]
+
+
+def _uploads(endpoint: str, run) -> tuple[int, int]:
+    """``(server-side copies, bytes uploaded)`` of the requests that ``run()`` makes to the store."""
+    import base64
+
     copies = uploaded = 0
-    for line in _recorder(endpoint, "download-recording").splitlines():
-        request = json.loads(line)
+    for request in _recorded(endpoint, run):
         headers = {k.lower(): v for k, v in request["headers"].items()}
         copies += "x-amz-copy-source" in headers  # CopyObject and UploadPartCopy
         if request["method"] in ("PUT", "POST"):
@@ -290,6 +294,26 @@ def _uploads(endpoint: str, run) -> tuple[int, int]:
             size = len(base64.b64decode(body)) if request.get("body_encoded") else len(body.encode())
             uploaded += int(headers.get("x-amz-decoded-content-length", size))
     return copies, uploaded
+
+
+def _downloads(endpoint: str, run, sizes: dict[str, int]) -> int:
+    """The bytes of the objects ``sizes`` (key: size) that ``run()`` downloads: each GET of one, its range if it
+    has one, else the whole object."""
+    import re
+    import urllib.parse
+
+    downloaded = 0
+    for request in _recorded(endpoint, run):
+        url = urllib.parse.urlsplit(request["url"])
+        key = urllib.parse.unquote(url.path).lstrip("/").split("/", 1)[-1]  # path-style: /bucket/key
+        if request["method"] != "GET" or key not in sizes or url.query:
+            continue
+        size, headers = sizes[key], {k.lower(): v for k, v in request["headers"].items()}
+        if ranged := re.fullmatch(r"bytes=([0-9]+)-([0-9]*)", headers.get("range", "")):
+            downloaded += min(int(ranged[2] or size - 1), size - 1) - int(ranged[1]) + 1
+        else:
+            downloaded += size
+    return downloaded
 
 
 def _size(client, prefix: str) -> int:
@@ -314,6 +338,27 @@ def test_an_s3_output_is_uploaded_once_with_no_server_side_copy(ray_instance, s3
         print(f"{what}: {copies} server-side copies, {uploaded:,} bytes uploaded for an output of {size:,} bytes "
               f"({uploaded / size:.3f}x)")
     assert all(copies == 0 and uploaded <= 1.3 * size for copies, uploaded, size in measured.values()), measured
+
+
+@pytest.mark.slow
+def test_a_text_corpus_on_s3_is_downloaded_once(ray_instance, s3, tmp_path, monkeypatch):
+    """embed of three text files (265 kB) on s3://: the driver lists them, the Ray task that reads each file
+    checks its rows; at most 1.1x the corpus's bytes are downloaded (the driver read each whole first: 2.0x)."""
+    client, endpoint = s3
+    monkeypatch.chdir(tmp_path)  # where moto's recorder keeps its file
+    sizes = {}
+    for part in range(3):
+        lines = [" ".join(SENTENCES[i % 30 : i % 30 + 10]) + f" ({part}-{i})\n" for i in range(250)]
+        data = "".join(lines).encode()
+        client.put_object(Bucket=BUCKET, Key=f"long-texts/part-{part}.txt", Body=data)
+        sizes[f"long-texts/part-{part}.txt"] = len(data)
+    out = f"s3://{BUCKET}/long-texts-emb"
+    run = lambda: distributed.embed([f"s3://{BUCKET}/long-texts/"], out, embedder=_embedder(), quiet=True)  # noqa: E731
+    downloaded, corpus = _downloads(endpoint, run, sizes), sum(sizes.values())
+    print(f"embed of a text corpus on s3: {downloaded:,} bytes downloaded of a corpus of {corpus:,} bytes "
+          f"({downloaded / corpus:.3f}x)")
+    assert corpus <= downloaded <= 1.1 * corpus, (downloaded, corpus)
+    assert _s3_table(out).num_rows == 750
 
 
 # ------------------------------------------------------- errors through the command line, in processes of their own
@@ -498,9 +543,9 @@ def test_a_scheme_that_only_fsspec_knows_is_listed_and_read_the_same_way(no_ray,
     corpus = input_files(["memory://skflow-test/corpus/"])
     assert corpus.kind == "text" and corpus.files == ("memory://skflow-test/corpus/a.txt",
                                                       "memory://skflow-test/corpus/sub/b.txt.gz")
-    from skflow.ray_jobs import check_rows
+    from skflow.ray_jobs._corpus import read_table  # what the Ray task that reads each file calls
 
-    assert check_rows(corpus, "text")[0] == 5
+    assert sum(read_table(file).num_rows for file in corpus.files) == 5
     memory.pipe("/skflow-test/corpus/notes.md", b"x")
     err = _refused(capfd, _embed_args("memory://skflow-test/corpus", "--output", "memory://skflow-test/out"))
     assert "1 file(s) in the input folders would not be read: memory://skflow-test/corpus/notes.md" in err

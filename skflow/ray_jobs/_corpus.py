@@ -1,5 +1,5 @@
 """A corpus: which files are read (every one, or the listing is refused naming it), how, and the checks of its rows:
-on the driver, except for Parquet files on object storage, whose rows are checked where Ray reads each file."""
+the driver reads listings and Parquet footers only; each file's rows are checked in the Ray task that reads it."""
 
 import functools
 import os
@@ -10,24 +10,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from skflow.ray_jobs._outputs import read_as_listed
+from skflow.ray_jobs._outputs import MARKER, read_as_listed
 from skflow.ray_jobs._storage import (
     file_type,
-    is_remote,
     list_files,
     locate,
     one_line,
     parquet_metadata,
     read_bytes,
 )
-from skflow.utils import check_name, some_names
+from skflow.utils import check_name, printable, some_names
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json", ".txt": "text"}
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".br": "brotli"}
 _KNOWN = ".parquet, .csv, .jsonl (JSON lines) or .txt (one text a line), the last three optionally .gz, .bz2, .zst, " \
          ".lz4 or .br compressed"
-INPUT_LIMIT = 2**34  # bytes of a text, CSV or JSON file, read whole on the driver
+INPUT_LIMIT = 2**34  # bytes of an input file, read whole by the Ray task that reads it
 _NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}
 
 
@@ -36,10 +35,16 @@ class InputError(ValueError):
 
 
 class Corpus(NamedTuple):
-    """The files to read (local paths or URIs) and their one format."""
+    """The files to read (local paths or URIs), their one format, and the rows that manifests record of them
+    (``(folder, {file: rows, None: total})`` of each input read as its manifest lists)."""
 
     files: tuple[str, ...]
     kind: str
+    listed: tuple = ()
+
+    @property
+    def no_rows(self) -> "InputError":
+        return InputError(f"the input has no rows ({', '.join(self.files)})")
 
 
 def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
@@ -56,14 +61,17 @@ def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
 
 def input_files(inputs) -> Corpus:
     """The files of ``inputs`` (files, or folders of them) and their one format; InputError naming what is wrong."""
-    files, skipped = [], []
+    files, skipped, manifests = [], [], []
     for item in inputs:
         check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
         kind = file_type(where, InputError, must_exist=True)
         if kind == "file" and file_format(where.shown) is None:
             raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
-        listed = [("", True)] if kind == "file" else read_as_listed(where, list_files(where, InputError), InputError)
+        listed, counts = ([("", True)], {}) if kind == "file" else read_as_listed(where, list_files(where, InputError),
+                                                                                InputError)
+        if counts:
+            manifests.append((where.shown, {name and where.child(name).shown: rows for name, rows in counts.items()}))
         if not listed:
             raise InputError(f"{where.shown}: no data files in this folder (skflow reads {_KNOWN})")
         for name, regular in listed:
@@ -87,7 +95,7 @@ def input_files(inputs) -> Corpus:
         raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
     if not unique:
         raise InputError("no input files")
-    return Corpus(tuple(unique), kinds[0])
+    return Corpus(tuple(unique), kinds[0], tuple(manifests))
 
 
 def _utf8(data: bytes, path: str) -> str:
@@ -106,14 +114,19 @@ def text_rows(data: bytes, path: str = "") -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
-def parse(data: bytes, path: str, text_column: str | None = None):
-    """The table of a file's bytes (a CSV text column as strings): the driver's and Ray's."""
+def read_table(path: str, text_column: str | None = None):
+    """One file read whole by the one reader, as a pyarrow table (a CSV text column as strings); errors name the
+    file (and the row if known)."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
     import pyarrow.parquet as pq
 
-    kind = file_format(path)[0]
+    (kind, compression), where = file_format(path), locate(path, InputError)
+    try:
+        data = read_bytes(where, INPUT_LIMIT, compression)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
     if kind == "text":
         return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
     if kind != "parquet":
@@ -130,21 +143,6 @@ def parse(data: bytes, path: str, text_column: str | None = None):
         if row := re.search(r" in row ([0-9]+)$", reason):  # pyarrow's JSON reader counts rows from 0
             reason = f"{reason[: row.start()]} in row {int(row[1]) + 1}"
         raise InputError(f"{path}: cannot be read as {_NAMES[kind]} ({reason})") from None
-
-
-def read_table(path: str, *, text_column: str | None = None, columns: list[str] | None = None):
-    """One file as a pyarrow table, as Ray's reader gives it; errors name the file (and the row if known)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (kind, compression), where = file_format(path), locate(path, InputError)
-    try:
-        if kind == "parquet":
-            return pq.read_table(where.path, columns=columns, filesystem=where.filesystem)
-        data = read_bytes(where, INPUT_LIMIT, compression)
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
-    return parse(data, path, text_column)
 
 
 def _check_type(path: str, column: str, t, vectors: bool, values=None) -> None:
@@ -168,45 +166,46 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
-               length: int | None = None) -> tuple[int, int | None, functools.partial]:
-    """Every row of ``column`` is a string, or a vector of finite numbers (of ``length`` if given). Parquet files on
-    object storage are checked by their footer here, their rows as Ray reads them: ``(rows, length, the row checks)``
-    for :func:`read_dataset`."""
+               length: int | None = None) -> tuple[int | None, functools.partial]:
+    """What the driver checks without reading a row: each Parquet footer's columns, type, rows (against its
+    manifest's) and fixed vector length. Returns that length (else ``length``) and the reader for
+    :func:`read_dataset`, which checks every row of ``column``: a string, or a vector of finite numbers."""
     import pyarrow as pa
 
     if vectors and corpus.kind != "parquet":
         raise InputError(f"{corpus.files[0]}: vectors are read from Parquet shards (as written by skflow embed)")
-    total = 0
-    for path in corpus.files:
-        if corpus.kind == "parquet":
-            where = locate(path, InputError)
-            try:  # the footer: a few KiB read
-                metadata = parquet_metadata(where)
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
-            schema = metadata.schema.to_arrow_schema()
-            _check_columns(path, schema.names, column, new_column)
-            if is_remote(path):
-                t = schema.field(column).type
-                _check_type(path, column, t, vectors)
-                if getattr(t, "list_size", None) is not None and metadata.num_rows:
-                    length = _one_length(path, column, {t.list_size}, length)
-                total += metadata.num_rows
-                continue
-        table = read_table(path, text_column=column, columns=[column])
-        rows, length = check_table(path, table, column, vectors=vectors, new_column=new_column, length=length)
-        total += rows
-    if total == 0:
-        raise InputError(f"the input has no rows ({', '.join(corpus.files)})")
-    return total, length, functools.partial(check_table, column=column, vectors=vectors, new_column=new_column,
-                                            length=length)
+    rows = {}
+    for path in corpus.files if corpus.kind == "parquet" else ():
+        try:  # the footer: a few KiB read
+            metadata = parquet_metadata(locate(path, InputError))
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
+        schema = metadata.schema.to_arrow_schema()
+        _check_columns(path, schema.names, column, new_column)
+        _check_type(path, column, t := schema.field(column).type, vectors)
+        if getattr(t, "list_size", None) is not None and metadata.num_rows:
+            length = _one_length(path, column, {t.list_size}, length)
+        rows[path] = metadata.num_rows
+    for folder, counts in corpus.listed:
+        for path, count in counts.items():
+            if path is not None and count not in (None, rows.get(path, count)):
+                raise InputError(f"{printable(path)}: holds {rows[path]:,} rows, its output's {MARKER} manifest "
+                                 f"{count:,}: the output is damaged; write it again")
+        if counts.get(None, total := sum(rows.get(path, 0) for path in counts if path)) != total:
+            raise InputError(f"{printable(folder)}: its files hold {total:,} rows, its {MARKER} manifest "
+                             f"{counts[None]:,}: the output is damaged; write it again")
+    if rows and not sum(rows.values()):
+        raise corpus.no_rows
+    return length, functools.partial(read_checked, column=column, vectors=vectors, new_column=new_column,
+                                     length=length)
 
 
-def check_table(path: str, table, column: str, *, vectors: bool = False, new_column: str | None = None,
-                length: int | None = None) -> tuple[int, int | None]:
-    """The rows of one file's table, as :func:`check_rows` checks them."""
+def read_checked(path: str, *, column: str, vectors: bool = False, new_column: str | None = None,
+                 length: int | None = None):
+    """One file's table, its rows checked as :func:`check_rows` says (in the Ray task that reads it)."""
     import pyarrow.compute as pc
 
+    table = read_table(path, None if vectors else column)
     _check_columns(path, table.column_names, column, new_column)
     values = table.column(column)
     _check_type(path, column, values.type, vectors, values)
@@ -215,10 +214,9 @@ def check_table(path: str, table, column: str, *, vectors: bool = False, new_col
         row = int(pc.index(nulls, True).as_py()) + 1
         what = "is null, not a vector" if vectors else "is empty (null), not a string"
         raise InputError(f"{path}: row {row} of column {column!r} {what}")
-    if not vectors:
-        return len(values), length
-    lengths = set(pc.unique(pc.list_value_length(values)).to_pylist()) if len(values) else set()
-    length = _one_length(path, column, lengths, length)
+    if not vectors or not len(values):
+        return table
+    length = _one_length(path, column, set(pc.unique(pc.list_value_length(values)).to_pylist()), length)
     flat = pc.list_flatten(values)  # every vector has ``length`` numbers: a number's row is its position // length
     bad = pc.invert(pc.fill_null(pc.is_finite(flat), False))  # a null, a NaN or an infinity (integers are finite)
     if pc.any(bad).as_py():
@@ -226,7 +224,7 @@ def check_table(path: str, table, column: str, *, vectors: bool = False, new_col
         raise InputError(f"{path}: row {position // length + 1} of column {column!r} holds {flat[position].as_py()} "
                          f"(element {position % length + 1}); {pc.sum(bad).as_py()} non-finite values in this file. "
                          "Nothing was trained or written")
-    return len(values), length
+    return table
 
 
 def _one_length(path: str, column: str, lengths: set, length: int | None) -> int | None:
@@ -241,33 +239,16 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-def _parsed(names: dict, text_column, checks, batch):  # one file a batch
-    path = names[batch.column("path")[0].as_py()]
-    table = parse(batch.column("bytes")[0].as_py(), path, text_column)
-    checks(path, table)
-    return table
-
-
-def read_dataset(corpus: Corpus, text_column: str | None, checks: Callable):
-    """A Ray dataset of every row of ``corpus``; but local Parquet files, read whole and checked by ``checks``."""
+def read_dataset(corpus: Corpus, read: Callable):
+    """A Ray dataset of every row of ``corpus``: one Ray task reads each file whole and checks its rows (``read``,
+    from :func:`check_rows`); the driver reads none."""
     import ray
 
-    groups = {}
-    for file in corpus.files:
-        where, compression = locate(file, InputError), file_format(file)[1]
-        store = file.split("/", 3)[:3] if where.is_remote else ""
-        filesystem = where.filesystem if where.is_remote else None
-        groups.setdefault(str((store, compression)), (filesystem, compression, {}))[2][where.path] = file
-    datasets = []
-    for filesystem, compression, names in groups.values():
-        if corpus.kind == "parquet" and filesystem is None:  # local: every row checked on the driver
-            datasets.append(ray.data.read_parquet(list(names), file_extensions=None))
-            continue
-        dataset = ray.data.read_binary_files(list(names), include_paths=True, filesystem=filesystem,
-                                             arrow_open_stream_args={"compression": compression})
-        datasets.append(dataset.map_batches(functools.partial(_parsed, names, text_column, checks),
-                                            batch_format="pyarrow", batch_size=1))
-    return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+    files = ray.data.from_items([{"path": file} for file in corpus.files], override_num_blocks=len(corpus.files))
+    # ray_remote_args_fn keeps the reads tasks of their own: fused into the actors that follow, one actor's call
+    # would take every file (the bundle of the actors' batch size) and read them one after another
+    return files.map_batches(lambda batch: read(batch.column("path")[0].as_py()), batch_format="pyarrow",
+                             batch_size=1, ray_remote_args_fn=dict)
 
 
 def vectors_column(vectors: np.ndarray):

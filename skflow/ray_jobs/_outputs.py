@@ -101,33 +101,27 @@ class OutputFolder:
                 "--overwrite would delete them: move them away or choose another output")
         return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
-    @contextlib.contextmanager
-    def writing(self, *, rows: int, command: str):
-        """A Ray Data sink for this run's files, committed when the block ends; if the block or the commit raises,
-        the run's files are deleted and the output is as it was."""
-        sink = _parquet_files_class()(self.out, self.run)
-        try:
-            yield sink
-            replaced = self._commit(sink, rows=rows, command=command)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                for name in self._listing():
-                    if name.startswith(self.run):
-                        self.out.filesystem.delete_file(self.out.child(name).path)
-                if self.created and not self.out.is_remote:
-                    os.rmdir(self.out.path)  # a folder this run made, if empty
-            raise
-        for name in replaced:  # one that cannot be deleted lies outside the new manifest: never read
-            with contextlib.suppress(Exception):
-                self.out.filesystem.delete_file(self.out.child(name).path)
+    def sink(self, command: str, *, empty: Exception):
+        """A Ray Data sink for this run's files. Its ``on_write_complete`` commits them: the manifest, written last,
+        then the files it replaces deleted; ``on_write_failed`` (a failed job, or a commit that refuses) deletes the
+        run's files, leaving the output as it was. ``empty`` is raised instead of committing no rows."""
+        return _parquet_files_class()(self, command, empty)
 
-    def _commit(self, sink, *, rows: int, command: str) -> list[str]:
-        """Write the manifest of the sink's files and return the files it replaces; JobFailedError if the sink wrote
-        another number of ``rows`` or the manifest could not be written, OutputPathError if the folder was filled
-        during the run."""
-        if sink.rows != rows:
-            raise JobFailedError(f"the Ray job wrote {sink.rows:,} rows of {rows:,}; nothing was written")
-        files = sorted(name for name, _ in sink.written)
+    def _failed(self) -> None:
+        with contextlib.suppress(Exception):
+            for name in self._listing():
+                if name.startswith(self.run):
+                    self.out.filesystem.delete_file(self.out.child(name).path)
+            if self.created and not self.out.is_remote:
+                os.rmdir(self.out.path)  # a folder this run made, if empty
+
+    def _commit(self, written: list, *, rows: int, command: str) -> None:
+        """Write the manifest of the ``written`` files, then delete the files it replaces; JobFailedError if they hold
+        another number of ``rows`` than reached the write or the manifest could not be written, OutputPathError if
+        the folder was filled during the run."""
+        if (total := sum(n for _, n in written)) != rows:
+            raise JobFailedError(f"the Ray job wrote {total:,} rows of {rows:,}; nothing was written")
+        files = sorted(name for name, _ in written)
         found = self._listing()
         filled = [name for name in found if not _RUN_FILE.match(name)
                   and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
@@ -136,7 +130,7 @@ class OutputFolder:
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
-        text = json.dumps({"files": files, "file_rows": [rows for _, rows in sorted(sink.written)], "rows": sink.rows,
+        text = json.dumps({"files": files, "file_rows": [n for _, n in sorted(written)], "rows": total,
                            "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
@@ -147,7 +141,9 @@ class OutputFolder:
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
-        return old
+        for name in old:  # one that cannot be deleted lies outside the new manifest: never read
+            with contextlib.suppress(Exception):
+                self.out.filesystem.delete_file(self.out.child(name).path)
 
 
 @functools.cache
@@ -157,35 +153,43 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports."""
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports;
+        committed by the output folder when Ray reports the write complete, deleted if it reports it failed."""
 
-        def __init__(self, folder: Location, run: str) -> None:
-            self.folder, self.run, self.written, self.rows = folder, run, [], 0
+        def __init__(self, target: OutputFolder, command: str, empty: Exception) -> None:
+            self.target, self.command, self.empty, self.rows = target, command, empty, None
 
         def on_write_start(self, *args) -> None:
-            if not self.folder.is_remote:  # an object store has no folders to make
-                self.folder.filesystem.create_dir(self.folder.path)
+            if not self.target.out.is_remote:  # an object store has no folders to make
+                self.target.out.filesystem.create_dir(self.target.out.path)
 
         def write(self, blocks, ctx) -> list[tuple[str, int]]:
-            written = []
+            written, folder = [], self.target.out
             for i, block in enumerate(blocks):
                 table = BlockAccessor.for_block(block).to_arrow()
                 if table.num_rows:
-                    name = f"{self.run}-{ctx.task_idx}-{i}.parquet"
-                    pq.write_table(table, self.folder.child(name).path, filesystem=self.folder.filesystem)
+                    name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
+                    pq.write_table(table, folder.child(name).path, filesystem=folder.filesystem)
                     written.append((name, table.num_rows))
             return written
 
-        def on_write_complete(self, result) -> None:
-            self.written = [file for returned in result.write_returns for file in returned]
-            self.rows = sum(rows for _, rows in self.written)
+        def on_write_complete(self, result) -> None:  # result.num_rows: the rows that reached the write tasks
+            if not result.num_rows:
+                raise self.empty
+            self.target._commit([file for returned in result.write_returns for file in returned],
+                                rows=result.num_rows, command=self.command)
+            self.rows = result.num_rows
+
+        def on_write_failed(self, error: Exception) -> None:
+            self.target._failed()
 
     return ParquetFiles
 
 
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
     """The entries of ``listed`` a reader reads: those ``folder``'s manifest lists if it has one (the others named
-    in a warning), else all but hidden ones; ``error`` for what cannot be read as the user means."""
+    in a warning), else all but hidden ones, and the rows the manifest records of each (``{}`` without one; the
+    total under None); ``error`` for what cannot be read as the user means."""
     visible, shown = [], printable(folder.shown)
     for name, regular in listed:
         *folders, base = parts = name.split("/")
@@ -204,7 +208,7 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
                         f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
                         "wait for it")
-        return visible
+        return visible, {}
     try:
         counts = manifest_files(folder.child(MARKER))
     except (OSError, ValueError) as exc:
@@ -220,32 +224,10 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
         warnings.warn(f"{shown}: read as the skflow output that its {MARKER} manifest lists "
                       f"({len(files)} file{'s' * (len(files) != 1)}); {len(others)} other file(s) under it are not "
                       f"part of it and are not read: {printable(some_names(others))}", UserWarning, stacklevel=4)
-    read = [(name, regular) for name, regular in visible if name in files]
-    _check_rows(folder, counts, [name for name, regular in read if regular], error)
-    return read
-
-
-def _check_rows(folder: Location, counts: dict, names: list[str], error: type[Exception]) -> None:
-    """``error`` naming the first regular file of ``names`` whose Parquet footer holds other rows than the manifest's
-    ``counts`` (or, every file read, another total); a manifest that records no rows has none to check."""
-    total, seen, recorded = 0, {}, any(count is not None for count in counts.values())
-    for name in names:
+    read, seen = [(name, regular) for name, regular in visible if name in files], {}
+    for name, _ in read:  # a shard linked to another: each footer agrees and so does the sum, but it is read once
         shard = folder.child(name)
-        # a listed shard linked to another: each footer agrees and so does the sum, but the file is read once
         if (same := seen.setdefault(shard.key if shard.is_remote else os.path.realpath(shard.path), name)) != name:
             raise error(f"{printable(shard.shown)}: is the same file as {printable(same)}, both listed in its output's "
                         f"{MARKER} manifest: the output is damaged; write it again")
-        if not recorded:
-            continue
-        try:
-            rows = storage.parquet_metadata(shard).num_rows
-        except Exception as exc:  # noqa: BLE001 - not Parquet, cut inside its footer: one line
-            raise error(f"{printable(shard.shown)}: cannot be read as Parquet ({storage.one_line(exc)}); the output "
-                        "is damaged: write it again") from None
-        if counts[name] not in (None, rows):
-            raise error(f"{printable(shard.shown)}: holds {rows:,} rows, its output's {MARKER} manifest "
-                        f"{counts[name]:,}: the output is damaged; write it again")
-        total += rows
-    if len(names) == len(counts) - 1 and counts.get(None, total) != total:  # every file read, and a total recorded
-        raise error(f"{printable(folder.shown)}: its files hold {total:,} rows, its {MARKER} manifest "
-                    f"{counts[None]:,}: the output is damaged; write it again")
+    return read, counts

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import JobFailedError
 from skflow.ray_jobs._storage import one_line
+from skflow.utils import OutputPathError
 
 
 class RayClusterError(ConnectionError):
@@ -120,9 +121,12 @@ def actor_resources(workers: int, gpus_per_worker: float = 0, threads_per_worker
 
 
 def job_failure(exc: BaseException) -> Exception:
-    """The one-line error a failed job ends with: the input's fault (:class:`InputError`) or :class:`JobFailedError`."""
+    """The one-line error a failed job ends with: the input's fault (:class:`InputError`), :class:`JobFailedError`, or
+    the commit's own error."""
     from ray.exceptions import RayTaskError, UserCodeException
 
+    if isinstance(exc, (JobFailedError, OutputPathError)):  # the commit's, on the driver
+        return exc
     raised = exc  # the worker's own exception, under Ray's wrappers
     while isinstance(raised, (RayTaskError, UserCodeException)):
         inner = raised.cause if isinstance(raised, RayTaskError) else raised.__cause__
