@@ -41,10 +41,11 @@ class _MapBatches:
     def __call__(self, table):
         # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
-        # matrix products single-threaded when Ray ran a call in another thread (22% slower).
+        # matrix products single-threaded when Ray ran a call in another thread (22% slower). An actor runs one call
+        # at a time: torch's process-wide count (mkl) is safe here, and reaches runtimes no per-thread limit does.
         values = table.column(self.input_column)
         X = ray_jobs.vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
-        with torch_threads(self.threads):
+        with torch_threads(self.threads, mkl=True):
             return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 
@@ -58,8 +59,8 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
-    _, read = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
-                                  length=model.n_features_in_ if vectors else None)
+    _, read, rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
+                                        length=model.n_features_in_ if vectors else None)
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
@@ -69,9 +70,10 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        sink = target.sink(command, empty=corpus.no_rows)  # committed when the write completes, else its files deleted
+        # committed when the write completes (all the footers' rows, where they gave them), else its files deleted
+        sink = target.sink(command, empty=corpus.no_rows, rows=sum(rows.values()) if rows else None)
         try:
-            ray_jobs.read_dataset(corpus, read).map_batches(_MapBatches, fn_constructor_kwargs=actor,
+            ray_jobs.read_dataset(corpus, read, rows).map_batches(_MapBatches, fn_constructor_kwargs=actor,
                                                             batch_size=ROWS_PER_CALL, batch_format="pyarrow",
                                                             **options).write_datasink(sink)
             failure = None
@@ -153,14 +155,14 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
     flow._validate_params()
     resolve_device(flow.device)
     corpus = ray_jobs.input_files([input_dir])
-    length, read = ray_jobs.check_rows(corpus, column, vectors=True)
+    length, read, rows = ray_jobs.check_rows(corpus, column, vectors=True, only_column=True)
     if length is not None:  # known from the footers: a flow this machine cannot train is refused before Ray
         check_trainable(flow, length)
     out = ray_jobs.check_model_output(output, overwrite=overwrite, inputs=[input_dir, *corpus.files])
     seeds = check_random_state(flow.random_state)  # the block order and shuffle follow the flow's seed
     with ray_session(address, quiet=quiet):
         ray_jobs.actor_resources(1)  # a cluster without a CPU would never read
-        dataset = ray_jobs.read_dataset(corpus, read).select_columns([column])
+        dataset = ray_jobs.read_dataset(corpus, read, rows)
         dataset.context.execution_options.preserve_order = True  # the seeded order, whichever read ends first
         try:
             for _ in range(epochs):
@@ -168,7 +170,14 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
                 for batch in epoch.iter_batches(batch_size=ROWS_PER_CALL, batch_format="pyarrow",
                                                 local_shuffle_buffer_size=SHUFFLE_BUFFER_ROWS,
                                                 local_shuffle_seed=int(seeds.randint(2**31))):
-                    flow.partial_fit(ray_jobs.vectors_array(batch.column(column)))
+                    X = ray_jobs.vectors_array(batch.column(column))
+                    if length is None:  # no footer gave it: a flow this machine cannot train is the input's fault
+                        length = X.shape[1]
+                        try:
+                            check_trainable(flow, length)
+                        except ValueError as exc:
+                            raise InputError(str(exc)) from None
+                    flow.partial_fit(X)
         except FloatingPointError:  # the flow's own error (a non-finite loss), as partial_fit raises it
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is one line

@@ -385,7 +385,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        dim = encoder_settings(self, device="cpu").dim  # on any device
+        dim = encoder_settings(self, device="cpu", encoding=False).dim  # on any device
         return np.asarray([f"bertembedder{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):

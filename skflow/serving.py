@@ -140,7 +140,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     if embedder.trust_remote_code:
         raise ValueError("the encoder needs remote code (trust_remote_code=True), which the folder's loaders never "
                          "run: serve the pipeline with skflow.dump instead")
-    settings = embedding.encoder_settings(embedder, device="cpu")  # the export is loaded on the CPU, whole
+    settings = embedding.encoder_settings(embedder, device="cpu", encoding=False)  # loaded on the CPU, whole
     if post.n_features_in_ != settings.dim:
         raise ValueError(f"the {type(post).__name__} takes {post.n_features_in_} features, the encoder gives "
                          f"{settings.dim}")

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import skflow
 from skflow import BertEmbedder, FlowGaussianizer
@@ -144,12 +145,16 @@ def _openmp():
     return ctypes.CDLL(path)
 
 
-def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(corpus):
+@pytest.mark.parametrize("per_thread", [True, False], ids=["openmp-per-thread", "no-per-thread-limit"])
+def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(corpus, monkeypatch, per_thread):
     import threading
 
+    import skflow.utils._estimators
     from skflow.distributed import _MapBatches
 
-    omp = _openmp()
+    if not per_thread:  # no OpenMP runtime threadpoolctl can limit per thread: the count is set all the same
+        monkeypatch.setattr(skflow.utils._estimators, "per_thread_limits", lambda: False)
+    omp, before = _openmp(), torch.get_num_threads()
     folder, _ = corpus
     table = pq.read_table(folder / "part-0.parquet")
     X = np.random.RandomState(0).normal(size=(200, 4)).astype(np.float32)
@@ -166,6 +171,7 @@ def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(
     thread = threading.Thread(target=ray_call)
     thread.start()
     thread.join(timeout=120)
+    torch.set_num_threads(before)  # the call gave its thread's 1 back to torch's process-wide count
     assert seen == [2, table.num_rows]  # the model ran on the actor's count
 
 

@@ -55,6 +55,8 @@ def test_a_linear_method_is_its_fit_and_nothing_else():
     crafted = {
         "components_ must be a float64 array of shape (8, 8)": {**state, "components_": rotation.components_[:, :4]},
         "scale_ must be a float64 array of shape (8,)": {**state, "scale_": np.ones(7)},
+        "components_ must be a 2-D array": {**state, "components_": rotation.components_[0]},  # too few dimensions
+        "mean_ must be a 1-D array": {**state, "mean_": np.array(1.0)},
         "the fitted arrays must be finite: mean_ is not": {**state, "mean_": np.full(8, np.inf)},
         "n_features_in_ must be 8, got 9": {**state, "n_features_in_": 9},
         "some fitted attributes only: lacks scale_": {k: v for k, v in state.items() if k != "scale_"},

@@ -224,6 +224,19 @@ def test_distributed_fit_refuses_a_flow_too_large_to_train_from_the_footers_befo
     assert _tree(tmp_path) == before
 
 
+def test_a_flow_too_large_for_vectors_no_footer_sizes_is_refused_at_the_first_batch(ray_instance, tmp_path, capsys):
+    """A column of variable-length lists (pandas' and pyarrow's default) gives no length in its footer: checked
+    when the first vectors arrive, the same one line and exit 2 as from a footer, nothing written."""
+    (tmp_path / "emb").mkdir()
+    X = np.random.RandomState(0).normal(size=(40, 8))
+    pq.write_table(pa.table({"embedding": pa.array([list(map(float, v)) for v in X])}), tmp_path / "emb" / "a.parquet")
+    err = _refused(capsys, ["fit", tmp_path / "emb", "--output", tmp_path / "flow.skops", "--depth", "1000000",
+                            "--quiet"])
+    assert err == ("error: FlowGaussianizer: the flow would have 3000000 steps (depth x levels), more than 1000; "
+                   "lower depth, n_levels or hidden_channels; nothing was written"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb"]
+
+
 _CONTROL = "the file name must not hold a line break or another control character; rename the file"
 
 
@@ -510,7 +523,7 @@ def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_pa
                 dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
     for folder, rows in expected.items():
         corpus = input_files([folder])
-        got = read_dataset(corpus, check_rows(corpus, "text")[1]).take_all()
+        got = read_dataset(corpus, *check_rows(corpus, "text")[1:]).take_all()
         assert sorted(str(row["text"]) for row in got) == rows, folder
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
     table = pq.read_table(tmp_path / "out")
@@ -576,6 +589,57 @@ def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_ins
         assert sorted(p.name for p in (tmp_path / "z").iterdir()) == sorted([*files, MARKER])
         assert pq.read_table(tmp_path / "z").num_rows == 40
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib", "z"]
+
+
+def test_a_shard_that_changes_during_the_run_is_refused_naming_it(ray_instance, tmp_path, capsys, monkeypatch):
+    """Rewritten by a producer after the driver read its footer, before Ray reads it: the read finds other rows
+    than the footer gave (the partial output used to be committed: the writes counted only what reached them)."""
+    emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
+    checked = OutputFolder.__init__
+
+    def checked_then_rewritten(self, *args, **kwargs):
+        checked(self, *args, **kwargs)
+        pq.write_table(pq.read_table(emb / "part-1.parquet").slice(0, 5), emb / "part-1.parquet")
+
+    monkeypatch.setattr(OutputFolder, "__init__", checked_then_rewritten)
+    err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"])
+    assert err == (f"error: {emb / 'part-1.parquet'}: holds 5 rows, 20 when the job began: it changed during the "
+                   "run; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
+
+
+def test_a_ctrl_c_after_the_commit_leaves_the_new_output_whole(ray_instance, tmp_path, monkeypatch):
+    """Ctrl-C while --overwrite deletes the old files, after the new manifest is written: the run's files stay,
+    whole and listed (they were deleted as a failed run's, and the manifest listed missing files)."""
+    import contextlib
+
+    from skflow.ray_jobs import _outputs
+
+    emb, flow = _embeddings(tmp_path / "emb"), _flow_file(tmp_path / "flow.joblib")
+    assert _run(["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"]) == 0
+    old = set(json.loads((tmp_path / "z" / MARKER).read_text())["files"])
+
+    class Interrupted:  # the module's contextlib, whose first suppress() after the manifest guards an old file's delete
+        contextmanager, interrupted = staticmethod(contextlib.contextmanager), []
+
+        @staticmethod
+        def suppress(*exceptions):
+            if (tmp_path / "z" / MARKER).read_text() != manifest and not Interrupted.interrupted:
+                Interrupted.interrupted.append(True)
+                raise KeyboardInterrupt
+            return contextlib.suppress(*exceptions)
+
+    manifest = (tmp_path / "z" / MARKER).read_text()
+    monkeypatch.setattr(_outputs, "contextlib", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(["transform", emb, "--model", flow, "--output", tmp_path / "z", "--overwrite", "--quiet"])
+    monkeypatch.undo()
+    files = json.loads((tmp_path / "z" / MARKER).read_text())["files"]
+    assert Interrupted.interrupted and not set(files) & old
+    assert {p.name for p in (tmp_path / "z").iterdir()} >= {*files, MARKER}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the old file the interrupted delete left beside them is named
+        assert _run(["fit", tmp_path / "z", "--output", tmp_path / "again.joblib", "--quiet"]) == 0
 
 
 class _AnotherFitMeanwhile(FlowGaussianizer):

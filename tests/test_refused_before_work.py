@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skflow import FlowGaussianizer, distributed
@@ -154,7 +155,9 @@ def test_an_encoder_batch_beyond_this_machines_memory_is_refused_before_any_enco
                                                                                      nothing_is_embedded):
     """``--batch-size`` of ``embed`` and ``evaluate`` (``BertEmbedder(batch_size=...)``) is bounded by the memory of
     one forward pass (hidden, feed-forward and attention activations of a layer, float32) against this machine's."""
-    from skflow import BertEmbedder
+    from sklearn.pipeline import make_pipeline
+
+    from skflow import BertEmbedder, MeanDirectionRemover, export_sentence_transformer
     from skflow.utils import physical_memory
 
     message = ("batch_size=1000000 texts of up to 128 tokens take about 1465 GiB in one forward pass of "
@@ -168,3 +171,8 @@ def test_an_encoder_batch_beyond_this_machines_memory_is_refused_before_any_enco
         assert capsys.readouterr().err == f"error: {message}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "emb", "flow.joblib"]
     BertEmbedder(batch_size=1024).transform([])  # 1.5 GiB: passes the check
+    # what runs no forward pass is not bounded by one: the feature names, the export (its folder has no batch size)
+    embedder = BertEmbedder(batch_size=10**6, pooling="cls").fit([])
+    assert len(embedder.get_feature_names_out()) == 384
+    pipe = make_pipeline(embedder, MeanDirectionRemover().fit(np.random.RandomState(0).normal(size=(50, 384))))
+    assert (export_sentence_transformer(pipe, tmp_path / "exported") / "modules.json").is_file()

@@ -17,7 +17,7 @@ import pytest
 
 from skflow import FlowGaussianizer, distributed
 from skflow.cli import main
-from skflow.ray_jobs import MARKER, OutputFolder, _corpus, input_files, save_model
+from skflow.ray_jobs import MARKER, OutputFolder, _corpus, input_files, load_model, save_model
 from skflow.utils import OutputPathError
 from tests import test_s3
 from tests.test_output_files import _writers, write_like_ray
@@ -255,3 +255,8 @@ def test_a_damaged_s3_parquet_page_behind_a_sound_footer_is_named_exit_2(ray_ins
                            "--output", f"s3://{BUCKET}/damaged-z", "--quiet"], after_ray=True)
     assert err.startswith(expected) and err.endswith("; nothing was written"), err
     assert _objects(client, "damaged-z") == {}
+    # a damaged page of another column: fit reads the vectors' column only (the footer says where its pages are)
+    client.put_object(Bucket=BUCKET, Key="other-column/part-0.parquet",
+                      Body=_damaged(_vectors(range(20), vectors[:20]), "id"))
+    assert main(["fit", f"s3://{BUCKET}/other-column", "--output", str(tmp_path / "flow.joblib"), "--quiet"]) == 0
+    assert load_model(str(tmp_path / "flow.joblib")).n_samples_seen_ == 20

@@ -62,9 +62,10 @@ class EncoderSettings:
         return key
 
 
-def encoder_settings(embedder, device: str | None = None) -> EncoderSettings:
+def encoder_settings(embedder, device: str | None = None, *, encoding: bool = True) -> EncoderSettings:
     """What ``embedder``'s parameters resolve to (on ``device`` if given, else its own), checked before any work:
-    the encoder's source (pinned at ``fit``'s identity), its config, the layers, the size of one forward pass."""
+    the encoder's source (pinned at ``fit``'s identity), its config, the layers, and where this machine is to
+    encode (``encoding``; not for an export or the feature names), the size of one forward pass."""
     source = pinned_model_source(embedder)
     hub = hub_kwargs(embedder.trust_remote_code, embedder.token)
     config = load_config(*source, hub)
@@ -76,7 +77,7 @@ def encoder_settings(embedder, device: str | None = None) -> EncoderSettings:
     # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
     heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
     need = batch_size * max_length * 4 * (4 * hidden_size(config) + heads * max_length)
-    if (memory := physical_memory()) is not None and need > memory:
+    if encoding and (memory := physical_memory()) is not None and need > memory:
         raise ValueError(f"batch_size={batch_size} texts of up to {max_length} tokens take about "
                          f"{need / 2**30:.0f} GiB in one forward pass of {name!r}, more than this machine's "
                          f"{memory / 2**30:.1f} GiB of memory; lower batch_size or max_length.")

@@ -18,6 +18,7 @@ from skflow.ray_jobs._storage import (
     one_line,
     parquet_metadata,
     read_bytes,
+    read_parquet,
 )
 from skflow.utils import check_name, printable, some_names
 
@@ -114,26 +115,24 @@ def text_rows(data: bytes, path: str = "") -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
-def read_table(path: str, text_column: str | None = None):
-    """One file read whole by the one reader, as a pyarrow table (a CSV text column as strings); errors name the
-    file (and the row if known)."""
+def read_table(path: str, text_column: str | None = None, columns: list[str] | None = None):
+    """One file read by the one reader, as a pyarrow table (a CSV text column as strings; a Parquet file's
+    ``columns`` only, if given); errors name the file (and the row if known)."""
     import pyarrow as pa
     import pyarrow.csv
     import pyarrow.json
-    import pyarrow.parquet as pq
 
     (kind, compression), where = file_format(path), locate(path, InputError)
     try:
+        if kind == "parquet":  # through its footer: the pages of ``columns`` only, never the file whole
+            return read_parquet(where, columns)
         data = read_bytes(where, INPUT_LIMIT, compression)
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot be read as {compression or _NAMES[kind]} ({one_line(exc)})") from None
     if kind == "text":
         return pa.table({"text": pa.array(text_rows(data, path), pa.string())})
-    if kind != "parquet":
-        _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
+    _utf8(data, path)  # pyarrow's JSON reader would replace bad bytes silently
     try:
-        if kind == "parquet":
-            return pq.read_table(pa.BufferReader(data))
         if kind == "csv":
             options = pyarrow.csv.ConvertOptions(column_types={text_column: pa.string()} if text_column else {})
             return pyarrow.csv.read_csv(pa.BufferReader(data), convert_options=options)
@@ -166,10 +165,11 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
-               length: int | None = None) -> tuple[int | None, functools.partial]:
+               length: int | None = None, only_column: bool = False) -> tuple[int | None, functools.partial, dict]:
     """What the driver checks without reading a row: each Parquet footer's columns, type, rows (against its
-    manifest's) and fixed vector length. Returns that length (else ``length``) and the reader for
-    :func:`read_dataset`, which checks every row of ``column``: a string, or a vector of finite numbers."""
+    manifest's) and fixed vector length. Returns that length (else ``length``), the reader for :func:`read_dataset`,
+    which checks every row of ``column`` (a string, or a vector of finite numbers; ``only_column``: the other
+    columns are not read), and each Parquet file's rows, which its read must find again."""
     import pyarrow as pa
 
     if vectors and corpus.kind != "parquet":
@@ -197,15 +197,19 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     if rows and not sum(rows.values()):
         raise corpus.no_rows
     return length, functools.partial(read_checked, column=column, vectors=vectors, new_column=new_column,
-                                     length=length)
+                                     length=length, only_column=only_column), rows
 
 
-def read_checked(path: str, *, column: str, vectors: bool = False, new_column: str | None = None,
-                 length: int | None = None):
-    """One file's table, its rows checked as :func:`check_rows` says (in the Ray task that reads it)."""
+def read_checked(path: str, rows: int | None = None, *, column: str, vectors: bool = False,
+                 new_column: str | None = None, length: int | None = None, only_column: bool = False):
+    """One file's table, its rows checked as :func:`check_rows` says (in the Ray task that reads it): ``rows`` of
+    them where its footer gave that count to the driver."""
     import pyarrow.compute as pc
 
-    table = read_table(path, None if vectors else column)
+    table = read_table(path, None if vectors else column, [column] if only_column else None)
+    if rows is not None and table.num_rows != rows:
+        raise InputError(f"{path}: holds {table.num_rows:,} rows, {rows:,} when the job began: it changed during the "
+                         "run")
     _check_columns(path, table.column_names, column, new_column)
     values = table.column(column)
     _check_type(path, column, values.type, vectors, values)
@@ -239,16 +243,17 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-def read_dataset(corpus: Corpus, read: Callable):
-    """A Ray dataset of every row of ``corpus``: one Ray task reads each file whole and checks its rows (``read``,
-    from :func:`check_rows`); the driver reads none."""
+def read_dataset(corpus: Corpus, read: Callable, rows: dict):
+    """A Ray dataset of every row of ``corpus``: one Ray task reads each file and checks its rows (``read`` and each
+    Parquet file's ``rows``, from :func:`check_rows`); the driver reads none."""
     import ray
 
-    files = ray.data.from_items([{"path": file} for file in corpus.files], override_num_blocks=len(corpus.files))
+    files = ray.data.from_items([{"path": file, "rows": rows.get(file)} for file in corpus.files],
+                                override_num_blocks=len(corpus.files))
     # ray_remote_args_fn keeps the reads tasks of their own: fused into the actors that follow, one actor's call
     # would take every file (the bundle of the actors' batch size) and read them one after another
-    return files.map_batches(lambda batch: read(batch.column("path")[0].as_py()), batch_format="pyarrow",
-                             batch_size=1, ray_remote_args_fn=dict)
+    return files.map_batches(lambda batch: read(*(batch.column(name)[0].as_py() for name in ("path", "rows"))),
+                             batch_format="pyarrow", batch_size=1, ray_remote_args_fn=dict)
 
 
 def vectors_column(vectors: np.ndarray):

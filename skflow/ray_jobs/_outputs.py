@@ -66,7 +66,7 @@ class OutputFolder:
         out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
-        self.out, self.overwrite, self.created = out, overwrite, kind == "missing"
+        self.out, self.overwrite, self.created, self.committed = out, overwrite, kind == "missing", False
         found = self._listing() if kind == "folder" else []
         if found and not overwrite:
             raise OutputPathError(f"{out.shown}: the output folder exists and is not empty; pass --overwrite to "
@@ -101,13 +101,16 @@ class OutputFolder:
                 "--overwrite would delete them: move them away or choose another output")
         return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
 
-    def sink(self, command: str, *, empty: Exception):
+    def sink(self, command: str, *, empty: Exception, rows: int | None = None):
         """A Ray Data sink for this run's files. Its ``on_write_complete`` commits them: the manifest, written last,
         then the files it replaces deleted; ``on_write_failed`` (a failed job, or a commit that refuses) deletes the
-        run's files, leaving the output as it was. ``empty`` is raised instead of committing no rows."""
-        return _parquet_files_class()(self, command, empty)
+        run's files, leaving the output as it was. ``empty`` is raised instead of committing no rows; ``rows``, if
+        known, is what the files must hold (else the rows that reached the write)."""
+        return _parquet_files_class()(self, command, empty, rows)
 
     def _failed(self) -> None:
+        if self.committed:  # the manifest lists this run's files: a failure after it (Ctrl-C) leaves them
+            return
         with contextlib.suppress(Exception):
             for name in self._listing():
                 if name.startswith(self.run):
@@ -141,6 +144,7 @@ class OutputFolder:
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
+        self.committed = True
         for name in old:  # one that cannot be deleted lies outside the new manifest: never read
             with contextlib.suppress(Exception):
                 self.out.filesystem.delete_file(self.out.child(name).path)
@@ -156,8 +160,8 @@ def _parquet_files_class():
         """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports;
         committed by the output folder when Ray reports the write complete, deleted if it reports it failed."""
 
-        def __init__(self, target: OutputFolder, command: str, empty: Exception) -> None:
-            self.target, self.command, self.empty, self.rows = target, command, empty, None
+        def __init__(self, target: OutputFolder, command: str, empty: Exception, expected: int | None) -> None:
+            self.target, self.command, self.empty, self.expected, self.rows = target, command, empty, expected, None
 
         def on_write_start(self, *args) -> None:
             if not self.target.out.is_remote:  # an object store has no folders to make
@@ -177,7 +181,7 @@ def _parquet_files_class():
             if not result.num_rows:
                 raise self.empty
             self.target._commit([file for returned in result.write_returns for file in returned],
-                                rows=result.num_rows, command=self.command)
+                                rows=result.num_rows if self.expected is None else self.expected, command=self.command)
             self.rows = result.num_rows
 
         def on_write_failed(self, error: Exception) -> None:

@@ -192,10 +192,21 @@ def parquet_metadata(where: Location):
     listing is UnreadableFileError, never blocked on."""
     import pyarrow.parquet as pq
 
-    if where.is_remote:
-        return pq.read_metadata(where.path, filesystem=where.filesystem)
-    with open_regular_file(where.path) as file:
+    with _random_access(where) as file:
         return pq.read_metadata(file)
+
+
+def read_parquet(where: Location, columns: list[str] | None = None):
+    """A Parquet file's table (its ``columns`` only, if given), read through its footer: only their pages are read,
+    opened as :func:`parquet_metadata` opens it."""
+    import pyarrow.parquet as pq
+
+    with _random_access(where) as file:
+        return pq.read_table(file, columns=columns)
+
+
+def _random_access(where: Location):
+    return where.filesystem.open_input_file(where.path) if where.is_remote else open_regular_file(where.path)
 
 
 def read_bytes(where: Location, limit: int, compression: str | None = None) -> bytes:

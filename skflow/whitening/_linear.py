@@ -250,10 +250,9 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, Ba
 def _checked(key: str, value, spec: tuple, known: dict):
     """``value`` (a number as Python's), or an `InvalidModelError` saying what ``spec`` of `_FITTED` wants."""
     if isinstance(spec[0], str):
-        shape = tuple(known.get(size, value.shape[i] if isinstance(value, np.ndarray) else -1)
-                      for i, size in enumerate(spec))
         if not (isinstance(value, np.ndarray) and value.ndim == len(spec) and value.size):
             raise InvalidModelError(f"{key} must be a {len(spec)}-D array")
+        shape = tuple(known.get(size, n) for size, n in zip(spec, value.shape))
         if value.dtype != np.float64:
             raise InvalidModelError(f"{key} must be a {len(spec)}-D float64 array")
         if value.shape != shape:
