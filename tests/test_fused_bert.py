@@ -189,8 +189,8 @@ def test_without_bf16_hardware_the_embedder_runs_transformers_exactly(monkeypatc
     assert calls == [] and FusedBertEncoder.build(_random(BertConfig(**WIDTH))) is None
 
 
-@pytest.mark.parametrize("cap", ["AVX2", *(pytest.param(cap, marks=pytest.mark.slow)  # one process in the fast loop
-                                  for cap in ("AVX512_CORE", "avx512_core_vnni"))])
+@pytest.mark.slow  # a process each
+@pytest.mark.parametrize("cap", ["AVX2", "AVX512_CORE", "avx512_core_vnni"])
 def test_with_onednn_capped_below_bf16_the_default_is_float32_transformers(tmp_path, cap):
     """The same where oneDNN itself may not use bf16 hardware (``ONEDNN_MAX_CPU_ISA=AVX2``, an AVX2-only CPU's limit;
     ``AVX512_CORE``, an AVX-512 CPU's without BF16, where oneDNN emulates bf16: "auto" chose bf16 there and ran the
@@ -311,6 +311,7 @@ def _run_at_once(calls: list, timeout: float = 300) -> list:
     return results
 
 
+@pytest.mark.slow
 def test_threads_calling_transform_at_once_leave_every_thread_count_as_it_was():
     """Issue #36: threads calling ``transform`` on one embedder at once (and on two) left callers, and every
     thread started meanwhile, with one of torch's threads for good. Workers now limit their own OpenMP count

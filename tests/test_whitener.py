@@ -205,6 +205,7 @@ def test_memmap_fit_equals_in_memory_fit(tmp_path, embeddings, monkeypatch):
         np.testing.assert_array_equal(mapped.transform(pairs), in_memory.transform(pairs))
 
 
+@pytest.mark.slow
 def test_a_memmap_is_fitted_and_transformed_a_chunk_at_a_time(tmp_path):
     rows, chunk_bytes = 200_000, _estimators.CHUNK_ROWS * 64 * 8  # 4 MB of float64 a chunk
     X = _memmap(tmp_path / "X.f32", np.random.RandomState(0).normal(size=(rows, 64)).astype(np.float32))
