@@ -183,10 +183,8 @@ def ray_head(s3_server):
     """The address of one Ray head of 2 CPUs for the session (``ray start``, a process of its own, killed by its
     session at the end), its workers started with the S3 server's variables and this tree on PYTHONPATH. Its own
     temporary folder: Ray joins the address found in the default one (/tmp/ray) from any ``ray.init()``."""
-    import signal
     import subprocess
     import tempfile
-    import time
 
     temp = tempfile.mkdtemp(prefix="skflow-ray-", dir="/tmp")  # short: Ray's socket paths must fit
     port = _free_port()
@@ -201,27 +199,40 @@ def ray_head(s3_server):
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        for _ in range(100):  # the head and every process it started share its session
-            left = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _session_of(p) == head.pid]
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.2)
+        kill_sessions([head.pid])  # the head and every process it started share its session
         head.wait(timeout=30)
 
 
-def _session_of(proc: Path) -> int | None:
-    """The session of a live process (None for a zombie, which only its parent can remove)."""
-    try:
-        stat = (proc / "stat").read_text()
-        state, *fields = stat[stat.rindex(")") + 2:].split()
-        return None if state == "Z" else int(fields[2])
-    except (OSError, ValueError, IndexError):
-        return None
+def session_processes(sid: int) -> list[str]:
+    """The live processes of a session, ``PID b'command line'`` each (Ray's processes stay in the session of the
+    driver that started them; a zombie, which only its parent can remove, is not counted)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if entry.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
+                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:80]!r}")
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def kill_sessions(sids) -> None:
+    """SIGKILL every process of the sessions ``sids``, by its pid, until none is left (20 s at most)."""
+    import signal
+    import time
+
+    for _ in range(100):
+        left = [int(line.split()[0]) for sid in sids for line in session_processes(sid)]
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ away mid-job. Every command is a real process with a timeout; the nodes are kill
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,8 @@ import pytest
 import skflow
 from skflow.ray_jobs import MARKER
 from tests import test_s3
-from tests.test_ray_hardening import _session
+from tests.conftest import kill_sessions
+from tests.conftest import session_processes as _session
 from tests.test_s3 import BUCKET, ROOT, SECRET, _keys, _put, _s3_table
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -38,21 +38,6 @@ def _env() -> dict:
     # No RAY_ADDRESS: the commands join the cluster named by --address only.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     return dict(env, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_AUTH_MODE="disabled")
-
-
-def _kill_sessions(processes) -> None:
-    for _ in range(100):
-        left = [int(line.split()[0]) for p in processes for line in _session(p.pid)]
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.2)
-        for p in processes:
-            p.poll()
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +65,9 @@ def cluster(s3):
             subprocess.run(wait, env=_env(), timeout=180, check=True, capture_output=True)
         yield f"127.0.0.1:{port}"
     finally:
-        _kill_sessions(nodes)
+        kill_sessions([node.pid for node in nodes])
+        for node in nodes:
+            node.wait(timeout=30)
 
 
 def _command(*argv, timeout=900) -> subprocess.CompletedProcess:
@@ -160,7 +147,7 @@ def test_an_object_store_that_goes_away_mid_embed_ends_the_command_with_one_line
         out, err = driver.communicate(timeout=300)
         print(f"the command ended {time.monotonic() - stopped:.0f} s after the store went away: {err.strip()}")
     finally:
-        _kill_sessions([driver])
+        kill_sessions([driver.pid])
     assert driver.returncode != 0 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert SECRET not in err

@@ -33,6 +33,7 @@ from skflow import BertEmbedder, FlowGaussianizer, distributed
 from skflow.cli import main
 from skflow.ray_jobs import MARKER, OutputFolder, input_files
 from skflow.utils import MANIFEST, OutputPathError, replaced_atomically
+from tests.conftest import session_processes as _session
 from tests.test_output_files import write_like_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -689,20 +690,6 @@ def test_an_address_where_nothing_listens_fails_within_30_s(corpus, tmp_path):
     assert run.returncode == 2 and took < 30, (took, run.stderr[-2000:])
     assert run.stderr.strip() == f"error: no Ray cluster answers at {address} (Connection refused)"
     assert not (tmp_path / "out").exists()
-
-
-def _session(sid: int) -> list[str]:
-    """Processes of a session (Ray's processes stay in the session of the driver that started them)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if entry.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
-                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:80]!r}")
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
