@@ -11,6 +11,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Ray reads its authentication mode once per process, at the first ray.init: every instance of the session (a doc
+# example's local one, the session's head, the processes the tests start) must use the same, or the head's calls
+# to this process are refused ("InvalidAuthToken") and its actors die
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 def pytest_addoption(parser):
@@ -191,7 +195,7 @@ def ray_head(s3_server):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AWS_PROFILE", "AWS_SESSION_TOKEN",
                                                              "AWS_DEFAULT_REGION")}
     path = os.pathsep.join(filter(None, [str(_TESTS_DIR.parent), env.get("PYTHONPATH")]))
-    env.update(s3_server, RAY_AUTH_MODE="disabled", PYTHONPATH=path)
+    env.update(s3_server, PYTHONPATH=path)
     head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--num-cpus=2",
                              f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
                              "--disable-usage-stats", "--node-ip-address=127.0.0.1"],
@@ -241,9 +245,7 @@ def ray_instance(ray_head):
     yields the session folder, where Ray's logs are."""
     import ray
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_AUTH_MODE", "disabled")  # as the head was started
-        # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
-        ray.init(address=ray_head, logging_level="ERROR", log_to_driver=False)
-        yield Path(ray._private.worker._global_node.get_session_dir_path())
-        ray.shutdown()
+    # not log_to_driver: Ray's own lines (its GCS at shutdown, say) would mix into the stderr tested here
+    ray.init(address=ray_head, logging_level="ERROR", log_to_driver=False)
+    yield Path(ray._private.worker._global_node.get_session_dir_path())
+    ray.shutdown()
