@@ -42,10 +42,10 @@ class _MapBatches:
         # In the thread that runs the model, every call: Ray starts a worker that reserves one CPU with
         # OMP_NUM_THREADS=1, and OpenMP keeps that count per thread, so setting it once in __init__ left oneDNN's
         # matrix products single-threaded when Ray ran a call in another thread (22% slower). An actor runs one call
-        # at a time: torch's process-wide count (mkl) is safe here, and reaches runtimes no per-thread limit does.
+        # at a time: torch's process-wide count is safe here, and reaches runtimes no per-thread limit does.
         values = table.column(self.input_column)
         X = ray_jobs.vectors_array(values) if isinstance(self.model, FlowGaussianizer) else values.to_pylist()
-        with torch_threads(self.threads, mkl=True):
+        with torch_threads(self.threads, process_wide=True):
             return table.append_column(self.output_column, ray_jobs.vectors_column(self.model.transform(X)))
 
 

@@ -216,7 +216,7 @@ class FlowTrainer:
         if first is None:
             return result
         small = first.device.type == "cpu" and first.numel() <= SINGLE_THREAD_MAX_ELEMENTS
-        with torch_threads(1, mkl=True) if small else contextlib.nullcontext():
+        with torch_threads(1, process_wide=True) if small else contextlib.nullcontext():
             for index, batch in enumerate(itertools.chain([first], batches)):
                 try:
                     loss = self.step(batch)

@@ -188,7 +188,7 @@ def physical_memory() -> int | None:
 
 
 @contextlib.contextmanager
-def torch_threads(n: int, *, mkl: bool = False) -> Iterator[None]:
+def torch_threads(n: int, *, process_wide: bool = False) -> Iterator[None]:
     """Run the block on ``n`` of torch's CPU threads in the calling thread; its count comes back on exit.
 
     skflow's one rule for torch's threads (the encoder's batches, the flow's small training steps, the Ray actors'
@@ -198,14 +198,15 @@ def torch_threads(n: int, *, mkl: bool = False) -> Iterator[None]:
     among them, would keep the block's count for good. Where no OpenMP runtime can be limited per thread
     (`per_thread_limits`), the block runs on the count as it is.
 
-    ``mkl``: the block's matrix products are MKL's (float32), whose count torch pins per thread once
-    ``torch.set_num_threads`` has been called in the process; the OpenMP count does not reach it then (measured:
-    MKL kept 2 threads under an OpenMP limit of 1), so the block sets both with ``torch.set_num_threads``, and
-    threads started during it copy ``n``.
+    ``process_wide``: the block sets the count with ``torch.set_num_threads``, OpenMP's and MKL's, and threads
+    started during it copy ``n``. For blocks alone in their process (a Ray actor's call) or whose matrix products
+    are MKL's (float32, the flow's small steps): torch pins MKL's count per thread once ``torch.set_num_threads``
+    has been called in the process, and the OpenMP count does not reach it then (measured: MKL kept 2 threads under
+    an OpenMP limit of 1).
     """
     before = torch.get_num_threads()  # torch's first call in a thread sets that thread's count: the limit comes after
     with contextlib.ExitStack() as limit:
-        if mkl and n != before:
+        if process_wide and n != before:
             torch.set_num_threads(n)
             limit.callback(torch.set_num_threads, before)
         elif per_thread_limits() and n != before:
