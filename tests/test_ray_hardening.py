@@ -396,7 +396,10 @@ def test_every_file_in_a_folder_is_read_or_the_listing_is_refused(tmp_path, no_r
 
 
 def test_format_errors_name_the_file_and_the_row(ray_instance, tmp_path, capsys):
-    """Found by the Ray task that reads the file (the driver reads Parquet footers only)."""
+    """Found by the Ray task that reads the file (the driver reads Parquet footers only): one job proves that its
+    error ends the command in one line; every format's message comes from the same reader, called in-process."""
+    from skflow.ray_jobs._corpus import InputError, read_checked
+
     cases = {
         "bad.txt": (b"fine\nalso fine\nbroken \xff here\n", "bad.txt: line 3 is not valid UTF-8 (byte 8 of the line"),
         "bad.jsonl": (b'{"text": "a"}\n{"text": "b"\n{"text": "c"}\n', ("bad.jsonl: cannot be read as JSON lines (one "
@@ -410,7 +413,11 @@ def test_format_errors_name_the_file_and_the_row(ray_instance, tmp_path, capsys)
     }
     for name, (data, message) in cases.items():
         (tmp_path / name).write_bytes(data)
-        assert message in _refused(capsys, ["embed", tmp_path / name, "--output", tmp_path / "out", "--quiet"]), name
+        with pytest.raises(InputError) as refused:
+            read_checked(str(tmp_path / name), column="text")
+        assert message in str(refused.value) and str(tmp_path / name) in str(refused.value), name
+    assert cases["bad.jsonl"][1] in _refused(capsys, ["embed", tmp_path / "bad.jsonl", "--output", tmp_path / "out",
+                                                       "--quiet"])
     assert not (tmp_path / "out").exists()
 
 
@@ -754,17 +761,18 @@ def _readme_ray_commands() -> list[list[str]]:
 
 
 @pytest.mark.ray
-def test_the_readme_ray_commands_run_as_written_on_this_machine_and_print_nothing_with_quiet(tmp_path):
+def test_the_readme_ray_commands_run_as_written_on_this_machine_and_print_nothing_with_quiet(ray_head, tmp_path):
     """One process per command, as a user runs them. With --quiet a successful command writes nothing to stdout or
     stderr: Ray's own lines went to the console whatever the logging level (core_worker's from C++, "Progress bars
-    disabled")."""
+    disabled"). `embed` starts a local instance, as on a laptop; `fit` and `transform` join a running one through
+    RAY_ADDRESS, as on a cluster (and without starting another instance each)."""
     commands = _readme_ray_commands()
     assert [c[:2] for c in commands] == [["skflow", "embed"], ["skflow", "fit"], ["skflow", "transform"]]
     (tmp_path / "corpus").mkdir()
     pq.write_table(pa.table({"id": list(range(40)), "text": SENTENCES}), tmp_path / "corpus" / "part-0.parquet")
-    for argv in commands:
+    for argv, env in zip(commands, [ENV, dict(ENV, RAY_ADDRESS=ray_head), dict(ENV, RAY_ADDRESS=ray_head)]):
         run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:], "--quiet"], cwd=tmp_path,
-                             capture_output=True, text=True, env=ENV, timeout=600, check=False)
+                             capture_output=True, text=True, env=env, timeout=600, check=False)
         assert (run.returncode, run.stdout, run.stderr) == (0, "", ""), (argv, run.stderr[-3000:])
     assert pq.read_table(tmp_path / "emb").num_rows == 40
     flow = skflow.load(tmp_path / "flow.skops")

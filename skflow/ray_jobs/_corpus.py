@@ -12,6 +12,7 @@ import numpy as np
 
 from skflow.ray_jobs._outputs import MARKER, read_as_listed
 from skflow.ray_jobs._storage import (
+    Location,
     file_type,
     list_files,
     locate,
@@ -72,7 +73,7 @@ def input_files(inputs) -> Corpus:
         listed, counts = ([("", True)], {}) if kind == "file" else read_as_listed(where, list_files(where, InputError),
                                                                                 InputError)
         if counts:
-            manifests.append((where.shown, {name and where.child(name).shown: rows for name, rows in counts.items()}))
+            manifests.append((where.shown, {name and _name(where.child(name)): rows for name, rows in counts.items()}))
         if not listed:
             raise InputError(f"{where.shown}: no data files in this folder (skflow reads {_KNOWN})")
         for name, regular in listed:
@@ -83,7 +84,7 @@ def input_files(inputs) -> Corpus:
             elif file_format(path) is None:
                 skipped.append(path)
             else:
-                files.append(path)
+                files.append(_name(where.child(name) if name else where))
     if skipped:
         raise InputError(f"{len(skipped)} file(s) in the input folders would not be read: {some_names(skipped)}. "
                          f"skflow reads {_KNOWN} (hidden names, starting with '.' or '_', are skipped); move the "
@@ -162,6 +163,11 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
     if new_column is not None and new_column in names:
         raise InputError(f"{path}: has a column {new_column!r} already, which the output would add again; choose "
                          "another output column (or input)")
+
+
+def _name(file: Location) -> str:
+    """How the job names a file: its URI, or its absolute local path (Ray's workers run in folders of their own)."""
+    return file.shown if file.is_remote else file.path
 
 
 def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column: str | None = None,
