@@ -1,6 +1,7 @@
 """skflow embed | fit | transform where the cluster is not one pooled machine: two Ray nodes of one CPU each started
 on this machine with ``ray start``, corpus and outputs on ``s3://`` (moto's server); and an object store that goes
-away mid-job. Every command is a real process with a timeout; the nodes are killed by their own sessions at the end.
+away mid-job. The commands run in one real process that joins the cluster once, with a timeout; the nodes are killed
+by their own sessions at the end.
 """
 
 import json
@@ -70,52 +71,57 @@ def cluster(s3):
             node.wait(timeout=30)
 
 
-def _command(*argv, timeout=900) -> subprocess.CompletedProcess:
-    run = subprocess.run([sys.executable, "-m", "skflow", *map(str, argv), "--quiet"], capture_output=True, text=True,
-                         env=_env(), timeout=timeout, check=False)
+def _in_one_process(cluster: str, commands: list[list]) -> None:
+    """``skflow.cli.main(argv)`` for each command, in one process that joins the cluster once; each must succeed."""
+    script = ("import json, sys, ray\nfrom skflow.cli import main\n"
+              "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+              "print(json.dumps([main(argv) for argv in json.loads(sys.argv[2])]))")
+    argvs = [[*map(str, argv), "--quiet"] for argv in commands]
+    run = subprocess.run([sys.executable, "-c", script, cluster, json.dumps(argvs)], capture_output=True, text=True,
+                         env=_env(), timeout=900, check=False)
     assert SECRET not in run.stdout + run.stderr
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run
+    assert run.returncode == 0 and json.loads(run.stdout.splitlines()[-1]) == [0] * len(argvs), run.stderr[-3000:]
 
 
-def test_the_three_commands_finish_on_two_nodes_of_one_cpu(s3, cluster):
-    """Two actors of half a CPU spread over both nodes left no whole CPU for Ray Data's tasks: no progress in 10
-    minutes. The actors now keep off one node. Each command in a process of its own: `embed` with two workers,
-    `transform` with the default one."""
+@pytest.fixture(scope="module")
+def cluster_runs(s3, cluster, tmp_path_factory):
+    """The commands of this module's tests, run in one process joined to the cluster: `embed` with two workers,
+    `fit`, `transform` with the default one; then three seeded fits. Yields the folder of the local models."""
     client, _ = s3
+    tmp = tmp_path_factory.mktemp("cluster")
     for part in range(2):
         _put(client, f"cluster/corpus/part-{part}.parquet",
              pa.table({"id": list(range(part * 40, part * 40 + 40)), "text": TEXTS[part * 40:part * 40 + 40]}))
+    for part in range(4):
+        rows = slice(part * 100, part * 100 + 100)
+        _put(client, f"seeded/part-{part}.parquet", pa.table({"embedding": pa.array(list(SEEDED[rows]),
+                                                                                    pa.list_(pa.float32(), 8))}))
     where = f"s3://{BUCKET}/cluster"
-    _command("embed", f"{where}/corpus", "--output", f"{where}/emb", "--pooling", "cls", "--dtype", "float32",
-             "--address", cluster, "--workers", "2")
-    _command("fit", f"{where}/emb", "--output", f"{where}/flow.skops", "--address", cluster)
-    _command("transform", f"{where}/emb", "--model", f"{where}/flow.skops", "--output", f"{where}/z",
-             "--address", cluster)
-    latent = _s3_table(f"{where}/z")
+    _in_one_process(cluster, [
+        ["embed", f"{where}/corpus", "--output", f"{where}/emb", "--pooling", "cls", "--dtype", "float32",
+         "--workers", "2"],
+        ["fit", f"{where}/emb", "--output", f"{where}/flow.skops"],
+        ["transform", f"{where}/emb", "--model", f"{where}/flow.skops", "--output", f"{where}/z"],
+        *(["fit", f"s3://{BUCKET}/seeded", "--output", tmp / f"flow-{run}.skops", "--seed", seed, "--batch-size", "32"]
+          for run, seed in enumerate(("7", "7", "8"))),
+    ])
+    return tmp
+
+
+SEEDED = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32)
+
+
+def test_the_three_commands_finish_on_two_nodes_of_one_cpu(cluster_runs):
+    """Two actors of half a CPU spread over both nodes left no whole CPU for Ray Data's tasks: no progress in 10
+    minutes. The actors now keep off one node."""
+    latent = _s3_table(f"s3://{BUCKET}/cluster/z")
     assert sorted(latent.column("id").to_pylist()) == list(range(80))
     assert latent.column_names == ["id", "text", "embedding", "z"]
 
 
-def test_a_seeded_fit_on_s3_gives_the_same_model_on_a_cluster(s3, cluster, tmp_path):
-    """Blocks read on two nodes arrive in any order; the model of a seed is the same, another seed's is not. The
-    three fits run in one process that joins the cluster once."""
-    client, _ = s3
-    X = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32)
-    for part in range(4):
-        rows = slice(part * 100, part * 100 + 100)
-        _put(client, f"seeded/part-{part}.parquet", pa.table({"embedding": pa.array(list(X[rows]),
-                                                                                    pa.list_(pa.float32(), 8))}))
-    fits = [["fit", f"s3://{BUCKET}/seeded", "--output", str(tmp_path / f"flow-{run}.skops"), "--seed", seed,
-             "--batch-size", "32", "--quiet"] for run, seed in enumerate(("7", "7", "8"))]
-    script = ("import json, sys, ray\nfrom skflow.cli import main\n"
-              "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-              "print(json.dumps([main(argv) for argv in json.loads(sys.argv[2])]))")
-    run = subprocess.run([sys.executable, "-c", script, cluster, json.dumps(fits)], capture_output=True, text=True,
-                         env=_env(), timeout=900, check=False)
-    assert SECRET not in run.stdout + run.stderr
-    assert run.returncode == 0 and json.loads(run.stdout.splitlines()[-1]) == [0, 0, 0], run.stderr[-3000:]
-    latents = [skflow.load(tmp_path / f"flow-{run}.skops").transform(X) for run in range(3)]
+def test_a_seeded_fit_on_s3_gives_the_same_model_on_a_cluster(cluster_runs):
+    """Blocks read on two nodes arrive in any order; the model of a seed is the same, another seed's is not."""
+    latents = [skflow.load(cluster_runs / f"flow-{run}.skops").transform(SEEDED) for run in range(3)]
     assert latents[0].tobytes() == latents[1].tobytes()
     assert np.abs(latents[0] - latents[2]).max() > 1e-3
 
