@@ -23,7 +23,9 @@ def test_readme_and_user_guides_have_examples():
 @pytest.mark.parametrize(
     "path, block", BLOCKS, ids=[f"{path.name}-{i}" for i, (path, _) in enumerate(BLOCKS)]
 )
-def test_example_runs(path, block, sts_data_home, monkeypatch, tmp_path):
+def test_example_runs(path, block, sts_data_home, monkeypatch, tmp_path, request):
     monkeypatch.setenv("SKFLOW_DATA", str(sts_data_home))
+    if "ray.init(" in block:  # the session's Ray head, as a user's RAY_ADDRESS would name a running instance
+        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
     monkeypatch.chdir(tmp_path)
     exec(compile(block, str(path), "exec"), {})
