@@ -139,6 +139,13 @@ def _stsb_test_embeddings(data_home, pooling):
 
 
 @pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One embedding cache for the session: tests that embed the same STS sets with the same settings (the CLI's
+    evaluate, the tuning study) embed them once."""
+    return tmp_path_factory.mktemp("embedding-cache")
+
+
+@pytest.fixture(scope="session")
 def stsb_test_mean(sts_data_home):
     """Like ``stsb_test_cls``, with mean pooling (raw Spearman ~0.82; also three constant dimensions)."""
     return _stsb_test_embeddings(sts_data_home, "mean")

@@ -17,11 +17,6 @@ from skflow.evaluation import METHODS, evaluate, make_method, markdown_tables
 from skflow.metrics import sts_spearman
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("embedding-cache")
-
-
 def test_evaluate_stsb_end_to_end(sts_data_home, cache_dir, tmp_path):
     env = dict(os.environ, SKFLOW_DATA=str(sts_data_home), HF_HUB_OFFLINE="1")
     out = tmp_path / "results"

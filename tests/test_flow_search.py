@@ -17,13 +17,13 @@ def flow_search():
     return module
 
 
-def test_the_study_runs_on_a_tiny_grid_and_writes_its_section(flow_search, sts_data_home, tmp_path):
+def test_the_study_runs_on_a_tiny_grid_and_writes_its_section(flow_search, sts_data_home, cache_dir, tmp_path):
     data_home = tmp_path / "data"  # two of the sets: the study reads those it finds
     data_home.mkdir()
     for folder in ("STSBenchmark", "STS12-en-test"):
         (data_home / folder).symlink_to(sts_data_home / folder)
     grid = {"learning_rate": [1e-3, 1e-4], "permutation": ["reverse", "lu"]}
-    out = flow_search.study(["cls"], grid, cache_dir=tmp_path / "cache", data_home=data_home, n_folds=2,
+    out = flow_search.study(["cls"], grid, cache_dir=cache_dir, data_home=data_home, n_folds=2,
                             log=lambda message: None)
     result = out["cls"]
     assert len(result["configs"]) == 4 and result["n_diverged"] == 0

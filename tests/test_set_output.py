@@ -34,11 +34,6 @@ def sts(sts_data_home):
     return data.pairs[:24], data.scores[:24]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")  # each sentence encoded once in the module
-
-
 def _pipeline(name, cache_dir):
     embedder = BertEmbedder(dtype="float32", device="cpu", show_progress_bar=False, cache_dir=cache_dir)
     return make_pipeline(*filter(None, (embedder, ESTIMATORS[name][0]())))
