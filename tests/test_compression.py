@@ -137,10 +137,11 @@ def _sign_vectors(n, d, seed):
     return np.random.RandomState(seed).choice([-1.0, 1.0], size=(n, d))
 
 
-@pytest.mark.parametrize("chunk", [_search.CHUNK_ELEMENTS, 1000])
-def test_every_metric_gives_the_brute_force_ranking_ties_by_index(monkeypatch, chunk):
-    monkeypatch.setattr(_search, "CHUNK_ELEMENTS", chunk)  # 1000: one corpus row or one query per chunk
-    queries, corpus = _sign_vectors(7, 64, 0), _sign_vectors(300, 64, 1)
+@pytest.mark.parametrize(("chunk", "blas_queries"), [(_search.CHUNK_ELEMENTS, 32), (1000, 10**9)])
+def test_every_metric_gives_the_brute_force_ranking_ties_by_index(monkeypatch, chunk, blas_queries):
+    monkeypatch.setattr(_search, "CHUNK_ELEMENTS", chunk)  # 1000: a few corpus rows or queries per chunk
+    monkeypatch.setattr(_search, "BLAS_QUERIES", blas_queries)  # Hamming as a product of signs, or popcounts
+    queries, corpus = _sign_vectors(40, 64, 0), _sign_vectors(300, 64, 1)
     corpus[150:160] = corpus[10]  # duplicates: equal scores everywhere
     dots = queries @ corpus.T
     q_bits, c_bits = (Quantizer(precision="binary").fit(corpus).transform(x) for x in (queries, corpus))
@@ -159,8 +160,8 @@ def test_every_metric_gives_the_brute_force_ranking_ties_by_index(monkeypatch, c
             assert np.array_equal(indices, expected) and np.array_equal(scores, expected_scores), (metric, k)
             assert indices.dtype == np.int64 and scores.dtype == (np.int64 if metric == "hamming" else np.float64)
     codes = Quantizer().fit(corpus).transform(corpus)  # int8: -128 and 127, an exact integer dot
-    scores, indices = search(codes[:7], codes, 20, metric="dot")
-    reference = codes[:7].astype(np.int64) @ codes.T.astype(np.int64)
+    scores, indices = search(codes[:40], codes, 20, metric="dot")
+    reference = codes[:40].astype(np.int64) @ codes.T.astype(np.int64)
     expected_scores, expected = _brute_force(reference, 20)
     assert scores.dtype == np.int64 and np.array_equal(scores, expected_scores) and np.array_equal(indices, expected)
 

@@ -8,6 +8,9 @@ METRICS = ("cosine", "dot", "hamming", "asymmetric")
 # Scores of a chunk of the corpus held at once: queries x rows (x packed bytes for Hamming), about 32 MB.
 CHUNK_ELEMENTS = 2**22
 EXACT_FLOAT32 = 2**24  # integers up to here are exact in float32: an integer dot of int8 codes in BLAS
+# From this many queries on, Hamming distances to shared rows are a BLAS product of +-1 vectors (faster than
+# popcounts for a batch); fewer, and per-query candidates, XOR and count 64 bits at a time.
+BLAS_QUERIES = 32
 
 
 def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
@@ -81,7 +84,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     score = _SCORES[metric](queries, corpus)
     # what a document costs in memory: per query (a score; Hamming: its XOR too), and once (its vector)
     per_pair = 2 if metric == "hamming" else 1
-    per_document = 0 if metric == "hamming" else queries.shape[1]
+    per_document = queries.shape[1] * (8 if metric == "hamming" else 1)
     if candidates is None:
         return _top_k_chunked(score, len(queries), len(corpus), k, len(queries) * per_pair + per_document)
     candidates = _candidates(candidates, len(queries), len(corpus), k)
@@ -112,9 +115,13 @@ def _dot(queries, corpus):
 
 
 def _hamming(queries, corpus):
-    q = _as_words(queries)
+    q, n_bits = _as_words(queries), 8 * queries.shape[1]
+    signs = _signs(queries)  # +-1 per bit: a batch of queries against the same rows is one BLAS product
 
     def score(documents, rows=slice(None)):
+        if documents.ndim == 2 and len(q[rows]) >= BLAS_QUERIES and n_bits < EXACT_FLOAT32:
+            agreements = signs[rows] @ _signs(documents).T  # exact: integers below 2**24
+            return ((agreements - n_bits) / 2).astype(np.int64)
         d, out = _as_words(documents), None
         for word in range(q.shape[1]):  # one 64-bit word of every pair at a time: no (queries, rows, words) array
             mine, theirs = q[rows, word], d[..., word]
@@ -151,6 +158,11 @@ def _normalized(X: np.ndarray) -> np.ndarray:
     X = X.astype(np.result_type(X.dtype, np.float32), copy=False)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+
+
+def _signs(codes: np.ndarray) -> np.ndarray:
+    """Packed bits as float32 +1 (set) and -1, every bit of every byte."""
+    return np.unpackbits(codes.view(np.uint8), axis=-1).astype(np.float32) * 2 - 1
 
 
 def _as_words(codes: np.ndarray) -> np.ndarray:
