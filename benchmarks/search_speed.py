@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from skflow import Quantizer
-from skflow.compression import search
+from skflow.compression import _search, search
 
 
 def vectors(n: int, dim: int, rng: np.random.RandomState) -> np.ndarray:
@@ -46,6 +46,13 @@ def main() -> None:
         _, top = search(binary.transform(queries), corpus_bits, 100, metric="hamming")
         return search(query_rows(), corpus_rows, k, metric=metric, candidates=top)
 
+    def popcounts():
+        blas_queries, _search.BLAS_QUERIES = _search.BLAS_QUERIES, len(queries) + 1
+        try:
+            return search(binary.transform(queries), corpus_bits, k, metric="hamming")
+        finally:
+            _search.BLAS_QUERIES = blas_queries
+
     configurations = {  # name: (bytes stored per vector, the timed call)
         "float32 matrix product Q @ D.T (reference, no top-k)": (4 * args.dim, lambda: queries @ corpus.T),
         "float32 cosine, top 10": (4 * args.dim, lambda: search(queries, corpus, k)),
@@ -53,6 +60,7 @@ def main() -> None:
         "int8 integer dot, top 10": (args.dim, lambda: search(int8.transform(queries), corpus_int8, k, metric="dot")),
         "binary Hamming, top 10": (args.dim // 8, lambda: search(binary.transform(queries), corpus_bits, k,
                                                                  metric="hamming")),
+        "binary Hamming by XOR and popcount (the path of < 32 queries), top 10": (args.dim // 8, popcounts),
         "binary asymmetric (float query), top 10": (args.dim // 8, lambda: search(queries, corpus_bits, k,
                                                                                   metric="asymmetric")),
         "binary Hamming top 100, rescored with float32": (args.dim // 8 + 4 * args.dim,
@@ -70,8 +78,8 @@ def main() -> None:
             call()
             times[name].append(time.perf_counter() - start)
 
-    blas = [f"{pool['internal_api']} {pool['num_threads']} threads" for pool in threadpool_info()
-            if pool["user_api"] == "blas"]
+    blas = sorted({f"{pool['internal_api']} {pool['num_threads']} threads" for pool in threadpool_info()
+                   if pool["user_api"] == "blas"})
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                  platform.processor())
     print(f"{args.queries} queries x {args.documents} documents x {args.dim} dimensions, top {k}, "

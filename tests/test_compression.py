@@ -164,6 +164,10 @@ def test_every_metric_gives_the_brute_force_ranking_ties_by_index(monkeypatch, c
     reference = codes[:40].astype(np.int64) @ codes.T.astype(np.int64)
     expected_scores, expected = _brute_force(reference, 20)
     assert scores.dtype == np.int64 and np.array_equal(scores, expected_scores) and np.array_equal(indices, expected)
+    wide = np.random.RandomState(4).randint(0, 256, size=(60, 300)).astype(np.uint8)  # beyond float32's exact sums
+    scores, indices = search(wide[:40], wide, 5, metric="dot")
+    expected_scores, expected = _brute_force(wide[:40].astype(np.int64) @ wide.T.astype(np.int64), 5)
+    assert np.array_equal(scores, expected_scores) and np.array_equal(indices, expected)
 
 
 def test_candidates_rescore_only_those_rows():

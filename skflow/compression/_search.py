@@ -5,8 +5,8 @@ import numpy as np
 __all__ = ["search"]
 
 METRICS = ("cosine", "dot", "hamming", "asymmetric")
-# Scores of a chunk of the corpus held at once: queries x rows (x packed bytes for Hamming), about 32 MB.
-CHUNK_ELEMENTS = 2**22
+# Numbers held at once for a chunk of the corpus (its scores, its rows unpacked): 2**23, 32 MB of float32.
+CHUNK_ELEMENTS = 2**23
 EXACT_FLOAT32 = 2**24  # integers up to here are exact in float32: an integer dot of int8 codes in BLAS
 # From this many queries on, Hamming distances to shared rows are a BLAS product of +-1 vectors (faster than
 # popcounts for a batch); fewer, and per-query candidates, XOR and count 64 bits at a time.
@@ -103,14 +103,16 @@ def _cosine(queries, corpus):
 
 def _dot(queries, corpus):
     integers = queries.dtype.kind in "iu" and corpus.dtype.kind in "iu"
-    exact = integers and queries.shape[1] * 255 * 255 < EXACT_FLOAT32
+    largest = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255}  # each side's largest |code|
+    exact = integers and queries.shape[1] * largest.get(queries.dtype, 2**31) * largest.get(corpus.dtype, 2**31) \
+        < EXACT_FLOAT32  # every partial sum an integer below 2**24 (int8: up to 1,023 dimensions)
     dtype = np.float32 if exact else np.result_type(queries.dtype, corpus.dtype, np.float32)
     q = queries.astype(dtype, copy=False)
 
     def score(documents, rows=slice(None)):
         d = documents.astype(dtype, copy=False)
         out = q[rows] @ d.T if d.ndim == 2 else np.matmul(d, q[rows, :, None])[..., 0]
-        return out.astype(np.int64) if integers else out
+        return out.astype(np.int32 if exact else np.int64) if integers else out
     return _on_corpus(score, corpus)
 
 
@@ -121,7 +123,7 @@ def _hamming(queries, corpus):
     def score(documents, rows=slice(None)):
         if documents.ndim == 2 and len(q[rows]) >= BLAS_QUERIES and n_bits < EXACT_FLOAT32:
             agreements = signs[rows] @ _signs(documents).T  # exact: integers below 2**24
-            return ((agreements - n_bits) / 2).astype(np.int64)
+            return ((agreements - n_bits) * 0.5).astype(np.int32)
         d, out = _as_words(documents), None
         for word in range(q.shape[1]):  # one 64-bit word of every pair at a time: no (queries, rows, words) array
             mine, theirs = q[rows, word], d[..., word]
@@ -192,9 +194,9 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
     indices = np.broadcast_to(indices, scores.shape)
     if scores.shape[1] <= k:
         pass
-    elif scores.dtype.kind == "i" and np.abs(scores).max(initial=0) < 2**62 // (int(indices.max()) + 1):
+    elif scores.dtype.kind == "i" and (bound := _key_bound(scores, indices)) < 2**62:
         # integer scores: one key that orders by score then index (no ties), for one partition
-        keys = scores * (int(indices.max()) + 1) - indices
+        keys = scores.astype(np.int32 if bound < 2**31 else np.int64) * (int(indices.max()) + 1) - indices
         kept = np.argpartition(-keys, k - 1, axis=1)[:, :k]
         scores, indices = np.take_along_axis(scores, kept, axis=1), np.take_along_axis(indices, kept, axis=1)
     else:  # keep the k best, then put right the rows whose k-th score is tied outside them
@@ -205,7 +207,14 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
             kept[row] = np.lexsort((indices[row], -scores[row]))[:k]
         scores, indices = np.take_along_axis(scores, kept, axis=1), np.take_along_axis(indices, kept, axis=1)
     order = np.lexsort((indices, -scores), axis=1)
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(indices, order, axis=1).astype(np.int64)
+    scores = np.take_along_axis(scores, order, axis=1)
+    return scores.astype(np.int64) if scores.dtype.kind == "i" else scores, np.take_along_axis(
+        indices, order, axis=1).astype(np.int64)
+
+
+def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
+    """A bound on ``|score * (max index + 1) - index|``: whether the keys fit in int32 or int64."""
+    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max()) + 2)
 
 
 # ---------------------------------------------------------------- inputs
