@@ -126,8 +126,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         ----------
         X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
             The corpus; 3-D input (e.g. sentence pairs) is fitted on all
-            ``n_samples * k`` rows. A ``numpy.memmap`` is read a chunk of rows
-            at a time.
+            ``n_samples * k`` rows.
         y : Ignored
             Not used, present for API consistency by convention.
 
