@@ -191,15 +191,17 @@ def _top_k_chunked(score, n_queries: int, n_documents: int, k: int, per_document
 def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best of each row of ``scores`` (indices: one row for all, or one per row), by decreasing score
     then increasing index."""
-    indices = np.broadcast_to(indices, scores.shape)
     if scores.shape[1] <= k:
-        pass
+        indices = np.broadcast_to(indices, scores.shape)
     elif scores.dtype.kind == "i" and (bound := _key_bound(scores, indices)) < 2**62:
         # integer scores: one key that orders by score then index (no ties), for one partition
-        keys = scores.astype(np.int32 if bound < 2**31 else np.int64) * (int(indices.max()) + 1) - indices
-        kept = np.argpartition(-keys, k - 1, axis=1)[:, :k]
-        scores, indices = np.take_along_axis(scores, kept, axis=1), np.take_along_axis(indices, kept, axis=1)
+        kind = np.int32 if bound < 2**31 else np.int64
+        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max()) + 1)
+        kept = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        indices = np.take_along_axis(np.broadcast_to(indices, scores.shape), kept, axis=1)
+        scores = np.take_along_axis(scores, kept, axis=1)
     else:  # keep the k best, then put right the rows whose k-th score is tied outside them
+        indices = np.broadcast_to(indices, scores.shape)
         kept = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         kth = np.take_along_axis(scores, kept, axis=1).min(axis=1, keepdims=True)
         tied = (scores == kth).sum(axis=1) != (np.take_along_axis(scores, kept, axis=1) == kth).sum(axis=1)
@@ -213,7 +215,7 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
 
 
 def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
-    """A bound on ``|score * (max index + 1) - index|``: whether the keys fit in int32 or int64."""
+    """A bound on ``|index - score * (max index + 1)|``: whether the keys fit in int32 or int64."""
     return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max()) + 2)
 
 
