@@ -15,7 +15,7 @@ from sklearn_extra_checks import EXTRA_CHECKS
 
 import skflow
 import skflow.compression
-from skflow import MeanDirectionRemover, Quantizer
+from skflow import MeanDirectionRemover, Quantizer, Whitener
 from skflow.compression import _search, search
 from skflow.metrics import sts_spearman
 from skflow.persistence import InvalidModelError
@@ -99,6 +99,10 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / f"{precision}.skops")),
                        joblib.load(joblib.dump(quantizer, tmp_path / f"{precision}.joblib")[0])):
             assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+    pipeline = make_pipeline(Whitener(), Quantizer(precision="ubinary")).fit(X)  # after a post-processing
+    restored = skflow.load(skflow.dump(pipeline, tmp_path / "pipeline.skops"))
+    assert np.array_equal(restored.transform(X), pipeline.transform(X))
+    assert np.array_equal(pipeline.transform(X), np.packbits(Whitener().fit(X).transform(X) > 0, axis=1))
     state = Quantizer().fit(X).__getstate__()
     ranges = state["ranges_"]
     crafted = {
