@@ -1,5 +1,6 @@
 """skflow: BERT-flow as scikit-learn estimators."""
 
+from skflow.compression import Quantizer
 from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
@@ -16,6 +17,7 @@ __all__ = [
     "FlowGaussianizer",
     "MeanDirectionRemover",
     "NotInvertibleError",
+    "Quantizer",
     "UndefinedSpearmanWarning",
     "Whitener",
     "__version__",

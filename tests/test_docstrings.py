@@ -15,6 +15,8 @@ MODULES = [
     "skflow.flows.glow",
     "skflow.flows.optim",
     "skflow.whitening",
+    "skflow.compression",
+    "skflow.compression._search",
     "skflow.evaluation",
 ]
 

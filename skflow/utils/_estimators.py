@@ -16,11 +16,10 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
-from skflow.utils._files import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "PairsTransformerMixin", "check_feature_names",
-           "float_dtypes", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks",
-           "torch_threads", "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "PairsTransformerMixin", "float_dtypes", "pairs_score",
+           "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks", "torch_threads",
+           "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
@@ -73,14 +72,6 @@ class PairsTransformerMixin(TransformerMixin, auto_wrap_output_keys=None):
     def fit_transform(self, X, y=None, **fit_params):
         """Fit to ``X``, then transform it (`set_output` applies through `transform`)."""
         return self.fit(X, y, **fit_params).transform(X)
-
-
-def check_feature_names(state: dict) -> None:
-    """Refuse a saved state whose ``feature_names_in_`` is not None or an array of ``n_features_in_`` strings."""
-    names = state.get("feature_names_in_")
-    if names is not None and not (isinstance(names, np.ndarray) and names.shape == (state.get("n_features_in_"),)
-                                  and all(isinstance(name, str) for name in names)):
-        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
 
 
 class EmbeddingMapMixin(PairsTransformerMixin):
@@ -142,24 +133,30 @@ class EmbeddingMapMixin(PairsTransformerMixin):
             `~skflow.metrics.UndefinedSpearmanWarning`.
         """
         check_is_fitted(self)
-        X2d, shape = validate_embeddings(self, X, reset=False)
-        if len(shape) == 3 and y is not None:
-            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
-            if shape[1] != 2:
-                raise ValueError(f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), "
-                                 f"got shape {shape}.")
-            return sts_spearman(self._transform_rows(X2d).reshape(*shape[:-1], -1), y)
-        if y is not None:
-            warnings.warn(f"{type(self).__name__}.score: y is ignored for input of shape {shape}; gold scores apply "
-                          "to sentence pairs of shape (n_pairs, 2, n_features). Returning the mean log-likelihood.",
-                          UserWarning, stacklevel=2)
-        return float(np.mean(self._log_prob_rows(X2d)))
+        return pairs_score(self, X, y, self._transform_rows, self._log_prob_rows, "the mean log-likelihood")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.three_d_array = True
         return tags
+
+
+def pairs_score(estimator, X, y, vectors: Callable, row_scores: Callable, row_words: str) -> float:
+    """``estimator.score``: for 3-D pairs with gold scores ``y``, the STS Spearman of the cosines of ``vectors(rows)``
+    (validated 2-D rows to vectors); otherwise the mean of ``row_scores(rows)``, which ``row_words`` names."""
+    X2d, shape = validate_embeddings(estimator, X, reset=False)
+    if len(shape) == 3 and y is not None:
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")  # NaN or inf: an error, not nan
+        if shape[1] != 2:
+            raise ValueError(f"Scoring with gold scores needs sentence pairs of shape (n_pairs, 2, n_features), "
+                             f"got shape {shape}.")
+        return sts_spearman(vectors(X2d).reshape(*shape[:-1], -1), y)
+    if y is not None:
+        warnings.warn(f"{type(estimator).__name__}.score: y is ignored for input of shape {shape}; gold scores "
+                      f"apply to sentence pairs of shape (n_pairs, 2, n_features). Returning {row_words}.",
+                      UserWarning, stacklevel=3)
+    return float(np.mean(row_scores(X2d)))
 
 
 def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:

@@ -24,9 +24,8 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow.utils import (
     ONNX,
+    CheckedStateMixin,
     EmbeddingMapMixin,
-    InvalidModelError,
-    check_feature_names,
     check_output_file,
     float_dtypes,
     replaced_atomically,
@@ -36,9 +35,6 @@ from skflow.utils import (
 )
 
 __all__ = ["LinearPostProcessor", "NotInvertibleError"]
-
-OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
-
 
 class NotInvertibleError(ValueError, AttributeError):
     """A fitted `Whitener` that removes or leaves out directions has no ``inverse_transform``.
@@ -79,12 +75,10 @@ def _has(hook: str, method: str):
     return check
 
 
-class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
+class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
     """``z = (x - mean_) @ components_.T * scale_``, fitted by a subclass; see the module's docstring."""
 
-    # Each fitted attribute and what a restored state must hold there, in the order checked: a shape (a float64,
-    # finite array; a size is a fitted int named before it, or set by the first array that has it), or a number
-    # type with bounds (a fitted int named before it, or None: unbounded).
+    # Each fitted attribute and what a restored state must hold there (see skflow.utils.CheckedStateMixin).
     _FITTED: dict = {"mean_": ("d",), "components_": ("k", "d"), "scale_": ("k",),
                      "n_features_in_": (Integral, "d", "d")}
     _invertible = True  # False: a projection, no inverse_transform at all
@@ -216,60 +210,6 @@ class LinearPostProcessor(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, Ba
     @property
     def _n_features_out(self):
         return len(self.components_)
-
-    def _check_fitted(self, state: dict) -> None:
-        """What `_FITTED` cannot say: the fitted values against each other (an `InvalidModelError`)."""
-
-    def __setstate__(self, state):
-        super().__setstate__(self._checked_state(state))  # it may be somebody else's file
-
-    def _checked_state(self, state: dict) -> dict:
-        """``state`` with its fitted numbers as Python's, or an `InvalidModelError`: keys other than the parameters
-        and fitted attributes, some fitted attributes only, or values that `_FITTED` and `_check_fitted` refuse."""
-        name, params, fitted = type(self).__name__, self._get_param_names(), self._FITTED
-        unknown = sorted(str(key)[:40] for key in state if key not in (*params, *fitted, *OPTIONAL))[:5]
-        if unknown:
-            raise InvalidModelError(f"the saved {name} has unknown attributes: {', '.join(unknown)}")
-        if missing := [key for key in params if key not in state]:
-            raise InvalidModelError(f"the saved {name} lacks its parameters {', '.join(missing)}")
-        if not (present := [key for key in fitted if key in state]):
-            return state  # not fitted
-        if len(present) != len(fitted):
-            lacks = ", ".join(sorted(set(fitted) - set(present)))
-            raise InvalidModelError(f"the saved {name} has some fitted attributes only: lacks {lacks}")
-        state, sizes = dict(state), {}
-        for key, spec in fitted.items():
-            state[key] = _checked(key, state[key], spec, {**sizes, **state})
-            if isinstance(spec[0], str):  # an array: it sets the sizes it has first
-                sizes.update((size, n) for size, n in zip(spec, state[key].shape, strict=True) if size not in sizes)
-        check_feature_names(state)
-        self._check_fitted(state)
-        return state
-
-
-def _checked(key: str, value, spec: tuple, known: dict):
-    """``value`` (a number as Python's), or an `InvalidModelError` saying what ``spec`` of `_FITTED` wants."""
-    if isinstance(spec[0], str):
-        if not (isinstance(value, np.ndarray) and value.ndim == len(spec) and value.size):
-            raise InvalidModelError(f"{key} must be a {len(spec)}-D array")
-        shape = tuple(known.get(size, n) for size, n in zip(spec, value.shape))
-        if value.dtype != np.float64:
-            raise InvalidModelError(f"{key} must be a {len(spec)}-D float64 array")
-        if value.shape != shape:
-            raise InvalidModelError(f"{key} must be a float64 array of shape {shape}")
-        if not np.isfinite(value).all():
-            raise InvalidModelError(f"the fitted arrays must be finite: {key} is not")
-        return value
-    kind, low, high = (known.get(bound, bound) for bound in spec)
-    if kind is Integral:
-        typed = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-        words = "a positive int" if high is None else f"an int from {low} to {high}"
-    else:
-        typed = isinstance(value, (float, np.floating))
-        words = f"a {'finite ' if high < np.inf else ''}float from {low} to {high}"
-    if not (typed and low <= value <= (np.inf if high is None else high)):
-        raise InvalidModelError(f"{key} must be {low if low == high else words}, got {value!r}")
-    return int(value) if kind is Integral else float(value)
 
 
 def affine_rows(X: np.ndarray, weights: np.ndarray, *, shift_in=0.0, shift_out=0.0) -> np.ndarray:

@@ -1,0 +1,280 @@
+"""Quantizer: embeddings as int8 codes (per-dimension ranges fitted on a corpus) or packed sign bits, in
+sentence-transformers' layouts."""
+
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from skflow.metrics import paired_cosine
+from skflow.utils import (
+    CheckedStateMixin,
+    InvalidModelError,
+    PairsTransformerMixin,
+    pairs_score,
+    row_chunks,
+    unchanged_on_failure,
+    validate_embeddings,
+)
+
+__all__ = ["Quantizer"]
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+PRECISIONS = ("int8", "uint8", "binary", "ubinary")
+LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
+
+
+class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
+    """Compress embeddings to int8 codes or to one bit per dimension, as sentence-transformers stores them.
+
+    The codes are those of sentence-transformers' ``quantize_embeddings``,
+    bit for bit, with the fitted corpus as its ``calibration_embeddings``:
+
+    - ``"int8"``: each dimension's range ``[min, max]`` over the rows seen in
+      :term:`fit` is cut into 255 steps, ``q = floor((x - min) / step)`` in
+      0..255, stored as ``q - 128`` (int8); ``"uint8"`` stores ``q``. The
+      ranges are float32 numbers (``ranges_``, as sentence-transformers casts
+      them), and a dimension of zero range has step 1. A value outside the
+      fitted range gets the nearest end's code (clipped, never wrapped
+      around), so rows unlike the corpus saturate rather than flip sign.
+      One byte per dimension.
+    - ``"binary"``: one bit per dimension, ``x > 0``, packed with
+      ``np.packbits`` along the last axis (the first dimension is the high
+      bit of the first byte; a width that is not a multiple of 8 is padded
+      with zero bits), stored as the packed byte minus 128 (int8);
+      ``"ubinary"`` stores the packed bytes (uint8). Nothing is fitted but
+      the width. ``n_features / 8`` bytes per vector, rounded up.
+
+    Put it last in a pipeline, after any post-processing (`Whitener`,
+    `FlowGaussianizer`, a rotation): a centred or rotated corpus uses the bits
+    and levels better. Search the codes with `skflow.compression.search`:
+    ``metric="dot"`` for int8 codes (an exact integer dot), ``"hamming"`` or
+    ``"asymmetric"`` for binary ones.
+
+    Parameters
+    ----------
+    precision : {"int8", "uint8", "binary", "ubinary"}, default="int8"
+        The code, named as in sentence-transformers.
+
+    Attributes
+    ----------
+    ranges_ : ndarray of shape (2, n_features_in_)
+        int8 and uint8 only: the per-dimension minimum (row 0) and maximum
+        (row 1) of the rows seen in :term:`fit`, float32 values in float64;
+        sentence-transformers' ``ranges`` argument.
+    n_features_in_ : int
+        Number of features seen during :term:`fit`.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Names of features seen during :term:`fit`, when ``X`` has string
+        column names.
+
+    See Also
+    --------
+    skflow.compression.search : Top-k search of codes and vectors.
+
+    Notes
+    -----
+    `inverse_transform` gives, for int8 codes, the centre of each code's
+    interval (``min + (q + 0.5) * step``; the minimum where the range is
+    zero): within half a step of every input inside the fitted range.
+    sentence-transformers dequantizes to the interval's lower end instead.
+    For binary codes it gives the vectors of signs, ``+1`` for a set bit and
+    ``-1`` otherwise: their cosine is ``1 - 2 h / n_features`` for a Hamming
+    distance ``h``, so `score` ranks pairs by Hamming distance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skflow import Quantizer
+    >>> X = np.array([[-1.0, 0.5, 2.0], [1.0, -0.5, 0.0], [0.0, 0.0, 1.0]])
+    >>> quantizer = Quantizer(precision="int8").fit(X)
+    >>> quantizer.ranges_
+    array([[-1. , -0.5,  0. ],
+           [ 1. ,  0.5,  2. ]])
+    >>> codes = quantizer.transform(X)
+    >>> codes
+    array([[-128,  126,  126],
+           [ 126, -128, -128],
+           [  -1,   -1,   -1]], dtype=int8)
+    >>> steps = (quantizer.ranges_[1] - quantizer.ranges_[0]) / 255
+    >>> print(np.round(np.abs(quantizer.inverse_transform(codes) - X) / steps, 3))  # in steps: at most 1/2
+    [[0.5 0.5 0.5]
+     [0.5 0.5 0.5]
+     [0.  0.  0. ]]
+    >>> quantizer.transform([[5.0, -5.0, 1.0]])  # outside the fitted ranges: clipped
+    array([[ 127, -128,   -1]], dtype=int8)
+    >>> Quantizer(precision="ubinary").fit(X).transform(X)  # the signs 011, 100, 001, high bits first
+    array([[ 96],
+           [128],
+           [ 32]], dtype=uint8)
+    """
+
+    __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
+
+    _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))]}
+
+    def __init__(self, *, precision="int8"):
+        self.precision = precision
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Fit the per-dimension ranges of int8 codes (binary codes: the width only).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+            The corpus; 3-D input (e.g. sentence pairs) is fitted on all
+            ``n_samples * k`` rows.
+        y : Ignored
+            Not used, present for API consistency by convention.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        with unchanged_on_failure(self):
+            X2d = validate_embeddings(self, X, reset=True)[0]
+            if self._integers:
+                low, high = np.full(X2d.shape[1], np.inf), np.full(X2d.shape[1], -np.inf)
+                for _, part in row_chunks(X2d):
+                    low, high = np.minimum(low, part.min(axis=0)), np.maximum(high, part.max(axis=0))
+                if max(-low.min(), high.max()) > FLOAT32_MAX:
+                    raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): int8 ranges are "
+                                     "float32 numbers, as in sentence-transformers.")
+                self.ranges_ = np.vstack([low, high]).astype(np.float32).astype(np.float64)
+        return self
+
+    def transform(self, X):
+        """The codes of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
+
+        Returns
+        -------
+        codes : ndarray of shape (n_samples, n_codes) or (n_samples, k, n_codes)
+            int8 for ``"int8"`` and ``"binary"``, uint8 for ``"uint8"`` and
+            ``"ubinary"``; ``n_codes`` is ``n_features`` for int8 and uint8,
+            ``ceil(n_features / 8)`` for binary codes.
+        """
+        check_is_fitted(self)
+        X2d, shape = validate_embeddings(self, X, reset=False)
+        codes = np.empty((X2d.shape[0], self._n_features_out), dtype=self._code_dtype)
+        for start, part in row_chunks(X2d):
+            codes[start : start + len(part)] = self._codes(part)
+        return codes.reshape(*shape[:-1], codes.shape[-1])
+
+    def inverse_transform(self, X):
+        """Vectors from codes: int8's interval centres, binary codes' signs (+1 and -1); see the Notes.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_codes) or (n_samples, k, n_codes)
+            Codes of this quantizer (int8 or uint8 as `transform` gives them).
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
+            float32.
+        """
+        check_is_fitted(self)
+        codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
+        if codes.ndim not in (2, 3) or codes.shape[-1] != self._n_features_out or codes.dtype != self._code_dtype:
+            raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
+                             f".inverse_transform expects 2-D or 3-D {np.dtype(self._code_dtype).name} codes of "
+                             f"width {self._n_features_out}.")
+        return self._vectors(codes.reshape(-1, codes.shape[-1])).reshape(*codes.shape[:-1], self.n_features_in_)
+
+    def score(self, X, y=None):
+        """STS Spearman of sentence pairs scored through their codes, else how well the codes keep the vectors.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            Embedding pairs, or plain embeddings.
+        y : array-like of shape (n_pairs,), default=None
+            Gold similarity scores for 3-D pairs; ignored for 2-D input.
+
+        Returns
+        -------
+        score : float
+            With 3-D pairs and ``y``: the Spearman correlation between gold
+            scores and the similarity of the pairs' codes: the cosine of the
+            dequantized vectors for int8 codes, the negative Hamming distance
+            for binary codes (the cosine of their sign vectors, the same
+            ranking). Otherwise: the mean cosine between each row and its
+            `inverse_transform`, 1 for codes that lose nothing.
+        """
+        check_is_fitted(self)
+        return pairs_score(self, X, y, self._round_trip, self._kept_cosine, "the mean cosine with the dequantized rows")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []  # codes are integers
+        tags.input_tags.three_d_array = True
+        return tags
+
+    # -------------------------------------------------------------- helpers
+    @property
+    def _integers(self) -> bool:
+        return self.precision in ("int8", "uint8")
+
+    @property
+    def _code_dtype(self) -> type:
+        return np.int8 if self.precision in ("int8", "binary") else np.uint8
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.n_features_in_ if self._integers else -(-self.n_features_in_ // 8)
+
+    def _starts_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """sentence-transformers' float32 starts and steps (a zero range: step 1)."""
+        ranges = self.ranges_.astype(np.float32)
+        steps = (ranges[1, :] - ranges[0, :]) / LEVELS
+        return ranges[0, :], np.where(steps == 0, 1, steps)
+
+    def _codes(self, rows: np.ndarray) -> np.ndarray:
+        """sentence-transformers' ``quantize_embeddings`` of ``rows``, operation for operation."""
+        if self._integers:
+            starts, steps = self._starts_steps()
+            levels = np.clip(np.floor((rows - starts) / steps), 0, LEVELS)
+            return levels.astype(np.uint8) if self.precision == "uint8" else (levels - 128).astype(np.int8)
+        packed = np.packbits(rows > 0, axis=-1)
+        return (packed - 128).astype(np.int8) if self.precision == "binary" else packed
+
+    def _vectors(self, codes: np.ndarray) -> np.ndarray:
+        if self._integers:
+            starts, steps = self._starts_steps()
+            levels = codes.astype(np.float64) + (128 if self.precision == "int8" else 0)
+            widths = np.where(self.ranges_[1] > self.ranges_[0], steps, 0)  # a constant dimension: its value
+            return (starts + (levels + 0.5) * widths).astype(np.float32)
+        bits = np.unpackbits(codes.view(np.uint8) ^ np.uint8(128 if self.precision == "binary" else 0), axis=-1,
+                             count=self.n_features_in_)
+        return bits.astype(np.float32) * 2 - 1
+
+    def _round_trip(self, rows: np.ndarray) -> np.ndarray:
+        return self._vectors(self._codes(rows))
+
+    def _kept_cosine(self, rows: np.ndarray) -> np.ndarray:
+        return paired_cosine(rows, self._round_trip(rows))
+
+    def _fitted_spec(self, state: dict) -> dict:
+        """The fitted attributes of the state's precision (which is checked first: they depend on it)."""
+        if "precision" not in state:
+            raise InvalidModelError("the saved Quantizer lacks its parameters precision")
+        if (precision := state["precision"]) not in PRECISIONS:
+            raise InvalidModelError(f"the saved Quantizer's precision must be one of {', '.join(PRECISIONS)}, got "
+                                    f"{str(precision)[:40]!r}")
+        if precision in ("int8", "uint8"):
+            return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
+        return {"n_features_in_": (Integral, 1, None)}
+
+    def _check_fitted(self, state: dict) -> None:
+        ranges = state.get("ranges_")
+        if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX):
+            raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
+                                    "(row 1)")

@@ -1,0 +1,248 @@
+"""Exact top-k search of queries against a stored corpus, for float vectors and for the codes of a `Quantizer`."""
+
+import numpy as np
+
+__all__ = ["search"]
+
+METRICS = ("cosine", "dot", "hamming", "asymmetric")
+# Numbers held at once for a chunk of the corpus (its scores, its rows unpacked): 2**23, 32 MB of float32.
+CHUNK_ELEMENTS = 2**23
+EXACT_FLOAT32 = 2**24  # integers up to here are exact in float32: an integer dot of int8 codes in BLAS
+# From this many queries on, Hamming distances to shared rows are a BLAS product of +-1 vectors (faster than
+# popcounts for a batch); fewer, and per-query candidates, XOR and count 64 bits at a time.
+BLAS_QUERIES = 32
+
+
+def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
+           candidates=None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` corpus rows that score highest against each query, best first.
+
+    Exact (brute force, the corpus a chunk of rows at a time). Ties are
+    broken by the lower corpus index, so the result is a function of the
+    inputs alone.
+
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features) or (n_queries, n_bytes)
+        float vectors, or codes of a `Quantizer`: see ``metric``.
+    corpus : array-like of shape (n_documents, n_features) or (n_documents, n_bytes)
+    k : int, default=10
+        Results per query; at most the number of documents (or of candidates).
+    metric : {"cosine", "dot", "hamming", "asymmetric"}, default="cosine"
+        - ``"cosine"``, ``"dot"``: vectors on both sides, float or int8/uint8
+          codes (for codes, ``"dot"`` is the exact integer dot product);
+        - ``"hamming"``: packed binary codes on both sides (int8 ``"binary"``
+          or uint8 ``"ubinary"``); the score is minus the number of differing
+          bits;
+        - ``"asymmetric"``: float queries of ``n_features`` dimensions against
+          packed binary documents, scored ``q . (2 b - 1)`` for the
+          documents' bits ``b``: the query is never quantized.
+    candidates : array-like of int of shape (n_queries, n_candidates), default=None
+        Score only these corpus rows for each query (distinct within a row):
+        the rescoring step after a cheaper search. For binary search rescored
+        with float vectors::
+
+            _, top = search(query_bits, corpus_bits, 100, metric="hamming")
+            scores, indices = search(query_vectors, corpus_vectors, 10, candidates=top)
+
+    Returns
+    -------
+    scores : ndarray of shape (n_queries, k)
+        Each result's score, in decreasing order: int64 for codes
+        (``"hamming"`` and integer ``"dot"``), else float (float32 when both
+        sides are float32).
+    indices : ndarray of int64 of shape (n_queries, k)
+        The corpus rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skflow.compression import search
+    >>> corpus = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]])
+    >>> scores, indices = search([[1.0, 0.1]], corpus, k=2)
+    >>> indices
+    array([[0, 1]])
+    >>> bits = np.packbits(corpus > 0, axis=1)
+    >>> search(np.packbits([[True, True]], axis=1), bits, k=3, metric="hamming")
+    (array([[ 0, -1, -1]]), array([[1, 0, 2]]))
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus")
+    codes = metric in ("hamming", "asymmetric")
+    if codes and corpus.dtype not in (np.int8, np.uint8):
+        raise ValueError(f"metric={metric!r} needs packed binary codes (int8 or uint8) as the corpus, got "
+                         f"{corpus.dtype}")
+    if metric == "hamming" and (queries.dtype != corpus.dtype or queries.shape[1] != corpus.shape[1]):
+        raise ValueError(f"metric='hamming' needs queries and corpus of the same codes, got {queries.dtype} of "
+                         f"{queries.shape[1]} bytes and {corpus.dtype} of {corpus.shape[1]} bytes")
+    if metric == "asymmetric" and not (queries.dtype.kind == "f" and -(-queries.shape[1] // 8) == corpus.shape[1]):
+        raise ValueError(f"metric='asymmetric' needs float queries of 8 x {corpus.shape[1]} features or fewer "
+                         f"(one bit each in the corpus), got {queries.dtype} of {queries.shape[1]}")
+    if not codes and queries.shape[1] != corpus.shape[1]:
+        raise ValueError(f"queries have {queries.shape[1]} features but the corpus has {corpus.shape[1]}")
+    score = _SCORES[metric](queries, corpus)
+    # what a document costs in memory: per query (a score; Hamming: its XOR too), and once (its vector)
+    per_pair = 2 if metric == "hamming" else 1
+    per_document = queries.shape[1] * (8 if metric == "hamming" else 1)
+    if candidates is None:
+        return _top_k_chunked(score, len(queries), len(corpus), k, len(queries) * per_pair + per_document)
+    candidates = _candidates(candidates, len(queries), len(corpus), k)
+    step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * (per_pair + per_document)))
+    values = np.concatenate([score(candidates[start : start + step], rows=slice(start, start + step))
+                             for start in range(0, len(candidates), step)])
+    return _top_k(values, candidates, k)
+
+
+# ---------------------------------------------------------------- scores
+# Each metric gives ``score(documents, rows=slice)``: the scores of the queries of ``rows`` (all: slice(None))
+# against ``documents``, a 2-D block of corpus rows shared by those queries or a 3-D one, per query.
+def _cosine(queries, corpus):
+    return _dot(_normalized(queries), _normalized(corpus))
+
+
+def _dot(queries, corpus):
+    integers = queries.dtype.kind in "iu" and corpus.dtype.kind in "iu"
+    largest = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255}  # each side's largest |code|
+    exact = integers and queries.shape[1] * largest.get(queries.dtype, 2**31) * largest.get(corpus.dtype, 2**31) \
+        < EXACT_FLOAT32  # every partial sum an integer below 2**24 (int8: up to 1,023 dimensions)
+    dtype = np.float32 if exact else np.result_type(queries.dtype, corpus.dtype, np.float32)
+    q = queries.astype(dtype, copy=False)
+
+    def score(documents, rows=slice(None)):
+        d = documents.astype(dtype, copy=False)
+        out = q[rows] @ d.T if d.ndim == 2 else np.matmul(d, q[rows, :, None])[..., 0]
+        return out.astype(np.int32 if exact else np.int64) if integers else out
+    return _on_corpus(score, corpus)
+
+
+def _hamming(queries, corpus):
+    q, n_bits = _as_words(queries), 8 * queries.shape[1]
+    signs = _signs(queries)  # +-1 per bit: a batch of queries against the same rows is one BLAS product
+
+    def score(documents, rows=slice(None)):
+        if documents.ndim == 2 and len(q[rows]) >= BLAS_QUERIES and n_bits < EXACT_FLOAT32:
+            agreements = signs[rows] @ _signs(documents).T  # exact: integers below 2**24
+            return ((agreements - n_bits) * 0.5).astype(np.int32)
+        d, out = _as_words(documents), None
+        for word in range(q.shape[1]):  # one 64-bit word of every pair at a time: no (queries, rows, words) array
+            mine, theirs = q[rows, word], d[..., word]
+            counts = np.bitwise_count(mine[:, None] ^ (theirs[None] if theirs.ndim == 1 else theirs))
+            out = counts.astype(np.int64) if out is None else np.add(out, counts, out=out)
+        return -out
+    return _on_corpus(score, corpus)
+
+
+def _asymmetric(queries, corpus):
+    n_features = queries.shape[1]
+    flip = np.uint8(128 if corpus.dtype == np.int8 else 0)  # "binary" codes are the packed bytes minus 128
+    q = queries.astype(np.result_type(queries.dtype, np.float32), copy=False)
+    totals = q.sum(axis=1, keepdims=True)
+
+    def score(documents, rows=slice(None)):
+        bits = np.unpackbits(documents.view(np.uint8) ^ flip, axis=-1, count=n_features).astype(q.dtype)
+        dots = q[rows] @ bits.T if bits.ndim == 2 else np.matmul(bits, q[rows, :, None])[..., 0]
+        return 2 * dots - totals[rows]
+    return _on_corpus(score, corpus)
+
+
+_SCORES = {"cosine": _cosine, "dot": _dot, "hamming": _hamming, "asymmetric": _asymmetric}
+
+
+def _on_corpus(score, corpus):
+    """``score`` taking corpus rows: a slice of them or, per query, an array of their indices."""
+    def scores(part, rows=slice(None)):
+        return score(corpus[part], rows)
+    return scores
+
+
+def _normalized(X: np.ndarray) -> np.ndarray:
+    X = X.astype(np.result_type(X.dtype, np.float32), copy=False)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+
+
+def _signs(codes: np.ndarray) -> np.ndarray:
+    """Packed bits as float32 +1 (set) and -1, every bit of every byte."""
+    return np.unpackbits(codes.view(np.uint8), axis=-1).astype(np.float32) * 2 - 1
+
+
+def _as_words(codes: np.ndarray) -> np.ndarray:
+    """Packed bytes as uint64 words (zero bytes padded): XOR and popcount eight bytes at a time."""
+    codes = codes.view(np.uint8)
+    padding = -codes.shape[-1] % 8
+    if padding:
+        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], padding), np.uint8)], axis=-1)
+    return np.ascontiguousarray(codes).view(np.uint64)
+
+
+# ---------------------------------------------------------------- the top k
+def _top_k_chunked(score, n_queries: int, n_documents: int, k: int, per_document: int):
+    _check_k(k, n_documents, "documents")
+    step = max(k, CHUNK_ELEMENTS // max(per_document, 1))
+    best = None
+    for start in range(0, n_documents, step):
+        block = slice(start, min(start + step, n_documents))
+        found = _top_k(score(block), np.arange(block.start, block.stop), min(k, block.stop - block.start))
+        best = found if best is None else _top_k(np.hstack([best[0], found[0]]), np.hstack([best[1], found[1]]), k)
+    return best
+
+
+def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of each row of ``scores`` (indices: one row for all, or one per row), by decreasing score
+    then increasing index."""
+    if scores.shape[1] <= k:
+        indices = np.broadcast_to(indices, scores.shape)
+    elif scores.dtype.kind == "i" and (bound := _key_bound(scores, indices)) < 2**62:
+        # integer scores: one key that orders by score then index (no ties), for one partition
+        kind = np.int32 if bound < 2**31 else np.int64
+        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max()) + 1)
+        kept = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        indices = np.take_along_axis(np.broadcast_to(indices, scores.shape), kept, axis=1)
+        scores = np.take_along_axis(scores, kept, axis=1)
+    else:  # keep the k best, then put right the rows whose k-th score is tied outside them
+        indices = np.broadcast_to(indices, scores.shape)
+        kept = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        kth = np.take_along_axis(scores, kept, axis=1).min(axis=1, keepdims=True)
+        tied = (scores == kth).sum(axis=1) != (np.take_along_axis(scores, kept, axis=1) == kth).sum(axis=1)
+        for row in np.flatnonzero(tied):
+            kept[row] = np.lexsort((indices[row], -scores[row]))[:k]
+        scores, indices = np.take_along_axis(scores, kept, axis=1), np.take_along_axis(indices, kept, axis=1)
+    order = np.lexsort((indices, -scores), axis=1)
+    scores = np.take_along_axis(scores, order, axis=1)
+    return scores.astype(np.int64) if scores.dtype.kind == "i" else scores, np.take_along_axis(
+        indices, order, axis=1).astype(np.int64)
+
+
+def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
+    """A bound on ``|index - score * (max index + 1)|``: whether the keys fit in int32 or int64."""
+    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max()) + 2)
+
+
+# ---------------------------------------------------------------- inputs
+def _matrix(X, name: str) -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 2 or X.dtype.kind not in "fiu" or X.dtype.itemsize > 8:
+        raise ValueError(f"{name} must be a 2-D array of numbers, got shape {X.shape} and dtype {X.dtype}")
+    if X.dtype.kind == "f" and not np.isfinite(X).all():
+        raise ValueError(f"{name} must be finite")
+    return X
+
+
+def _check_k(k, n: int, what: str) -> None:
+    if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 1 <= k <= n):
+        raise ValueError(f"k must be an int from 1 to the {n} {what}, got {k!r}")
+
+
+def _candidates(candidates, n_queries: int, n_documents: int, k: int) -> np.ndarray:
+    candidates = np.asarray(candidates)
+    if not (candidates.ndim == 2 and candidates.dtype.kind in "iu" and len(candidates) == n_queries):
+        raise ValueError(f"candidates must be an int array of shape ({n_queries}, n_candidates), got shape "
+                         f"{candidates.shape} and dtype {candidates.dtype}")
+    _check_k(k, candidates.shape[1], "candidates of each query")
+    if candidates.min() < 0 or candidates.max() >= n_documents:
+        raise ValueError(f"candidates must be corpus rows, from 0 to {n_documents - 1}")
+    ordered = np.sort(candidates, axis=1)
+    if (ordered[:, 1:] == ordered[:, :-1]).any():
+        raise ValueError("candidates must be distinct within each query's row")
+    return candidates.astype(np.int64)

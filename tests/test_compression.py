@@ -1,0 +1,287 @@
+"""Quantizer and the search of codes: sentence-transformers' codes bit for bit on real embeddings, the clipping,
+the round trip, scikit-learn compliance, saved states, and every search against a brute-force reference."""
+
+import doctest
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from sentence_transformers.util.quantization import quantize_embeddings
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import check_estimator
+from sklearn_extra_checks import EXTRA_CHECKS
+
+import skflow
+import skflow.compression
+from skflow import MeanDirectionRemover, Quantizer, Whitener
+from skflow.compression import _search, search
+from skflow.metrics import sts_spearman
+from skflow.persistence import InvalidModelError
+
+PRECISIONS = ["int8", "uint8", "binary", "ubinary"]
+
+
+def _bits(codes: np.ndarray, n_features: int) -> np.ndarray:
+    """The sign bits of packed codes, by the definition: "binary" is the packed byte minus 128."""
+    packed = (codes.astype(np.int16) + 128).astype(np.uint8) if codes.dtype == np.int8 else codes
+    return np.unpackbits(packed, axis=-1, count=n_features).astype(np.int64)
+
+
+def _brute_force(score_matrix: np.ndarray, k: int):
+    """The reference: every score, then a stable sort by decreasing score (ties: the lower index first)."""
+    order = np.argsort(-score_matrix, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(score_matrix, order, axis=1), order
+
+
+# ------------------------------------------------------------------ scikit-learn
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_check_estimator_passes_every_check(precision):
+    results = check_estimator(Quantizer(precision=precision), on_fail=None, on_skip=None)
+    not_passed = [(r["check_name"], r["status"], repr(r["exception"])) for r in results if r["status"] != "passed"]
+    assert not_passed == []
+    names = {r["check_name"] for r in results}
+    assert len(results) >= 46 and "check_array_api_input" in names
+    assert "check_transformer_preserve_dtypes" not in names  # codes are integers: the tag says no float dtype kept
+
+
+@pytest.mark.parametrize("check", EXTRA_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("precision", ["int8", "binary"])
+def test_checks_outside_check_estimator(precision, check):
+    check("Quantizer", Quantizer(precision=precision))
+
+
+def test_docstring_examples_run():
+    for module in (skflow.compression, _search):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted >= 7 and result.failed == 0
+
+
+# ------------------------------------------------------------------ the codes
+def test_int8_codes_are_clipped_outside_the_fitted_range_not_wrapped():
+    X = np.array([[-1.0, 0.0, 10.0], [1.0, 2.0, 10.0], [0.5, 1.0, 10.0]], dtype=np.float32)
+    outside = np.array([[-3.0, 6.0, 9.0], [3.0, -6.0, 11.0], [1.0 + 2 / 255, 2.5, 10.0]], dtype=np.float32)
+    int8, uint8 = Quantizer().fit(X), Quantizer(precision="uint8").fit(X)
+    assert np.array_equal(int8.ranges_, [[-1, 0, 10], [1, 2, 10]])
+    # below the minimum: the lowest code; above the maximum: the highest; a constant dimension (step 1): its
+    # value gets 0, values within 1 above it the same level, values below it the lowest
+    assert np.array_equal(int8.transform(outside), [[-128, 127, -128], [127, -128, -127], [127, 127, -128]])
+    assert np.array_equal(uint8.transform(outside), [[0, 255, 0], [255, 0, 1], [255, 255, 0]])
+    # (without the clip, 3.0 would be level 509, wrapped to -3 in int8: the sign of the dimension flipped)
+    assert np.array_equal(int8.inverse_transform(int8.transform(X))[:, 2], [10, 10, 10])  # constant: exact
+
+
+def test_inverse_transform_refuses_other_codes():
+    X = np.random.RandomState(0).normal(size=(20, 12))
+    binary = Quantizer(precision="binary").fit(X)
+    signs = binary.inverse_transform(binary.transform(X))
+    assert signs.dtype == np.float32 and np.array_equal(signs, np.where(X > 0, 1, -1))
+    for wrong in (binary.transform(X).view(np.uint8), np.zeros((2, 3), np.int8), np.zeros((2, 2), np.float32)):
+        with pytest.raises(ValueError, match=r"expects 2-D or 3-D int8 codes of width 2"):
+            binary.inverse_transform(wrong)
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array"):
+        binary.inverse_transform(np.zeros(2, np.int8))
+    assert list(binary.get_feature_names_out()) == ["quantizer0", "quantizer1"]
+    assert len(Quantizer().fit(X).get_feature_names_out()) == 12
+
+
+def test_fit_refuses_values_beyond_float32():
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        Quantizer().fit([[1e39, 0.0], [0.0, 1.0]])
+    assert Quantizer(precision="binary").fit([[1e39, 0.0], [0.0, 1.0]]).n_features_in_ == 2  # nothing to fit
+
+
+def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
+    X = np.random.RandomState(0).normal(size=(50, 10)).astype(np.float32)
+    for precision in PRECISIONS:
+        quantizer = Quantizer(precision=precision).fit(X)
+        for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / f"{precision}.skops")),
+                       joblib.load(joblib.dump(quantizer, tmp_path / f"{precision}.joblib")[0])):
+            assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+    pipeline = make_pipeline(Whitener(), Quantizer(precision="ubinary")).fit(X)  # after a post-processing
+    restored = skflow.load(skflow.dump(pipeline, tmp_path / "pipeline.skops"))
+    assert np.array_equal(restored.transform(X), pipeline.transform(X))
+    assert np.array_equal(pipeline.transform(X), np.packbits(Whitener().fit(X).transform(X) > 0, axis=1))
+    state = Quantizer().fit(X).__getstate__()
+    ranges = state["ranges_"]
+    crafted = {
+        "unknown attributes: transform": {**state, "transform": 1},
+        "lacks ranges_": {k: v for k, v in state.items() if k != "ranges_"},
+        "n_features_in_ must be 5, got 10": {**state, "ranges_": ranges[:, :5]},  # the arrays set the width
+        "ranges_ must be a float64 array of shape (2, 10)": {**state, "ranges_": np.vstack([ranges, ranges])},
+        "must be finite: ranges_": {**state, "ranges_": np.full((2, 10), np.nan)},
+        "each minimum (row 0) at most its maximum": {**state, "ranges_": ranges[::-1].copy()},
+        "ranges_ must hold float32 numbers": {**state, "ranges_": ranges * 1e300},
+        "ranges_ must be a 2-D float64": {**state, "ranges_": ranges.astype(np.float32)},
+        "n_features_in_ must be 10": {**state, "n_features_in_": 11},
+        "lacks its parameters precision": {k: v for k, v in state.items() if k != "precision"},
+    }
+    for message, bad in crafted.items():
+        with pytest.raises(InvalidModelError, match=message.strip().replace("(", r"\(").replace(")", r"\)")):
+            Quantizer().__setstate__(bad)
+    binary = Quantizer(precision="binary").fit(X).__getstate__()
+    assert set(binary) == {"precision", "n_features_in_"}
+    assert pickle.loads(pickle.dumps(Quantizer(precision="binary").fit(X))).n_features_in_ == 10
+    with pytest.raises(InvalidModelError, match="unknown attributes: ranges_"):  # another precision's state
+        Quantizer().__setstate__({**binary, "ranges_": ranges})
+    with pytest.raises(InvalidModelError, match="n_features_in_ must be a positive int"):
+        Quantizer().__setstate__({**binary, "n_features_in_": 0})
+    path = skflow.dump(Quantizer(precision="binary").fit(X), tmp_path / "b.skops")
+    loaded = skflow.load(path)
+    loaded.precision = "int4"
+    with pytest.raises(InvalidModelError, match="int4.skops: the saved Quantizer's precision must be one of int8, "
+                                                "uint8, binary, ubinary, got 'int4'"):
+        skflow.load(skflow.dump(loaded, tmp_path / "int4.skops"))
+
+
+# ------------------------------------------------------------------ search against brute force
+def _sign_vectors(n, d, seed):
+    """Vectors of +-1 with many equal scores: dots, cosines (1/sqrt(64) is exact) and Hamming distances are exact."""
+    return np.random.RandomState(seed).choice([-1.0, 1.0], size=(n, d))
+
+
+@pytest.mark.parametrize(("chunk", "blas_queries"), [(_search.CHUNK_ELEMENTS, 32), (1000, 10**9)])
+def test_every_metric_gives_the_brute_force_ranking_ties_by_index(monkeypatch, chunk, blas_queries):
+    monkeypatch.setattr(_search, "CHUNK_ELEMENTS", chunk)  # 1000: a few corpus rows or queries per chunk
+    monkeypatch.setattr(_search, "BLAS_QUERIES", blas_queries)  # Hamming as a product of signs, or popcounts
+    queries, corpus = _sign_vectors(40, 64, 0), _sign_vectors(300, 64, 1)
+    corpus[150:160] = corpus[10]  # duplicates: equal scores everywhere
+    dots = queries @ corpus.T
+    q_bits, c_bits = (Quantizer(precision="binary").fit(corpus).transform(x) for x in (queries, corpus))
+    hamming = (_bits(q_bits, 64)[:, None, :] != _bits(c_bits, 64)[None]).sum(axis=-1)
+    assert np.array_equal(hamming, (64 - dots) / 2)
+    cases = {
+        "cosine": (queries, corpus, dots / 64),
+        "dot": (queries, corpus, dots),
+        "hamming": (q_bits, c_bits, -hamming),
+        "asymmetric": (weighted := queries * np.arange(1, 65), c_bits, weighted @ (2 * _bits(c_bits, 64) - 1).T),
+    }
+    for metric, (q, c, reference) in cases.items():
+        for k in (1, 10, 300):
+            scores, indices = search(q, c, k, metric=metric)
+            expected_scores, expected = _brute_force(reference, k)
+            assert np.array_equal(indices, expected) and np.array_equal(scores, expected_scores), (metric, k)
+            assert indices.dtype == np.int64 and scores.dtype == (np.int64 if metric == "hamming" else np.float64)
+    codes = Quantizer().fit(corpus).transform(corpus)  # int8: -128 and 127, an exact integer dot
+    scores, indices = search(codes[:40], codes, 20, metric="dot")
+    reference = codes[:40].astype(np.int64) @ codes.T.astype(np.int64)
+    expected_scores, expected = _brute_force(reference, 20)
+    assert scores.dtype == np.int64 and np.array_equal(scores, expected_scores) and np.array_equal(indices, expected)
+    wide = np.random.RandomState(4).randint(0, 256, size=(60, 300)).astype(np.uint8)  # beyond float32's exact sums
+    scores, indices = search(wide[:40], wide, 5, metric="dot")
+    expected_scores, expected = _brute_force(wide[:40].astype(np.int64) @ wide.T.astype(np.int64), 5)
+    assert np.array_equal(scores, expected_scores) and np.array_equal(indices, expected)
+
+
+def test_candidates_rescore_only_those_rows():
+    queries, corpus = _sign_vectors(5, 64, 2), _sign_vectors(200, 64, 3)
+    candidates = np.array([np.random.RandomState(i).permutation(200)[:30] for i in range(5)])
+    scores, indices = search(queries, corpus, 10, metric="dot", candidates=candidates)
+    for row in range(5):
+        mine = candidates[row]
+        sub_scores, order = _brute_force(queries[row : row + 1] @ corpus[np.sort(mine)].T, 10)
+        assert np.array_equal(indices[row], np.sort(mine)[order[0]]) and np.array_equal(scores[row], sub_scores[0])
+    bits = Quantizer(precision="ubinary").fit(corpus).transform(corpus)
+    scores, indices = search(bits[:5], bits, 3, metric="hamming", candidates=candidates)
+    assert np.array_equal(scores[:, 0], [-np.count_nonzero(np.unpackbits(bits[r] ^ bits[indices[r, 0]]))
+                                         for r in range(5)])
+    assert set(indices[0]) <= set(candidates[0])
+
+
+def test_search_refuses_what_it_cannot_rank():
+    floats, bits = np.zeros((3, 16)), np.zeros((3, 2), np.uint8)
+    refused = {
+        "metric must be one of cosine, dot, hamming, asymmetric": dict(queries=floats, corpus=floats, metric="l2"),
+        "needs packed binary codes": dict(queries=floats, corpus=floats, metric="hamming"),
+        "the same codes": dict(queries=bits.view(np.int8), corpus=bits, metric="hamming"),
+        "float queries of 8 x 2 features or fewer": dict(queries=floats[:, :8], corpus=bits, metric="asymmetric"),
+        "queries have 16 features but the corpus has 8": dict(queries=floats, corpus=floats[:, :8]),
+        "k must be an int from 1 to the 3 documents": dict(queries=floats, corpus=floats, k=4),
+        "queries must be finite": dict(queries=floats + np.nan, corpus=floats),
+        "corpus must be a 2-D array of numbers": dict(queries=floats, corpus=floats[0]),
+        "candidates must be distinct": dict(queries=floats, corpus=floats, k=1, candidates=[[0, 0]] * 3),
+        "candidates must be corpus rows, from 0 to 2": dict(queries=floats, corpus=floats, k=1, candidates=[[3]] * 3),
+        r"candidates must be an int array of shape \(3, n_candidates\)": dict(queries=floats, corpus=floats,
+                                                                            candidates=[[0.5]] * 3),
+    }
+    for message, arguments in refused.items():
+        with pytest.raises(ValueError, match=message):
+            search(**arguments)
+
+
+# ------------------------------------------------------------------ real embeddings
+@pytest.fixture(scope="module")
+def stsb(stsb_test_mean):
+    pairs, scores = stsb_test_mean
+    return pairs, scores, pairs.reshape(-1, pairs.shape[-1])
+
+
+def test_codes_are_sentence_transformers_codes_bit_for_bit(stsb):
+    pairs, _, X = stsb
+    inside, outside = X[:2000], X[2000:]  # fitted on the first 2,000 sentences
+    for precision in PRECISIONS:
+        quantizer = Quantizer(precision=precision).fit(inside)
+        for rows in (inside, inside.astype(np.float64)):
+            expected = quantize_embeddings(rows, precision=precision, calibration_embeddings=rows)
+            assert np.array_equal(quantizer.transform(rows), expected) and quantizer.transform(rows).dtype == \
+                expected.dtype, precision
+        if precision.endswith("int8"):  # ST's ranges as given: the same codes on new rows, whether or not inside
+            expected = quantize_embeddings(outside, precision=precision, ranges=quantizer.ranges_)
+            assert np.array_equal(quantizer.transform(outside), expected)
+            out_of_range = (outside < quantizer.ranges_[0]) | (outside > quantizer.ranges_[1])
+            assert out_of_range.sum() > 100  # the test sees the clip at work
+        assert quantizer.transform(pairs[:1000]).shape == (1000, 2, 384 if precision.endswith("int8") else 48)
+
+
+def test_int8_round_trip_within_half_a_step_on_real_embeddings(stsb):
+    _, _, X = stsb
+    quantizer = Quantizer().fit(X)
+    restored = quantizer.inverse_transform(quantizer.transform(X))
+    steps = (quantizer.ranges_[1] - quantizer.ranges_[0]) / 255
+    assert (steps < 1e-33).sum() == 2  # two dimensions all but constant (ranges of 7e-32 and 9e-32)
+    in_steps = np.abs(restored - X) / steps
+    assert 0.4999 < in_steps.max() <= 0.5 + 1e-4  # float32 rounding of the steps and of the input
+    assert 0.249 < in_steps.mean() < 0.251  # uniform within a step
+    assert quantizer.score(X) > 0.9999  # 2-D: the mean cosine of each row with its dequantized row
+
+
+def test_scores_of_codes_on_sts_pairs_and_in_a_pipeline(stsb):
+    pairs, scores, X = stsb
+    float_rho = sts_spearman(pairs, scores)
+    int8 = Quantizer().fit(pairs)
+    assert int8.score(pairs, scores) == pytest.approx(float_rho, abs=0.002)
+    binary = Quantizer(precision="binary").fit(pairs)
+    codes = binary.transform(pairs)
+    hamming = (_bits(codes[:, 0], 384) != _bits(codes[:, 1], 384)).sum(axis=1)
+    rho = binary.score(pairs, scores)
+    assert rho == spearmanr(-hamming, scores).statistic  # the cosine of the signs ranks as the Hamming distance
+    assert float_rho == pytest.approx(0.8203, abs=0.002) and rho == pytest.approx(0.8086, abs=0.002)
+    assert binary.score(X) == pytest.approx(0.7928, abs=0.002)  # 2-D: the mean cos(x, sign x)
+    pipeline = make_pipeline(MeanDirectionRemover(), Quantizer(precision="binary")).fit(pairs)
+    renormed = MeanDirectionRemover().fit(pairs).transform(pairs)
+    after = Quantizer(precision="binary").fit(renormed)
+    assert pipeline.score(pairs, scores) == after.score(renormed, scores) == pytest.approx(0.8085, abs=0.002)
+    assert np.array_equal(pipeline.transform(pairs), after.transform(renormed))
+
+
+def test_binary_search_rescored_finds_what_float_search_finds(stsb):
+    pairs, _, _ = stsb
+    queries, corpus = pairs[:, 0], pairs[:, 1]  # each first sentence should find its pair's second
+    binary, int8 = Quantizer(precision="binary").fit(corpus), Quantizer().fit(corpus)
+    q_bits, c_bits = binary.transform(queries), binary.transform(corpus)
+    found = {
+        "float": search(queries, corpus, 10)[1],
+        "int8": search(int8.transform(queries), int8.transform(corpus), 10, metric="dot")[1],
+        "hamming": search(q_bits, c_bits, 10, metric="hamming")[1],
+        "asymmetric": search(queries, c_bits, 10, metric="asymmetric")[1],
+        "rescored": search(queries, corpus, 10, candidates=search(q_bits, c_bits, 100, metric="hamming")[1])[1],
+    }
+    # how many of the 1,379 first sentences find their pair's second among the 10 best (measured)
+    found = {name: int((top == np.arange(len(queries))[:, None]).any(axis=1).sum()) for name, top in found.items()}
+    assert found == {"float": 1067, "int8": 1051, "hamming": 1063, "asymmetric": 1068, "rescored": 1067}
+    float_scores, float_top = search(queries, corpus, 10)
+    reference = queries.astype(np.float64) @ corpus.T.astype(np.float64) / np.outer(
+        np.linalg.norm(queries, axis=1), np.linalg.norm(corpus, axis=1))
+    assert np.abs(np.take_along_axis(reference, float_top, axis=1) - float_scores).max() < 1e-5
+    assert np.abs(np.sort(reference, axis=1)[:, ::-1][:, :10] - float_scores).max() < 1e-5
