@@ -114,7 +114,7 @@ def _fetch_archive(
             _extract(fetch(url), archive, folder, expected)
             for path in folder.rglob("*"):
                 name = path.relative_to(folder).as_posix()
-                if path.is_file() and expected.get(name) not in (None, digest := _sha256(path)):
+                if path.is_file() and expected.get(name) is not None and (digest := _sha256(path)) != expected[name]:
                     raise ValueError(f"{name} has sha256 {digest}, expected {expected[name]}")
             if check is not None:
                 check(folder)
