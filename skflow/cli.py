@@ -1,4 +1,5 @@
-"""Command line: ``skflow evaluate`` (the paper's STS evaluation) and ``skflow embed | fit | transform`` (Ray)."""
+"""Command line: ``skflow evaluate`` (the paper's STS evaluation, and retrieval) and ``skflow embed | fit | transform``
+(Ray)."""
 
 import argparse
 import contextlib
@@ -17,9 +18,9 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow import __version__, distributed, utils
-from skflow.datasets import STS_SETS
+from skflow.datasets import BEIR_SETS, STS_SETS
 from skflow.embedder import BertEmbedder
-from skflow.evaluation import METHODS, evaluate, markdown_tables, stderr_log, strict_json
+from skflow.evaluation import EVALUATION_SETS, METHODS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 
@@ -91,11 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"skflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
     # Options that several commands share, built once (argparse parents); skflow.distributed checks the Ray names
-    encoder = argparse.ArgumentParser(add_help=False)
-    encoder.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
-                         help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
-    for param, what in _ENCODER_OPTIONS.items():
-        _option(encoder, "--" + param.replace("_", "-"), what, *_ENCODER)
+    encoder, evaluated = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    for parent in encoder, evaluated:
+        parent.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
+                            help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
+        for param, what in _ENCODER_OPTIONS.items():
+            if parent is evaluated and param == "max_length":  # unset: each kind of set has its own default
+                _option(parent, "--max-length", what, _ENCODER[0], {"max_length": None},
+                        shown=f"{_ENCODER[1]['max_length']} for STS sets; for retrieval sets the encoder's own limit, "
+                        "its sentence-transformers max_seq_length (all-MiniLM-L6-v2: 256), as MTEB runs it")
+            else:
+                _option(parent, "--" + param.replace("_", "-"), what, *_ENCODER)
     flow = argparse.ArgumentParser(add_help=False)
     _option(flow, "--epochs", "passes over the data (the paper: 1)", *_FLOW, param="max_epochs")
     _option(flow, "--seed", "the flow's seed: the same input and seed give the same model", {"seed": [SEEDS]},
@@ -123,29 +130,35 @@ def _parser() -> argparse.ArgumentParser:
                         "embed writes them (transform with a pipeline: any format embed reads)")
     shards.add_argument("--column", default="embedding", help="the column of vectors (default: %(default)s)")
 
-    ev = commands.add_parser("evaluate", parents=[encoder, flow],
-                             help="STS Spearman of raw, whitened and flow-transformed embeddings",
+    ev = commands.add_parser("evaluate", parents=[evaluated, flow],
+                             help="STS Spearman (retrieval: nDCG@10) of raw, whitened and flow-transformed embeddings",
                              description="For each STS set, embed its sentences, fit each post-processing on them "
                              "without labels (BERT-flow's 'target' setting), and report the Spearman correlation x100 "
-                             "of cosine similarities with the gold scores (STS-B and SICK-R: test split).")
+                             "of cosine similarities with the gold scores (STS-B and SICK-R: test split). For a "
+                             "retrieval set (scifact), embed its corpus (title + ' ' + text) and test queries, fit "
+                             "each post-processing on the corpus only, rank the corpus by cosine similarity and report "
+                             "nDCG@10 and recall@100 x100, in a table of their own.")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
                     help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
                     "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
                     "removed, D an integer >= 1 in digits 0-9), pca-K (PCA to K dimensions, no whitening), "
                     "renorm (the mean direction projected out, without centring), flow (default: %(default)s)")
-    ev.add_argument("--sets", nargs="+", choices=STS_SETS, metavar="SET",
-                    help=f"STS sets among {', '.join(STS_SETS)} (default: all seven, skipping those whose data "
-                    "is missing; a set named here must be there)")
+    ev.add_argument("--sets", nargs="+", choices=EVALUATION_SETS, metavar="SET",
+                    help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)} "
+                    "(default: the seven STS sets, skipping those whose data is missing; a set named here must be "
+                    "there)")
     ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
                     help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
     ev.add_argument("--output", default="skflow_results", metavar="FILE", type=functools.partial(_name, file=True),
                     help="writes FILE.json and FILE.md, replacing only results files that evaluate wrote "
                     "(default: %(default)s)")
     ev.add_argument("--data-home", type=_name,
-                    help="folder of the STS data (default: $SKFLOW_DATA, else ~/skflow_data)")
+                    help="folder of the data (default: $SKFLOW_DATA, else ~/skflow_data; for retrieval sets "
+                    "$SKFLOW_RETRIEVAL_DATA first)")
     ev.add_argument("--no-download", action="store_true", help="never download missing data")
     ev.add_argument("--allow-modified-data", action="store_true",
-                    help="read STS files whose sha256 differs from the distributed files' (your own modified copy)")
+                    help="read STS files whose sha256 differs from the distributed files', or a retrieval set whose "
+                    "counts or ids differ from the published set's (your own modified copy)")
     ev.add_argument("--cache-dir", type=_name,
                     help="embedding cache folder, reused across runs, a non-empty path (default: no cache)")
     ev.add_argument("--quiet", action="store_true", help="no progress output")
@@ -249,14 +262,16 @@ def _scale_step(args) -> str:  # what it did, in words
 def _evaluate_command(args) -> int:
     stem = Path(args.output).with_suffix("") if Path(args.output).suffix in _RESULTS else args.output
     outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
-    embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
-                            device=args.device, cache_dir=args.cache_dir, show_progress_bar=not args.quiet)
+    settings = {param: vars(args)[param] for param in _ENCODER_OPTIONS}
+    settings["max_length"] = settings["max_length"] or _ENCODER[1]["max_length"]
+    embedder = BertEmbedder(args.model, **settings, device=args.device, cache_dir=args.cache_dir,
+                            show_progress_bar=not args.quiet)
     results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
                        download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
                        skip_missing=args.sets is None, random_state=args.seed,
                        flow_params={"max_epochs": args.epochs, "device": args.device},
-                       log=None if args.quiet else stderr_log)
-    if not results["sets"]:
+                       retrieval_max_length=args.max_length, log=None if args.quiet else stderr_log)
+    if not results["sets"] and not results.get("retrieval"):
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
     tables = markdown_tables(results, args.protocol, title=f"{args.model}, pooling {args.pooling}")
@@ -264,7 +279,7 @@ def _evaluate_command(args) -> int:
     for name in results["skipped"]:
         print(f"(skipped {name}: data not found)")
     results["config"] = {
-        "model": args.model, "pooling": args.pooling, "methods": args.method, "max_length": args.max_length,
+        "model": args.model, "pooling": args.pooling, "methods": args.method, "max_length": settings["max_length"],
         "dtype": args.dtype, "flow_epochs": args.epochs, "seed": args.seed, "skflow": __version__,
         "python": platform.python_version(), "numpy": np.__version__,
     }

@@ -1,10 +1,16 @@
-"""The paper's evaluation: post-processing fitted on each STS set's own sentences, without labels.
+"""The paper's evaluation: post-processing fitted on each STS set's own sentences, without labels; and retrieval.
 
-For every set, the sentences of all its pairs (for STS-B and SICK-R: train,
-dev and test) are embedded once; each method is fitted on them (BERT-flow's
-"target" setting), and the Spearman correlation of cosine similarities with
-the gold scores is computed on the evaluation pairs (the test split of STS-B
-and SICK-R; every pair of STS12-16).
+For every STS set, the sentences of all its pairs (for STS-B and SICK-R:
+train, dev and test) are embedded once; each method is fitted on them
+(BERT-flow's "target" setting), and the Spearman correlation of cosine
+similarities with the gold scores is computed on the evaluation pairs (the
+test split of STS-B and SICK-R; every pair of STS12-16).
+
+For a retrieval set (BEIR's SciFact), every document is embedded as
+``title + " " + text`` and every test query as it is; each method is fitted on
+the corpus only and applied to queries and documents alike, the corpus is
+ranked by cosine similarity, and nDCG@10 and recall@100 are reported, as MTEB
+and BEIR compute them.
 """
 
 import re
@@ -13,14 +19,17 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
-from skflow.datasets import STS_SETS, load_sts
+from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
 from skflow.embedder import BertEmbedder
+from skflow.embedding import stock_max_length
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.metrics import check_protocol, sts_report
+from skflow.metrics import check_protocol, cosine_top_k, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import MeanDirectionRemover, Whitener
 
-__all__ = ["METHODS", "SET_LABELS", "evaluate", "make_method", "markdown_tables", "strict_json"]
+__all__ = ["EVALUATION_SETS", "METHODS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate", "make_method",
+           "markdown_tables", "retrieval_report", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -30,7 +39,10 @@ SET_LABELS = {
     "sts16": "STS16",
     "stsb": "STS-B",
     "sickr": "SICK-R",
+    "scifact": "SciFact",
 }
+EVALUATION_SETS = STS_SETS + BEIR_SETS
+RETRIEVAL_METRICS = ("ndcg@10", "recall@100")
 METHODS = ("none", "whiten", "soft-whiten", "flow")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 
@@ -93,9 +105,10 @@ def evaluate(
     skip_missing: bool = False,
     random_state: int = 0,
     flow_params: dict | None = None,
+    retrieval_max_length: int | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Fit each method on each set's sentences (no labels) and score it on the set's gold pairs.
+    """Fit each method on each set's sentences (no labels) and score it on the set's gold pairs or queries.
 
     Parameters
     ----------
@@ -103,16 +116,23 @@ def evaluate(
         The encoder and pooling.
     methods : sequence of str, default=("none", "whiten", "soft-whiten", "flow")
         Post-processings; see :func:`make_method`.
-    sets : sequence of str, default=all seven
-        STS set names, see :func:`skflow.datasets.load_sts`.
+    sets : sequence of str, default=all seven STS sets
+        STS set names (see :func:`skflow.datasets.load_sts`) and retrieval
+        set names (``"scifact"``, see :func:`skflow.datasets.load_beir`).
     data_home, download_if_missing, allow_modified
-        Passed to :func:`~skflow.datasets.load_sts`.
+        Passed to :func:`~skflow.datasets.load_sts` and
+        :func:`~skflow.datasets.load_beir`.
     skip_missing : bool, default=False
         Leave out sets whose files are missing instead of raising.
     random_state : int, default=0
         Seed of the flow.
     flow_params : dict, default=None
         Extra FlowGaussianizer parameters, e.g. ``{"max_epochs": 2}``.
+    retrieval_max_length : int, default=None
+        The ``max_length`` of the encoder for retrieval sets. None: the
+        encoder's own limit, as MTEB runs it (the ``max_seq_length`` of its
+        sentence-transformers configuration: 256 for all-MiniLM-L6-v2), else
+        ``embedder.max_length``. STS sets use ``embedder`` as it is.
     log : callable, default=None
         Receives progress messages.
 
@@ -120,8 +140,11 @@ def evaluate(
     -------
     results : dict
         ``results["sets"][set][method]`` is the :func:`~skflow.metrics.sts_report`
-        of that method on that set, plus ``fit_seconds``; ``results["skipped"]``
-        lists the sets left out and why.
+        of that method on that set, plus ``fit_seconds``;
+        ``results["retrieval"][set][method]`` is its :func:`retrieval_report`
+        (``"ndcg@10"``, ``"recall@100"``), plus ``fit_seconds``, and
+        ``results["retrieval_settings"][set]`` the encoder's ``max_length``
+        there; ``results["skipped"]`` lists the sets left out and why.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
@@ -135,15 +158,16 @@ def evaluate(
         if needed > width:
             raise ValueError(f"method {method!r} needs {needed} dimensions, but {embedder.model_name_or_path!r} "
                              f"embeds {width}.")
-    unknown = [s for s in sets if s not in STS_SETS]
+    unknown = [s for s in sets if s not in EVALUATION_SETS]
     if unknown:
-        raise ValueError(f"Unknown STS sets {unknown}; valid names are {', '.join(STS_SETS)}.")
+        raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")
     log = log or (lambda message: None)
-    results = {"sets": {}, "skipped": {}}
+    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "skipped": {}}
     data = {}
     for name in sets:  # every set is loaded and verified before anything is embedded
         try:
-            data[name] = load_sts(
+            load = load_beir if name in BEIR_SETS else load_sts
+            data[name] = load(
                 name, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
             )
         except FileNotFoundError as exc:
@@ -151,6 +175,11 @@ def evaluate(
                 raise
             results["skipped"][name] = str(exc)
             log(f"[{SET_LABELS[name]}] skipped: data not found")
+    for name in [s for s in data if s in BEIR_SETS]:
+        retrieval = clone(embedder).set_params(max_length=retrieval_max_length or stock_max_length(embedder)
+                                               or embedder.max_length)
+        results["retrieval_settings"][name] = {"max_length": retrieval.max_length}
+        results["retrieval"][name] = _evaluate_retrieval(name, data.pop(name), retrieval, estimators, log)
     for name, full in data.items():
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
         sentences = full.pairs.ravel()
@@ -177,12 +206,76 @@ def evaluate(
     return results
 
 
+def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dict, log) -> dict:
+    """Each method fitted on the corpus embeddings (never on a query), applied to both, scored by `retrieval_report`."""
+    label = SET_LABELS[name]
+    log(f"[{label}] embedding {len(data.corpus):,} documents and {len(data.queries):,} queries "
+        f"(max_length {embedder.max_length})")
+    start = time.perf_counter()
+    documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
+    log(f"[{label}] embedded in {time.perf_counter() - start:.1f} s")
+    out = {}
+    for method, estimator in estimators.items():
+        start = time.perf_counter()
+        if estimator is None:
+            fitted_documents, fitted_queries = documents, queries
+        else:
+            estimator = clone(estimator).fit(documents)
+            fitted_documents, fitted_queries = np.asarray(estimator.transform(documents)), np.asarray(
+                estimator.transform(queries))
+        fit_seconds = time.perf_counter() - start
+        out[method] = retrieval_report(fitted_queries, fitted_documents, data.qrels, data.query_ids, data.corpus_ids)
+        out[method]["fit_seconds"] = fit_seconds
+        log(f"[{label}] {method}: nDCG@10 {100 * out[method]['ndcg@10']:.2f}, "
+            f"recall@100 {100 * out[method]['recall@100']:.2f}")
+    return out
+
+
+def retrieval_report(queries, documents, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
+    """nDCG@10 and recall@100 of ranking ``documents`` by cosine similarity to each of ``queries``.
+
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The vectors of the queries ``query_ids``, in that order.
+    documents : array-like of shape (n_documents, n_features)
+        The vectors of the documents ``corpus_ids``, in that order.
+    qrels : dict
+        Query id -> {document id: relevance}, as :func:`~skflow.datasets.load_beir` gives it.
+    query_ids, corpus_ids : sequence of str
+
+    Returns
+    -------
+    report : dict
+        ``{"ndcg@10": ..., "recall@100": ...}``, each in [0, 1]: the top 100
+        documents of each query (:func:`~skflow.metrics.cosine_top_k`),
+        scored by :func:`~skflow.metrics.ndcg_at_k` and
+        :func:`~skflow.metrics.recall_at_k`.
+
+    Examples
+    --------
+    >>> from skflow.evaluation import retrieval_report
+    >>> report = retrieval_report([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.2]],
+    ...                           {"q1": {"d2": 1}, "q2": {"d2": 1}}, ["q1", "q2"], ["d1", "d2"])
+    >>> {name: round(value, 4) for name, value in report.items()}
+    {'ndcg@10': 0.8155, 'recall@100': 1.0}
+    """
+    indices, similarities = cosine_top_k(queries, documents, 100)
+    if len(query_ids) != indices.shape[0] or len(corpus_ids) != np.asarray(documents).shape[0]:
+        raise ValueError(f"got {indices.shape[0]} query vectors for {len(query_ids)} query ids and "
+                         f"{np.asarray(documents).shape[0]} document vectors for {len(corpus_ids)} document ids")
+    run = {query: {corpus_ids[i]: float(s) for i, s in zip(row, scores)}
+           for query, row, scores in zip(query_ids, indices, similarities)}
+    return {"ndcg@10": ndcg_at_k(qrels, run, 10), "recall@100": recall_at_k(qrels, run, 100)}
+
+
 def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title: str = "") -> str:
-    """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol."""
+    """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol; then retrieval
+    sets by columns, nDCG@10 and recall@100 x 100, in a table of their own."""
     sets = list(results["sets"])
     methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
     out = []
-    for protocol in protocols:
+    for protocol in protocols if sets else ():
         check_protocol(protocol)
         heading = f"{title} — " if title else ""
         out.append(f"{heading}protocol `{protocol}`, Spearman x 100\n")
@@ -191,6 +284,17 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
         for method in methods:
             values = [100 * results["sets"][s][method][protocol] for s in sets]
             cells = [_cell(v) for v in values] + [_cell(np.mean(values)) if values else ""]
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        out.append("")
+    retrieval = results.get("retrieval") or {}
+    if retrieval:
+        heading = f"{title} — " if title else ""
+        out.append(f"{heading}retrieval, nDCG@10 and recall@100 x 100\n")
+        columns = [(s, metric) for s in retrieval for metric in RETRIEVAL_METRICS]
+        out.append("| method | " + " | ".join(f"{SET_LABELS[s]} {metric}" for s, metric in columns) + " |")
+        out.append("|---|" + "---|" * len(columns))
+        for method in dict.fromkeys(m for per_set in retrieval.values() for m in per_set):
+            cells = [_cell(100 * retrieval[s][method][metric]) for s, metric in columns]
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)

@@ -1,4 +1,4 @@
-"""STS evaluation: Spearman correlation of cosine similarities with gold scores.
+"""Evaluation metrics: STS Spearman of cosine similarities, and retrieval's nDCG@k and recall@k.
 
 Three protocols aggregate the sets that come in subsets (STS12-16):
 
@@ -25,8 +25,8 @@ from scipy.stats import ConstantInputWarning, spearmanr
 from sklearn.utils._metadata_requests import _MetadataRequester
 
 __all__ = [
-    "PROTOCOLS", "STSScorer", "UndefinedSpearmanWarning", "check_protocol", "make_sts_scorer", "paired_cosine",
-    "sts_report", "sts_spearman",
+    "PROTOCOLS", "STSScorer", "UndefinedSpearmanWarning", "check_protocol", "cosine_top_k", "make_sts_scorer",
+    "ndcg_at_k", "paired_cosine", "recall_at_k", "sts_report", "sts_spearman",
 ]
 
 PROTOCOLS = ("wmean", "mean", "all")
@@ -257,3 +257,154 @@ def make_sts_scorer(protocol: str = "wmean") -> STSScorer:
     True
     """
     return STSScorer(protocol)
+
+
+# ---------------------------------------------------------------- retrieval
+def cosine_top_k(queries, documents, k: int, *, chunk_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` documents of highest cosine similarity to each query, best first.
+
+    Rows are scaled to unit norm (a zero row stays zero) and multiplied in
+    chunks of ``chunk_size`` queries, in the dtype of ``documents`` if it is
+    a floating one (float32 as encoders give them), else float64; the top
+    ``k`` of each row are found by ``argpartition``, then sorted by
+    decreasing similarity (equal similarities: lower document index first).
+
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+    documents : array-like of shape (n_documents, n_features)
+    k : int
+        At most ``n_documents`` are returned.
+    chunk_size : int, default=1024
+        Queries per matrix product: memory ``chunk_size x n_documents``.
+
+    Returns
+    -------
+    indices : ndarray of shape (n_queries, min(k, n_documents)), int64
+        Row numbers in ``documents``.
+    similarities : ndarray of the same shape
+        Their cosine similarities.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> indices, similarities = cosine_top_k([[1.0, 0.0]], [[0.0, 1.0], [2.0, 0.1], [1.0, 1.0]], k=2)
+    >>> indices.tolist(), np.round(similarities, 3).tolist()
+    ([[1, 2]], [[0.999, 0.707]])
+    """
+    documents = np.asarray(documents)
+    dtype = documents.dtype if np.issubdtype(documents.dtype, np.floating) else np.float64
+    documents, queries = _unit_rows(documents, dtype), _unit_rows(np.asarray(queries), dtype)
+    if queries.ndim != 2 or documents.ndim != 2 or queries.shape[1] != documents.shape[1]:
+        raise ValueError(f"queries and documents must be 2-D with as many columns, got {queries.shape} and "
+                         f"{documents.shape}")
+    k = min(int(k), documents.shape[0])
+    indices = np.empty((queries.shape[0], k), dtype=np.int64)
+    similarities = np.empty((queries.shape[0], k), dtype=dtype)
+    for start in range(0, queries.shape[0], chunk_size):
+        scores = queries[start:start + chunk_size] @ documents.T
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < scores.shape[1] else np.tile(
+            np.arange(scores.shape[1]), (scores.shape[0], 1))
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        order = np.lexsort((top, -top_scores), axis=1)
+        indices[start:start + chunk_size] = np.take_along_axis(top, order, axis=1)
+        similarities[start:start + chunk_size] = np.take_along_axis(top_scores, order, axis=1)
+    return indices, similarities
+
+
+def _unit_rows(rows: np.ndarray, dtype) -> np.ndarray:
+    rows = np.asarray(rows, dtype=dtype)
+    if rows.ndim != 2:
+        return rows
+    if not np.isfinite(rows).all():
+        raise ValueError("embeddings must be finite; some have NaN or infinite values")
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+
+
+def _ranked(scores: dict, k: int) -> list:
+    """The ``k`` first document ids of one query's run, as trec_eval orders them: by decreasing score, equal
+    scores by decreasing document id."""
+    return sorted(scores, key=lambda doc: (scores[doc], doc), reverse=True)[:k]
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def ndcg_at_k(qrels: dict, run: dict, k: int = 10) -> float:
+    """Mean nDCG@k over the queries of ``qrels``, as pytrec_eval (``ndcg_cut_k``) and BEIR and MTEB compute it.
+
+    The gain of a document is its relevance in ``qrels`` (0 if not judged or
+    not positive); DCG@k sums gain / log2(rank + 1) over the first ``k``
+    documents of the run, ranked 1, 2, ...; the ideal DCG@k sorts the query's
+    judged relevances. A query without a positive judgement, or absent from
+    ``run``, scores 0.
+
+    Parameters
+    ----------
+    qrels : dict
+        Query id -> {document id: relevance (int)}.
+    run : dict
+        Query id -> {document id: score}; ranked as trec_eval ranks: by
+        decreasing score, equal scores by decreasing document id.
+    k : int, default=10
+
+    Returns
+    -------
+    ndcg : float
+        In [0, 1].
+
+    Examples
+    --------
+    >>> qrels = {"q1": {"d1": 1, "d3": 2}}
+    >>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.7}}
+    >>> round(ndcg_at_k(qrels, run, k=10), 4)  # (1/log2(2) + 2/log2(4)) / (2/log2(2) + 1/log2(3))
+    0.7602
+    """
+    k = _check_k(k)
+    discounts = 1 / np.log2(np.arange(2, k + 2))
+    values = []
+    for query, judged in qrels.items():
+        ideal = sorted((max(int(r), 0) for r in judged.values()), reverse=True)[:k]
+        ideal_dcg = float(np.dot(ideal, discounts[:len(ideal)]))
+        gains = [max(int(judged.get(doc, 0)), 0) for doc in _ranked(run.get(query, {}), k)]
+        values.append(float(np.dot(gains, discounts[:len(gains)])) / ideal_dcg if ideal_dcg > 0 else 0.0)
+    return float(np.mean(values)) if values else float("nan")
+
+
+def recall_at_k(qrels: dict, run: dict, k: int = 100) -> float:
+    """Mean recall@k over the queries of ``qrels``, as pytrec_eval (``recall_k``) and BEIR and MTEB compute it.
+
+    The relevant documents of a query are those it judges with a relevance
+    of 1 or more; recall@k is the share of them among the first ``k``
+    documents of the run (ranked as in :func:`ndcg_at_k`). A query without
+    relevant documents, or absent from ``run``, scores 0.
+
+    Parameters
+    ----------
+    qrels : dict
+        Query id -> {document id: relevance (int)}.
+    run : dict
+        Query id -> {document id: score}.
+    k : int, default=100
+
+    Returns
+    -------
+    recall : float
+        In [0, 1].
+
+    Examples
+    --------
+    >>> recall_at_k({"q1": {"d1": 1, "d3": 1}}, {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.7}}, k=2)
+    0.5
+    """
+    k = _check_k(k)
+    values = []
+    for query, judged in qrels.items():
+        relevant = {doc for doc, r in judged.items() if int(r) >= 1}
+        found = relevant.intersection(_ranked(run.get(query, {}), k))
+        values.append(len(found) / len(relevant) if relevant else 0.0)
+    return float(np.mean(values)) if values else float("nan")

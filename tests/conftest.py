@@ -11,6 +11,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The retrieval data lies beside the STS data in the shared layout (CI: ../shared/data/{sts,retrieval})
+if "SKFLOW_DATA" in os.environ and (Path(os.environ["SKFLOW_DATA"]).parent / "retrieval").is_dir():
+    os.environ.setdefault("SKFLOW_RETRIEVAL_DATA", str(Path(os.environ["SKFLOW_DATA"]).parent / "retrieval"))
 # Ray reads its authentication mode once per process, at the first ray.init: every instance of the session (a doc
 # example's local one, the session's head, the processes the tests start) must use the same, or the head's calls
 # to this process are refused ("InvalidAuthToken") and its actors die
@@ -129,6 +132,18 @@ def sts_data_home() -> Path:
         except FileNotFoundError as exc:
             raise RuntimeError(f"the tests need the STS data: {exc}") from exc
     return path
+
+
+@pytest.fixture(scope="session")
+def scifact():
+    """BEIR SciFact's test split, verified: from ``$SKFLOW_RETRIEVAL_DATA`` (set above from the shared layout), else
+    ``$SKFLOW_DATA``, else ``~/skflow_data``; downloaded there if missing."""
+    from skflow.datasets import load_beir
+
+    try:
+        return load_beir("scifact")
+    except FileNotFoundError as exc:
+        raise RuntimeError(f"the tests need BEIR SciFact: {exc}") from exc
 
 
 def _stsb_test_embeddings(data_home, pooling):

@@ -33,7 +33,7 @@ ALLOWED = {
                             "skflow.utils"},
     "skflow.persistence": {"skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.serving": {"skflow.persistence", "skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
-    "skflow.evaluation": {"skflow.datasets", "skflow.metrics"} | _ESTIMATORS,
+    "skflow.evaluation": {"skflow.datasets", "skflow.metrics", "skflow.embedding"} | _ESTIMATORS,
     "skflow.ray_jobs": {"skflow.persistence", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.distributed": {"skflow.ray_jobs", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.cli": {"skflow", "skflow.datasets", "skflow.distributed", "skflow.evaluation", "skflow.flows",

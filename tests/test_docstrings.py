@@ -10,6 +10,7 @@ MODULES = [
     "skflow.flow_estimator._base",
     "skflow.embedder",
     "skflow.datasets._sts",
+    "skflow.datasets._beir",
     "skflow.metrics",
     "skflow.synthetic",
     "skflow.flows.glow",

@@ -1,4 +1,5 @@
-"""STS Spearman under the three protocols, and the scorer in scikit-learn's model selection."""
+"""STS Spearman under the three protocols, the scorer in scikit-learn's model selection, and retrieval's
+nDCG@k, recall@k and cosine search."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,15 @@ from scipy.stats import spearmanr
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 
 from skflow import FlowGaussianizer
-from skflow.metrics import make_sts_scorer, paired_cosine, sts_report, sts_spearman
+from skflow.metrics import (
+    cosine_top_k,
+    make_sts_scorer,
+    ndcg_at_k,
+    paired_cosine,
+    recall_at_k,
+    sts_report,
+    sts_spearman,
+)
 
 
 def _pairs_with_cosines(cosines):
@@ -123,3 +132,46 @@ def test_finite_vectors_of_1e200_and_1e_200_give_a_finite_spearman_without_warni
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert sts_spearman(pairs * factor, gold) == pytest.approx(expected, abs=1e-12)
+
+
+# ---------------------------------------------------------------- retrieval
+def test_ndcg_and_recall_with_graded_relevance():
+    qrels = {"q": {"a": 2, "b": 1, "c": 0}}
+    run = {"q": {"b": 0.9, "x": 0.8, "a": 0.7, "c": 0.6}}
+    ideal = 2 + 1 / np.log2(3)  # a then b
+    assert ndcg_at_k(qrels, run, 3) == pytest.approx((1 + 2 / np.log2(4)) / ideal)
+    assert ndcg_at_k(qrels, run, 1) == pytest.approx(1 / 2)  # b's gain 1 against a's 2
+    assert ndcg_at_k(qrels, run, 2) == pytest.approx(1 / ideal)
+    assert recall_at_k(qrels, run, 1) == 0.5 and recall_at_k(qrels, run, 3) == 1.0  # c (0) is not relevant
+    perfect = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    assert ndcg_at_k(qrels, perfect, 10) == pytest.approx(1.0)
+
+
+def test_ties_are_ranked_as_trec_eval_ranks_them():
+    run = {"q": {"a": 0.5, "b": 0.5, "c": 0.1}}  # equal scores: the greater document id first
+    assert ndcg_at_k({"q": {"a": 1}}, run, 1) == 0.0 and recall_at_k({"q": {"a": 1}}, run, 1) == 0.0
+    assert ndcg_at_k({"q": {"b": 1}}, run, 1) == 1.0 and recall_at_k({"q": {"b": 1}}, run, 1) == 1.0
+    assert ndcg_at_k({"q": {"a": 1}}, run, 2) == pytest.approx(1 / np.log2(3))
+
+
+def test_queries_without_a_relevant_document_retrieved_count_as_zero():
+    qrels = {"q1": {"a": 1}, "q2": {"z": 1}, "q3": {"a": 1}, "q4": {"a": 0}}
+    run = {"q1": {"a": 0.9, "b": 0.1}, "q2": {"a": 0.9, "b": 0.1}, "q4": {"a": 0.9}}  # q3 absent from the run
+    assert ndcg_at_k(qrels, run, 10) == pytest.approx(1 / 4)
+    assert recall_at_k(qrels, run, 100) == pytest.approx(1 / 4)
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
+        ndcg_at_k(qrels, run, 0)
+
+
+def test_cosine_top_k_is_the_full_sort_in_chunks():
+    rng = np.random.RandomState(0)
+    queries, documents = rng.normal(size=(7, 5)), rng.normal(size=(40, 5)) * rng.uniform(0.1, 10, size=(40, 1))
+    documents[3] = documents[11] * 2  # the same direction: equal similarities, the lower index first
+    indices, similarities = cosine_top_k(queries, documents, 12, chunk_size=3)
+    cosines = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
+        documents / np.linalg.norm(documents, axis=1, keepdims=True)).T
+    np.testing.assert_array_equal(indices, np.argsort(-cosines, axis=1, kind="stable")[:, :12])
+    np.testing.assert_allclose(similarities, np.take_along_axis(cosines, indices, axis=1))
+    assert indices.dtype == np.int64 and similarities.dtype == np.float64
+    assert cosine_top_k(queries.astype(np.float32), documents.astype(np.float32), 100)[1].shape == (7, 40)
+    assert cosine_top_k(queries.astype(np.float32), documents.astype(np.float32), 3)[1].dtype == np.float32

@@ -1,4 +1,4 @@
-"""Downloading an STS set: each archive from its sources in turn, verified, moved into place atomically.
+"""Downloading a data set (STS, BEIR): each archive from its sources in turn, verified, moved into place atomically.
 
 Every archive lists its sources, https first: the organisers' site, then a
 copy of the same archive in the Internet Archive. A source whose archive is
@@ -8,7 +8,9 @@ used only when every source of the SemEval files fails (see `zenodo_sick`).
 The files are staged in a hidden folder beside the set's and renamed into
 place (:func:`skflow.utils.temporary_sibling`); a download killed at any point
 leaves only that staging folder, which the next download removes once its
-process is gone.
+process is gone. A set checked by its content rather than by checksums (BEIR's,
+whose published bytes are not pinned) passes a ``check`` of the extracted
+folder, which refuses a source the way a wrong sha256 does.
 """
 
 import hashlib
@@ -50,10 +52,13 @@ def download(
     expected: dict[str, str | None],
     home: Path,
     fallback: Callable[[Path], None] | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> None:
-    """Fetch, check and move a set's files (``expected``: name -> sha256) into ``home/folder``.
+    """Fetch, check and move a set's files (``expected``: path in the folder -> sha256 or None) into ``home/folder``.
 
     Nothing is left in ``home/folder`` unless every file is there and verified.
+    ``check(folder)`` (a ValueError if the files are wrong) runs on each
+    source's extracted files, after their sha256.
     """
     home.mkdir(parents=True, exist_ok=True)
     target = home / folder
@@ -62,7 +67,7 @@ def download(
         staging.mkdir()
         try:
             for archive in archives:
-                _fetch_archive(archive, expected, staging)
+                _fetch_archive(archive, expected, staging, check)
         except DownloadError:
             if fallback is None:
                 raise
@@ -75,9 +80,10 @@ def download(
         if not target.exists():
             os.replace(staging, target)  # atomic: the folder appears complete or not at all
             return
-        for path in sorted(staging.iterdir()):  # a partial folder: fill it file by file, each atomically
+        for path in sorted(staging.rglob("*")):  # a partial folder: fill it file by file, each atomically
             if path.is_file():
-                os.replace(path, target / path.name)
+                (target / path.relative_to(staging)).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target / path.relative_to(staging))
 
 
 class DownloadError(OSError):
@@ -95,18 +101,23 @@ def _from_first_source(urls: tuple[str, ...], attempt: Callable[[str], T]) -> T:
     raise DownloadError("; ".join(reasons))
 
 
-def _fetch_archive(archive: Archive, expected: dict[str, str | None], staging: Path) -> None:
-    """The archive's files, from its first source whose files all have the expected sha256, into ``staging``."""
+def _fetch_archive(
+    archive: Archive, expected: dict[str, str | None], staging: Path, check: Callable[[Path], None] | None = None
+) -> None:
+    """The archive's files, from its first source whose files all have the expected sha256 (and pass ``check``),
+    into ``staging``."""
 
     def attempt(url: str) -> None:
         folder = staging.parent / "attempt"
         try:
             folder.mkdir()
-            _extract(fetch(url), archive, folder)
-            for path in folder.iterdir():
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                if expected.get(path.name) not in (None, digest):
-                    raise ValueError(f"{path.name} has sha256 {digest}, expected {expected[path.name]}")
+            _extract(fetch(url), archive, folder, expected)
+            for path in folder.rglob("*"):
+                name = path.relative_to(folder).as_posix()
+                if path.is_file() and expected.get(name) is not None and (digest := _sha256(path)) != expected[name]:
+                    raise ValueError(f"{name} has sha256 {digest}, expected {expected[name]}")
+            if check is not None:
+                check(folder)
             for path in folder.iterdir():
                 os.replace(path, staging / path.name)
         finally:
@@ -115,33 +126,42 @@ def _fetch_archive(archive: Archive, expected: dict[str, str | None], staging: P
     _from_first_source(archive.urls, attempt)
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def fetch(url: str) -> bytes:
     """The body at ``url``, at most MAX_ARCHIVE_BYTES."""
     with urllib.request.urlopen(url, timeout=60) as response:
         data = response.read(MAX_ARCHIVE_BYTES + 1)
     if len(data) > MAX_ARCHIVE_BYTES:
-        raise ValueError(f"larger than {MAX_ARCHIVE_BYTES >> 20} MiB: not an STS archive")
+        raise ValueError(f"larger than {MAX_ARCHIVE_BYTES >> 20} MiB: not a data archive")
     return data
 
 
-def _extract(data: bytes, archive: Archive, out: Path) -> None:
-    """The archive's files directly in its ``inner`` folder (data, readme, licence), renamed."""
+def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str | None]) -> None:
+    """The archive's files directly in its ``inner`` folder (data, readme, licence), renamed, and those of its
+    subfolders that ``expected`` names (BEIR's ``qrels/test.tsv``)."""
     prefix = f"{archive.inner}/" if archive.inner else ""
     if zipfile.is_zipfile(io.BytesIO(data)):
         zf = zipfile.ZipFile(io.BytesIO(data))
-        members = [(m.filename, lambda m=m: zf.read(m)) for m in zf.infolist() if not m.is_dir()]
+        members = [(m.filename, m.file_size, lambda m=m: zf.read(m)) for m in zf.infolist() if not m.is_dir()]
     else:
         tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
-        members = [(m.name, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
-    for member_name, read in members:
+        members = [(m.name, m.size, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
+    for member_name, size, read in members:
         if not member_name.startswith(prefix):
             continue
         relative = member_name[len(prefix) :]
-        if not relative or "/" in relative or relative.startswith("."):
+        nested = relative in expected and "/" in relative  # one of our own names: never ``..``, never absolute
+        if not relative or ("/" in relative and not nested) or relative.startswith("."):
             continue  # only the files directly in the data folder; never write outside ``out``
+        if size > MAX_ARCHIVE_BYTES:  # as declared in the archive, which the readers hold it to
+            raise ValueError(f"{member_name} is larger than {MAX_ARCHIVE_BYTES >> 20} MiB unpacked")
         for old, new in archive.rename:
             if relative.startswith(old):
                 relative = new + relative[len(old) :]
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
         (out / relative).write_bytes(read())
 
 

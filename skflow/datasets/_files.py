@@ -23,7 +23,11 @@ _verified: dict[tuple, str] = {}
 _checked: dict[str, str] = {}  # path -> the sha256 that check_file last accepted: lines() reads only those bytes
 
 
-class STSDataError(ValueError):
+class DataFileError(ValueError):
+    """A data file that is damaged, modified, or not in its format; the message names the file (and line)."""
+
+
+class STSDataError(DataFileError):
     """An STS file that is damaged, modified, or not in its set's format."""
 
 
@@ -35,7 +39,7 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
     info = path.stat()
     key = (str(path), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
     if key not in _verified:
-        digest = hashlib.sha256(_read(path)).hexdigest()
+        digest = hashlib.sha256(read_data(path)).hexdigest()
         if digest == SHA256.get(relative):
             _verified[key] = "original"
         elif digest == ZENODO_SICK_SHA256.get(relative):
@@ -57,27 +61,33 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
     )
 
 
-def _read(path: Path) -> bytes:
+def read_data(path: Path, limit: int = DATA_LIMIT, error: type[DataFileError] = STSDataError) -> bytes:
     try:
-        return read_regular_file(path, DATA_LIMIT)
+        return read_regular_file(path, limit)
     except UnreadableFileError as exc:
-        raise STSDataError(f"{path}: {exc}; delete it to download it again") from None
+        raise error(f"{path}: {exc}; delete it to download it again") from None
 
 
 def lines(path: Path) -> list[str]:
     """Lines of a UTF-8 file, split on ``\\n`` (a ``\\r`` before it is dropped), no final empty line; a file that
     `check_file` accepted must still hold the bytes it checked."""
-    data = _read(path)
+    data = read_data(path)
     if (checked := _checked.get(str(path))) is not None and hashlib.sha256(data).hexdigest() != checked:
         raise STSDataError(f"{path}: changed since its sha256 was checked (replaced while being read?); read it again")
+    return text_lines(data, path)
+
+
+def text_lines(data: bytes, path: Path, error: type[DataFileError] = STSDataError) -> list[str]:
+    """``data`` as the lines of a UTF-8 text file (see `lines`); ``error`` for an empty file, invalid UTF-8 or a
+    carriage return that does not end a line, naming the file and line."""
     if not data.strip():
-        raise STSDataError(f"{path}: the file is empty")
+        raise error(f"{path}: the file is empty")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise STSDataError(
+        raise error(
             f"{path}:{line}: invalid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); the files are UTF-8"
         ) from None
     out = text.split("\n")
@@ -86,7 +96,7 @@ def lines(path: Path) -> list[str]:
     for number, line in enumerate(out, start=1):
         line = line.removesuffix("\r")
         if "\r" in line:
-            raise STSDataError(
+            raise error(
                 f"{path}:{number}: a carriage return (\\r) that does not end a line: the file has CR-only "
                 "line ends or a stray \\r; convert it to \\n line ends"
             )

@@ -22,6 +22,7 @@ from skflow.embedding._model_source import (
     EncoderNotFoundError,
     pinned_model_source,
     resolve_model_source,
+    stock_max_length,
 )
 from skflow.embedding._options import (
     NEW_PARAMETER_DEFAULTS,
@@ -56,5 +57,6 @@ __all__ = [
     "position_limit",
     "quiet_transformers",
     "resolve_model_source",
+    "stock_max_length",
     "validate_texts",
 ]

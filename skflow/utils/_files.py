@@ -174,7 +174,8 @@ def _small_text(stream: BinaryIO) -> str:
 
 
 # evaluate's tables: a heading first, then only headings, table rows and empty lines
-_TABLES = re.compile(r"\s*.* protocol `[a-z]+`, Spearman x 100(\r?\n(.*, Spearman x 100|\|.*\||))*\s*")
+_HEADINGS = r"(?: protocol `[a-z]+`, Spearman| retrieval, nDCG@10 and recall@100) x 100"  # evaluate's tables
+_TABLES = re.compile(rf"\s*.*{_HEADINGS}(\r?\n(.*{_HEADINGS}|\|.*\||))*\s*")
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())

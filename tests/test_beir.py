@@ -1,0 +1,291 @@
+"""load_beir: exact counts on the shared SciFact, one clear error per damage, the download (from local files); and
+``skflow evaluate`` on a retrieval set."""
+
+import dataclasses
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skflow import BertEmbedder, Whitener, utils
+from skflow.cli import main
+from skflow.datasets import STS_SETS, BEIRDataError, DataFileError, load_beir
+from skflow.datasets import _beir as beir
+from skflow.embedding import stock_max_length
+
+HEADER = "query-id\tcorpus-id\tscore"
+
+
+def test_scifact_exact_counts(scifact):
+    assert (len(scifact.corpus_ids), len(scifact.corpus), len(scifact.titles), len(scifact.texts)) == (5183,) * 4
+    assert len(scifact.query_ids) == len(scifact.queries) == len(scifact.qrels) == 300
+    assert sum(len(judged) for judged in scifact.qrels.values()) == 339
+    assert len({doc for judged in scifact.qrels.values() for doc in judged}) == 283
+    assert {score for judged in scifact.qrels.values() for score in judged.values()} == {1}
+    # the documents as MTEB embeds them; the queries those the split judges, in the order of queries.jsonl
+    assert scifact.corpus_ids[0] == "4983" and scifact.corpus[0].startswith("Microstructural development of human ")
+    assert all(c == f"{t} {x}".strip() for c, t, x in zip(scifact.corpus, scifact.titles, scifact.texts))
+    assert scifact.query_ids[:3] == ["1", "3", "5"] and scifact.queries[0].startswith("0-dimensional biomaterials sh")
+    assert scifact.qrels["1"] == {"31715818": 1}
+    assert (scifact.name, scifact.split) == ("scifact", "test")
+    assert "5,183 documents; split 'test': 300 queries, 339 judgements" in scifact.DESCR
+    assert "counts and ids verified" in scifact.DESCR
+
+
+def _folder(home: Path, corpus=None, queries=None, qrels=None) -> Path:
+    """A small BEIR folder ``home/scifact`` of 3 documents, 2 queries and 3 judgements; each file replaceable."""
+    folder = home / "scifact"
+    (folder / "qrels").mkdir(parents=True)
+    default_corpus = "\n".join(json.dumps({"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"}) for i in (1, 2, 3))
+    default_queries = '{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}'
+    default_qrels = f"{HEADER}\nq1\td1\t1\nq1\td2\t2\nq2\td3\t1"
+    for name, given, default in (("corpus.jsonl", corpus, default_corpus), ("queries.jsonl", queries, default_queries),
+                                 ("qrels/test.tsv", qrels, default_qrels)):
+        data = default + "\n" if given is None else given
+        (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return folder
+
+
+def test_a_small_folder_loads_as_modified(tmp_path):
+    _folder(tmp_path, queries='{"_id": "q2", "text": "second"}\n{"_id": "q0", "text": "unjudged"}\n'
+                              '{"_id": "q1", "text": "first", "metadata": {}}\n')
+    data = load_beir("scifact", data_home=tmp_path, download_if_missing=False, allow_modified=True)
+    assert data.corpus == ["T1 text 1", "T2 text 2", "T3 text 3"] and data.corpus_ids == ["d1", "d2", "d3"]
+    assert data.query_ids == ["q2", "q1"] and data.queries == ["second", "first"]
+    assert data.qrels == {"q1": {"d1": 1, "d2": 2}, "q2": {"d3": 1}}
+    assert "NOT verified" in data.DESCR
+    with pytest.raises(BEIRDataError, match=re.escape(
+            "BEIR set 'scifact' is not the published one (documents: 3, expected 5,183; queries in queries.jsonl: "
+            "3, expected 1,109; test judgements: 3, expected 339; test queries: 2, expected 300; test judged "
+            "documents: 3, expected 283): a damaged or modified folder.")):
+        load_beir("scifact", data_home=tmp_path, download_if_missing=False)
+
+
+def _corpus_lines(*lines: str) -> str:
+    return "\n".join(lines) + "\n"
+
+
+DOC = '{"_id": "d%d", "title": "", "text": "t"}'
+CASES = {
+    "bad JSON line": (dict(corpus=_corpus_lines(DOC % 1, '{"_id": "d2", "text": ')),
+                      "corpus.jsonl:2: not a JSON line (Expecting value: line 1 column 23 (char 22))"),
+    "not an object": (dict(queries='["q1", "first"]\n'), "queries.jsonl:1: expected a JSON object, got list"),
+    "no _id": (dict(corpus=_corpus_lines(DOC % 1, '{"title": "", "text": "t"}')),
+               "corpus.jsonl:2: the record has no '_id'"),
+    "no text": (dict(queries='{"_id": "q1"}\n'), "queries.jsonl:1: the record has no 'text'"),
+    "text not a string": (dict(corpus=_corpus_lines('{"_id": "d1", "text": 3}')),
+                          "corpus.jsonl:1: 'text' must be a string, got int"),
+    "title not a string": (dict(corpus=_corpus_lines('{"_id": "d1", "title": null, "text": "t"}')),
+                           "corpus.jsonl:1: 'title' must be a string, got NoneType"),
+    "empty id": (dict(corpus=_corpus_lines('{"_id": "", "text": "t"}')),
+                 "corpus.jsonl:1: the id '' is empty or has surrounding spaces"),
+    "duplicate id": (dict(corpus=_corpus_lines(DOC % 1, DOC % 2, DOC % 3, DOC % 2)),
+                     "corpus.jsonl:4: duplicate id 'd2' (first on line 2)"),
+    "empty corpus": (dict(corpus=""), "corpus.jsonl: the file is empty"),
+    "invalid UTF-8": (dict(corpus=_corpus_lines(DOC % 1).encode() + b'{"_id": "d2", "text": "\xff"}\n'),
+                      "corpus.jsonl:2: invalid UTF-8 (byte 0xff at column 24); the files are UTF-8"),
+    "wrong header": (dict(qrels="query\tdoc\tscore\nq1\td1\t1\n"),
+                     "test.tsv:1: expected the header line 'query-id\\tcorpus-id\\tscore', got 'query\\tdoc\\tscore'"),
+    "only a header": (dict(qrels=HEADER + "\n"), "test.tsv: no judgement after the header"),
+    "two fields": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2 d3 1\n"), "test.tsv:3: expected 3 tab-separated fields, got 1"),
+    "unknown document": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2\td9\t1\n"),
+                         "test.tsv:3: unknown document 'd9' (not in corpus.jsonl)"),
+    "unknown query": (dict(qrels=f"{HEADER}\nq7\td1\t1\n"), "test.tsv:2: unknown query 'q7' (not in queries.jsonl)"),
+    "bad score": (dict(qrels=f"{HEADER}\nq1\td1\t1.5\n"), "test.tsv:2: the score '1.5' is not an integer"),
+    "non-ASCII score": (dict(qrels=f"{HEADER}\nq1\td1\t\u0663\n"), "test.tsv:2: the score '\u0663' is not an integer"),
+    "judged twice": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq1\td1\t0\n"),
+                     "test.tsv:3: query 'q1' and document 'd1' are judged twice"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_damaged_files_name_the_file_and_line(tmp_path, case):
+    files, message = CASES[case]
+    folder = _folder(tmp_path, **files)
+    where = "qrels/test.tsv" if message.startswith("test.tsv") else message.split(":")[0]
+    with pytest.raises(BEIRDataError, match=f"^{re.escape(str(folder / where) + message[len(Path(where).name):])}"):
+        load_beir("scifact", data_home=tmp_path, download_if_missing=False, allow_modified=True)
+    assert issubclass(BEIRDataError, DataFileError) and issubclass(BEIRDataError, ValueError)
+
+
+def test_missing_folder_or_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"download_if_missing=False\. Missing: .*scifact/\. The data folder"):
+        load_beir("scifact", data_home=tmp_path, download_if_missing=False)
+    folder = _folder(tmp_path)
+    (folder / "qrels" / "test.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"scifact lacks qrels/test\.tsv\. Delete the folder to download"):
+        load_beir("scifact", data_home=tmp_path)  # a present folder is never completed by a download
+    with pytest.raises(ValueError, match=r"'scifact' has the splits test, train; got split='dev'"):
+        load_beir("scifact", "dev", data_home=tmp_path)
+    with pytest.raises(ValueError, match=r"Unknown BEIR set 'nfcorpus'; valid names are scifact"):
+        load_beir("nfcorpus", data_home=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------- download
+@pytest.fixture(scope="module")
+def published_files(scifact) -> dict[str, bytes]:
+    """SciFact's files as BEIR's zip holds them (``scifact/...``), rebuilt from the shared copy, with a train split
+    of the published size made of test judgements (919 rows of 809 queries)."""
+    folder = Path(scifact.DESCR.split("read from ")[1].split(" (")[0])
+    files = {f"scifact/{name}": (folder / name).read_bytes()
+             for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")}
+    queries = [json.loads(line)["_id"] for line in files["scifact/queries.jsonl"].decode().splitlines()]
+    rows = [f"{q}\t{d}\t1" for q in queries[:809] for d in scifact.corpus_ids[:1]]
+    rows += [f"{q}\t{d}\t1" for q in queries[:110] for d in scifact.corpus_ids[1:2]]
+    files["scifact/qrels/train.tsv"] = ("\n".join([HEADER, *rows]) + "\n").encode()
+    return files
+
+
+def _serve(monkeypatch, tmp_path: Path, members: dict[str, bytes], compression=zipfile.ZIP_STORED) -> None:
+    """BEIR's URL of SciFact replaced by a file:// URL of a zip of ``members``: the real fetch reads it."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    archive = tmp_path / "served" / "scifact.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(buffer.getvalue())
+    monkeypatch.setitem(beir._SETS, "scifact", dataclasses.replace(beir._SETS["scifact"], urls=(archive.as_uri(),)))
+
+
+@pytest.mark.slow
+def test_download_installs_a_good_zip_and_writes_nothing_outside(monkeypatch, tmp_path, published_files):
+    escaping = {"scifact/../../outside.txt": b"x", "../outside.txt": b"x", "/tmp/outside-skflow-beir.txt": b"x",
+                "scifact/qrels/../../outside.txt": b"x", "scifact/README.md": b"readme"}
+    _serve(monkeypatch, tmp_path, {**published_files, **escaping})
+    home = tmp_path / "home"
+    data = load_beir("scifact", data_home=home)
+    assert (len(data.corpus), len(data.queries)) == (5183, 300) and "verified" in data.DESCR
+    train = load_beir("scifact", "train", data_home=home, download_if_missing=False)
+    assert sum(len(judged) for judged in train.qrels.values()) == 919
+    installed = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert installed == ["home/scifact/README.md", "home/scifact/corpus.jsonl", "home/scifact/qrels/test.tsv",
+                         "home/scifact/qrels/train.tsv", "home/scifact/queries.jsonl", "served/scifact.zip"]
+    assert not Path("/tmp/outside-skflow-beir.txt").exists()
+
+
+@pytest.mark.slow
+def test_download_refuses_a_short_corpus_and_leaves_nothing(monkeypatch, tmp_path, published_files):
+    lines = published_files["scifact/corpus.jsonl"].decode().splitlines(keepends=True)
+    unjudged = next(i for i, line in enumerate(lines) if json.loads(line)["_id"] == "4983")  # judged by no query
+    short = {**published_files, "scifact/corpus.jsonl": "".join(lines[:unjudged] + lines[unjudged + 1:]).encode()}
+    _serve(monkeypatch, tmp_path, short)
+    home = tmp_path / "home"
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            "the download failed: file:///") + ".*BEIRDataError: BEIR set 'scifact' is not the published one "
+            r"\(documents: 5,182, expected 5,183\)"):
+        load_beir("scifact", data_home=home)
+    assert list(home.iterdir()) == []  # no folder, no staging left
+
+
+def test_download_refuses_a_member_larger_than_the_bound_unpacked(monkeypatch, tmp_path):
+    monkeypatch.setattr("skflow.datasets._download.MAX_ARCHIVE_BYTES", 1 << 20)
+    _serve(monkeypatch, tmp_path, {"scifact/corpus.jsonl": b" " * (2 << 20)}, zipfile.ZIP_DEFLATED)  # a 2 KiB zip
+    assert (tmp_path / "served" / "scifact.zip").stat().st_size < 1 << 20
+    with pytest.raises(FileNotFoundError, match=r"ValueError: scifact/corpus\.jsonl is larger than 1 MiB unpacked"):
+        load_beir("scifact", data_home=tmp_path / "home")
+    assert list((tmp_path / "home").iterdir()) == []
+
+
+def test_a_modified_set_is_refused_by_its_ids(monkeypatch, tmp_path):
+    _folder(tmp_path)
+    small = dataclasses.replace(beir._SETS["scifact"], n_corpus=3, n_queries=2, splits={
+        "test": beir._Split(3, 2, 3, None)})  # the published counts, with the published corpus digest
+    monkeypatch.setitem(beir._SETS, "scifact", small)
+    with pytest.raises(BEIRDataError, match=re.escape("is not the published one (the document ids are not the "
+                                                      "published ones)")):
+        load_beir("scifact", data_home=tmp_path, download_if_missing=False)
+
+
+# ---------------------------------------------------------------------------------------- evaluate on retrieval
+@pytest.fixture(scope="module")
+def small_scifact(scifact, tmp_path_factory) -> Path:
+    """A BEIR folder of real SciFact rows: the first 30 test queries, their 33 relevant documents and the first
+    others of the corpus, 120 documents in all (a data home holding ``scifact/``)."""
+    queries = scifact.query_ids[:30]
+    relevant = {doc for q in queries for doc in scifact.qrels[q]}
+    others = [doc for doc in scifact.corpus_ids if doc not in relevant][:120 - len(relevant)]
+    keep = relevant.union(others)
+    home = tmp_path_factory.mktemp("small-beir")
+    (home / "scifact" / "qrels").mkdir(parents=True)
+    (home / "scifact" / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": d, "title": t, "text": x}) + "\n"
+        for d, t, x in zip(scifact.corpus_ids, scifact.titles, scifact.texts) if d in keep))
+    (home / "scifact" / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": q, "text": text}) + "\n" for q, text in zip(scifact.query_ids, scifact.queries)))
+    (home / "scifact" / "qrels" / "test.tsv").write_text("\n".join(
+        [HEADER, *(f"{q}\t{d}\t{s}" for q in queries for d, s in scifact.qrels[q].items())]) + "\n")
+    return home
+
+
+class _SpyWhitener(Whitener):
+    """A Whitener that records what it is fitted on and what it transforms (the class keeps it: evaluate clones)."""
+
+    calls: list = []
+
+    def fit(self, X, y=None):
+        type(self).calls.append(("fit", np.array(X)))
+        return super().fit(X, y)
+
+    def transform(self, X):
+        type(self).calls.append(("transform", np.array(X)))
+        return super().transform(X)
+
+
+@pytest.fixture(scope="module")
+def evaluated(small_scifact, tmp_path_factory):
+    """``python -m skflow evaluate --sets scifact`` in this process on the small folder (none and a spied whiten);
+    returns the results file's stem and the spy's calls."""
+    out = tmp_path_factory.mktemp("results") / "results"
+    _SpyWhitener.calls.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("skflow.evaluation.make_method",
+                      lambda name, **kwargs: None if name == "none" else _SpyWhitener())
+        code = main(["evaluate", "--sets", "scifact", "--method", "none", "whiten", "--max-length", "64",
+                     "--pooling", "mean", "--dtype", "float32", "--device", "cpu", "--data-home", str(small_scifact),
+                     "--allow-modified-data", "--output", str(out), "--quiet"])
+    assert code == 0
+    return out, list(_SpyWhitener.calls)
+
+
+@pytest.mark.slow
+def test_evaluate_reports_retrieval_in_its_own_table_and_key(evaluated):
+    out, _ = evaluated
+    results = json.loads(out.with_suffix(".json").read_text())
+    scifact = results["retrieval"]["scifact"]
+    assert list(scifact) == ["none", "whiten"] and results["sets"] == {}
+    assert set(scifact["none"]) == {"ndcg@10", "recall@100", "fit_seconds"}
+    assert results["retrieval_settings"] == {"scifact": {"max_length": 64}}
+    assert 0.75 < scifact["none"]["ndcg@10"] < 0.98  # 30 queries against 120 abstracts, 64 tokens of each
+    assert scifact["none"]["recall@100"] > 0.95
+    assert 0 < scifact["whiten"]["ndcg@10"] < scifact["none"]["ndcg@10"]  # whitened on 120 rows in 384-d
+    table = out.with_suffix(".md").read_text()
+    assert "retrieval, nDCG@10 and recall@100 x 100" in table and "Spearman" not in table
+    assert "| method | SciFact ndcg@10 | SciFact recall@100 |" in table
+    assert (f"| none | {100 * scifact['none']['ndcg@10']:.2f} | {100 * scifact['none']['recall@100']:.2f} |"
+            in table)
+    utils.check_output_file(out.with_suffix(".md"), kind=utils.RESULTS_TABLE)  # a second run may replace it
+
+
+@pytest.mark.slow
+def test_every_method_is_fitted_on_the_corpus_only(evaluated):
+    _, calls = evaluated
+    assert [kind for kind, _ in calls] == ["fit", "transform", "transform"]
+    fitted, documents, queries = (array for _, array in calls)
+    assert fitted.shape == (120, 384) and queries.shape == (30, 384)
+    np.testing.assert_array_equal(fitted, documents)  # fitted on the documents, then applied to both
+
+
+def test_retrieval_max_length_defaults_to_the_encoders_own(monkeypatch, tmp_path):
+    assert stock_max_length(BertEmbedder()) == 256  # all-MiniLM-L6-v2's sentence_bert_config.json
+    seen = []
+    monkeypatch.setattr("skflow.cli.evaluate", lambda embedder, **kwargs: seen.append(
+        (embedder.max_length, kwargs["retrieval_max_length"], kwargs["sets"])) or {"sets": {}, "skipped": {}})
+    for given in (["--sets", "stsb", "scifact"], ["--sets", "scifact", "--max-length", "64"], []):
+        main(["evaluate", "--output", str(tmp_path / "r"), "--quiet", *given])
+    assert seen == [(128, None, ["stsb", "scifact"]), (64, 64, ["scifact"]), (128, None, STS_SETS)]
+    # STS keeps 128, evaluate reads the encoder's limit for retrieval; a retrieval set runs only when named
