@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow import __version__, distributed, utils
 from skflow.datasets import BEIR_SETS, STS_SETS
 from skflow.embedder import BertEmbedder
-from skflow.evaluation import EVALUATION_SETS, METHODS, evaluate, markdown_tables, stderr_log, strict_json
+from skflow.evaluation import EVALUATION_SETS, METHODS, PRECISIONS, evaluate, markdown_tables, stderr_log, strict_json
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 
@@ -75,6 +75,8 @@ _ENCODER_OPTIONS = {
     "batch_size": "texts per forward pass",
     "dtype": "the encoder's dtype",
 }
+# what retrieval sets take from the encoder's sentence-transformers files where evaluate is not given it
+_STOCK = {"pooling": "pooling (all-MiniLM-L6-v2: mean)", "max_length": "max_seq_length (all-MiniLM-L6-v2: 256)"}
 _FIT_OPTIONS = {
     "batch_size": "rows per training step",
     "learning_rate": "AdamWeightDecay's learning rate",
@@ -97,10 +99,10 @@ def _parser() -> argparse.ArgumentParser:
         parent.add_argument("--model", default=_ENCODER[1]["model_name_or_path"],
                             help="Hugging Face model id or local folder (default: %(default)s, embedded, offline)")
         for param, what in _ENCODER_OPTIONS.items():
-            if parent is evaluated and param == "max_length":  # unset: each kind of set has its own default
-                _option(parent, "--max-length", what, _ENCODER[0], {"max_length": None},
-                        shown=f"{_ENCODER[1]['max_length']} for STS sets; for retrieval sets the encoder's own limit, "
-                        "its sentence-transformers max_seq_length (all-MiniLM-L6-v2: 256), as MTEB runs it")
+            if parent is evaluated and param in _STOCK:  # unset: each kind of set has its own default
+                _option(parent, "--" + param.replace("_", "-"), what, _ENCODER[0], {param: None},
+                        shown=f"{_ENCODER[1][param]} for STS sets; for retrieval sets the encoder's own "
+                        f"{_STOCK[param]}, as MTEB runs it")
             else:
                 _option(parent, "--" + param.replace("_", "-"), what, *_ENCODER)
     flow = argparse.ArgumentParser(add_help=False)
@@ -147,6 +149,11 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)} "
                     "(default: the seven STS sets, skipping those whose data is missing; a set named here must be "
                     "there)")
+    ev.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS, metavar="PRECISION",
+                    help="how vectors are stored, after each method: float32, int8 (codes fitted on the set's "
+                    "corpus, scored by the cosine of their dequantized vectors), binary (one bit a dimension, scored "
+                    "by Hamming distance; retrieval also reports float queries against the bits and the Hamming "
+                    "top 100 rescored in float32); one or several (default: float32)")
     ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
                     help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
     ev.add_argument("--output", default="skflow_results", metavar="FILE", type=functools.partial(_name, file=True),
@@ -263,23 +270,28 @@ def _evaluate_command(args) -> int:
     stem = Path(args.output).with_suffix("") if Path(args.output).suffix in _RESULTS else args.output
     outputs = [utils.check_output_file(f"{stem}{suffix}", kind=kind) for suffix, kind in _RESULTS.items()]
     settings = {param: vars(args)[param] for param in _ENCODER_OPTIONS}
-    settings["max_length"] = settings["max_length"] or _ENCODER[1]["max_length"]
+    given = {param: settings[param] for param in _STOCK if settings[param] is not None}
+    settings.update({param: _ENCODER[1][param] for param in _STOCK if param not in given})
     embedder = BertEmbedder(args.model, **settings, device=args.device, cache_dir=args.cache_dir,
                             show_progress_bar=not args.quiet)
     results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
                        download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
                        skip_missing=args.sets is None, random_state=args.seed,
                        flow_params={"max_epochs": args.epochs, "device": args.device},
-                       retrieval_max_length=args.max_length, log=None if args.quiet else stderr_log)
+                       retrieval_params=given, precisions=args.precision, log=None if args.quiet else stderr_log)
     if not results["sets"] and not results.get("retrieval"):
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
-    tables = markdown_tables(results, args.protocol, title=f"{args.model}, pooling {args.pooling}")
+    stock = next(iter(results["retrieval_settings"].values()), {})
+    tables = markdown_tables(results, args.protocol, title=f"{args.model}, pooling {settings['pooling']}",
+                             retrieval_title=f"{args.model}, pooling {stock.get('pooling')}, max_length "
+                             f"{stock.get('max_length')}")
     print(tables)
     for name in results["skipped"]:
         print(f"(skipped {name}: data not found)")
     results["config"] = {
-        "model": args.model, "pooling": args.pooling, "methods": args.method, "max_length": settings["max_length"],
+        "model": args.model, "pooling": settings["pooling"], "methods": args.method, "precisions": args.precision,
+        "max_length": settings["max_length"],
         "dtype": args.dtype, "flow_epochs": args.epochs, "seed": args.seed, "skflow": __version__,
         "python": platform.python_version(), "numpy": np.__version__,
     }

@@ -21,14 +21,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from sklearn.base import clone
 
+from skflow.compression import Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
 from skflow.embedder import BertEmbedder
-from skflow.embedding import stock_max_length
+from skflow.embedding import stock_settings
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.metrics import check_protocol, cosine_top_k, ndcg_at_k, recall_at_k, sts_report
+from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import MeanDirectionRemover, Whitener
 
-__all__ = ["EVALUATION_SETS", "METHODS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate", "make_method",
+__all__ = ["EVALUATION_SETS", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate", "make_method",
            "markdown_tables", "retrieval_report", "strict_json"]
 
 SET_LABELS = {
@@ -44,6 +45,10 @@ SET_LABELS = {
 EVALUATION_SETS = STS_SETS + BEIR_SETS
 RETRIEVAL_METRICS = ("ndcg@10", "recall@100")
 METHODS = ("none", "whiten", "soft-whiten", "flow")
+# What a stored vector is: float32, int8 codes (scored as their dequantized vectors, by cosine) or binary codes, one
+# bit a dimension (scored by Hamming; for retrieval also a float query against them, "asym", and the Hamming top
+# 100 rescored with the float32 vectors, "rescore"). Quantizers are fitted on the corpus, after the method.
+PRECISIONS = ("float32", "int8", "binary")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 
 
@@ -105,7 +110,8 @@ def evaluate(
     skip_missing: bool = False,
     random_state: int = 0,
     flow_params: dict | None = None,
-    retrieval_max_length: int | None = None,
+    retrieval_params: dict | None = None,
+    precisions: Sequence[str] = ("float32",),
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Fit each method on each set's sentences (no labels) and score it on the set's gold pairs or queries.
@@ -128,11 +134,21 @@ def evaluate(
         Seed of the flow.
     flow_params : dict, default=None
         Extra FlowGaussianizer parameters, e.g. ``{"max_epochs": 2}``.
-    retrieval_max_length : int, default=None
-        The ``max_length`` of the encoder for retrieval sets. None: the
-        encoder's own limit, as MTEB runs it (the ``max_seq_length`` of its
-        sentence-transformers configuration: 256 for all-MiniLM-L6-v2), else
-        ``embedder.max_length``. STS sets use ``embedder`` as it is.
+    retrieval_params : dict, default=None
+        ``BertEmbedder`` parameters for retrieval sets, e.g.
+        ``{"pooling": "cls"}``. Where it does not set ``max_length`` or
+        ``pooling``, a retrieval set runs the encoder as MTEB does, with its
+        sentence-transformers settings (`skflow.embedding.stock_settings`;
+        all-MiniLM-L6-v2: mean pooling, 256 tokens), else as ``embedder``.
+        STS sets use ``embedder`` as it is.
+    precisions : sequence of {"float32", "int8", "binary"}, default=("float32",)
+        How vectors are stored and scored, after each method: float32;
+        int8 codes (`~skflow.Quantizer`, fitted on the set's corpus, scored
+        by the cosine of their dequantized vectors); binary codes (scored by
+        Hamming distance; for retrieval also ``/binary-asym``, float
+        queries against the codes, and ``/binary-rescore``, the Hamming top
+        100 rescored with float32 vectors). Results other than float32 are
+        under ``"METHOD/PRECISION"``.
     log : callable, default=None
         Receives progress messages.
 
@@ -143,8 +159,9 @@ def evaluate(
         of that method on that set, plus ``fit_seconds``;
         ``results["retrieval"][set][method]`` is its :func:`retrieval_report`
         (``"ndcg@10"``, ``"recall@100"``), plus ``fit_seconds``, and
-        ``results["retrieval_settings"][set]`` the encoder's ``max_length``
-        there; ``results["skipped"]`` lists the sets left out and why.
+        ``results["retrieval_settings"][set]`` the encoder's ``pooling`` and
+        ``max_length`` there; ``results["skipped"]`` lists the sets left out
+        and why.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
@@ -158,6 +175,8 @@ def evaluate(
         if needed > width:
             raise ValueError(f"method {method!r} needs {needed} dimensions, but {embedder.model_name_or_path!r} "
                              f"embeds {width}.")
+    if bad := [p for p in precisions if p not in PRECISIONS] or not precisions:
+        raise ValueError(f"Unknown precisions {bad}; valid ones are {', '.join(PRECISIONS)}.")
     unknown = [s for s in sets if s not in EVALUATION_SETS]
     if unknown:
         raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")
@@ -175,11 +194,12 @@ def evaluate(
                 raise
             results["skipped"][name] = str(exc)
             log(f"[{SET_LABELS[name]}] skipped: data not found")
+    if any(s in BEIR_SETS for s in data):
+        retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
     for name in [s for s in data if s in BEIR_SETS]:
-        retrieval = clone(embedder).set_params(max_length=retrieval_max_length or stock_max_length(embedder)
-                                               or embedder.max_length)
-        results["retrieval_settings"][name] = {"max_length": retrieval.max_length}
-        results["retrieval"][name] = _evaluate_retrieval(name, data.pop(name), retrieval, estimators, log)
+        results["retrieval_settings"][name] = {"pooling": retrieval.pooling, "max_length": retrieval.max_length}
+        results["retrieval"][name] = _evaluate_retrieval(name, data.pop(name), retrieval, estimators, precisions,
+                                                         log)
     for name, full in data.items():
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
         sentences = full.pairs.ravel()
@@ -199,18 +219,26 @@ def evaluate(
             else:
                 estimator.fit(train)
                 latent = estimator.transform(test)  # 3-D: an ndarray whatever set_output says
-            report = sts_report(latent, gold, subsets)
-            report["fit_seconds"] = time.perf_counter() - start
-            results["sets"][name][method] = report
-            log(f"[{SET_LABELS[name]}] {method}: wmean {100 * report['wmean']:.2f}, all {100 * report['all']:.2f}")
+            fit_seconds = time.perf_counter() - start
+            for precision in precisions:
+                row, stored = method if precision == "float32" else f"{method}/{precision}", latent
+                if precision != "float32":  # the codes' own similarity: dequantized cosine, or 1 - 2 hamming / d
+                    codes = Quantizer(precision=precision).fit(train if estimator is None else
+                                                               estimator.transform(train))
+                    stored = codes.inverse_transform(codes.transform(latent))
+                report = sts_report(stored, gold, subsets)
+                report["fit_seconds"] = fit_seconds
+                results["sets"][name][row] = report
+                log(f"[{SET_LABELS[name]}] {row}: wmean {100 * report['wmean']:.2f}, all {100 * report['all']:.2f}")
     return results
 
 
-def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dict, log) -> dict:
-    """Each method fitted on the corpus embeddings (never on a query), applied to both, scored by `retrieval_report`."""
+def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dict, precisions, log) -> dict:
+    """Each method fitted on the corpus embeddings (never on a query), applied to both, stored at each precision
+    (codes fitted on the corpus too), scored by `retrieval_report`."""
     label = SET_LABELS[name]
     log(f"[{label}] embedding {len(data.corpus):,} documents and {len(data.queries):,} queries "
-        f"(max_length {embedder.max_length})")
+        f"(pooling {embedder.pooling}, max_length {embedder.max_length})")
     start = time.perf_counter()
     documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
     log(f"[{label}] embedded in {time.perf_counter() - start:.1f} s")
@@ -221,57 +249,80 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dic
             fitted_documents, fitted_queries = documents, queries
         else:
             estimator = clone(estimator).fit(documents)
-            fitted_documents, fitted_queries = np.asarray(estimator.transform(documents)), np.asarray(
-                estimator.transform(queries))
+            fitted_documents, fitted_queries = (np.asarray(estimator.transform(x)) for x in (documents, queries))
         fit_seconds = time.perf_counter() - start
-        out[method] = retrieval_report(fitted_queries, fitted_documents, data.qrels, data.query_ids, data.corpus_ids)
-        out[method]["fit_seconds"] = fit_seconds
-        log(f"[{label}] {method}: nDCG@10 {100 * out[method]['ndcg@10']:.2f}, "
-            f"recall@100 {100 * out[method]['recall@100']:.2f}")
+        for row, found in _searches(method, fitted_queries, fitted_documents, precisions):
+            out[row] = retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)
+            out[row]["fit_seconds"] = fit_seconds
+            log(f"[{label}] {row}: nDCG@10 {100 * out[row]['ndcg@10']:.2f}, "
+                f"recall@100 {100 * out[row]['recall@100']:.2f}")
     return out
 
 
-def retrieval_report(queries, documents, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
-    """nDCG@10 and recall@100 of ranking ``documents`` by cosine similarity to each of ``queries``.
+def _searches(method: str, queries: np.ndarray, documents: np.ndarray, precisions):
+    """``(row name, (scores, indices))``: the top 100 documents of each query as each precision stores them."""
+    k = min(100, len(documents))
+    for precision in precisions:
+        if precision == "float32":
+            yield method, search(queries, documents, k)
+        elif precision == "int8":
+            codes = Quantizer(precision="int8").fit(documents)
+            yield f"{method}/int8", search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)),
+                                           k)
+        else:
+            codes = Quantizer(precision="binary").fit(documents)
+            query_bits, document_bits = codes.transform(queries), codes.transform(documents)
+            yield f"{method}/binary", search(query_bits, document_bits, k, metric="hamming")
+            yield f"{method}/binary-asym", search(queries, document_bits, k, metric="asymmetric")
+            top = search(query_bits, document_bits, k, metric="hamming")[1]
+            yield f"{method}/binary-rescore", search(queries, documents, k, candidates=top)
+
+
+def retrieval_report(scores, indices, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
+    """nDCG@10 and recall@100 of the documents found for each query, as trec_eval ranks them.
 
     Parameters
     ----------
-    queries : array-like of shape (n_queries, n_features)
-        The vectors of the queries ``query_ids``, in that order.
-    documents : array-like of shape (n_documents, n_features)
-        The vectors of the documents ``corpus_ids``, in that order.
+    scores, indices : array-like of shape (n_queries, n_found)
+        What :func:`skflow.compression.search` returns: each query's documents
+        (rows of ``corpus_ids``) and their scores, ``n_found`` >= 100 (or the
+        whole corpus) for recall@100.
     qrels : dict
         Query id -> {document id: relevance}, as :func:`~skflow.datasets.load_beir` gives it.
     query_ids, corpus_ids : sequence of str
+        The ids of the rows of ``scores`` and of the documents searched.
 
     Returns
     -------
     report : dict
-        ``{"ndcg@10": ..., "recall@100": ...}``, each in [0, 1]: the top 100
-        documents of each query (:func:`~skflow.metrics.cosine_top_k`),
-        scored by :func:`~skflow.metrics.ndcg_at_k` and
-        :func:`~skflow.metrics.recall_at_k`.
+        ``{"ndcg@10": ..., "recall@100": ...}``, each in [0, 1]: scored by
+        :func:`~skflow.metrics.ndcg_at_k` and :func:`~skflow.metrics.recall_at_k`.
 
     Examples
     --------
+    >>> from skflow.compression import search
     >>> from skflow.evaluation import retrieval_report
-    >>> report = retrieval_report([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.2]],
-    ...                           {"q1": {"d2": 1}, "q2": {"d2": 1}}, ["q1", "q2"], ["d1", "d2"])
+    >>> found = search([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.2]], k=2)
+    >>> report = retrieval_report(*found, {"q1": {"d2": 1}, "q2": {"d2": 1}}, ["q1", "q2"], ["d1", "d2"])
     >>> {name: round(value, 4) for name, value in report.items()}
     {'ndcg@10': 0.8155, 'recall@100': 1.0}
     """
-    indices, similarities = cosine_top_k(queries, documents, 100)
-    if len(query_ids) != indices.shape[0] or len(corpus_ids) != np.asarray(documents).shape[0]:
-        raise ValueError(f"got {indices.shape[0]} query vectors for {len(query_ids)} query ids and "
-                         f"{np.asarray(documents).shape[0]} document vectors for {len(corpus_ids)} document ids")
-    run = {query: {corpus_ids[i]: float(s) for i, s in zip(row, scores)}
-           for query, row, scores in zip(query_ids, indices, similarities)}
+    scores, indices = np.asarray(scores), np.asarray(indices)
+    if scores.shape != indices.shape or scores.ndim != 2 or len(query_ids) != len(indices):
+        raise ValueError(f"got scores of shape {scores.shape} and indices of shape {indices.shape} for "
+                         f"{len(query_ids)} query ids")
+    if indices.size and not (0 <= indices.min() and indices.max() < len(corpus_ids)):
+        raise ValueError(f"indices must be rows of the {len(corpus_ids)} documents of corpus_ids")
+    run = {query: {corpus_ids[i]: float(s) for i, s in zip(row, values)}
+           for query, row, values in zip(query_ids, indices, scores)}
     return {"ndcg@10": ndcg_at_k(qrels, run, 10), "recall@100": recall_at_k(qrels, run, 100)}
 
 
-def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title: str = "") -> str:
+def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title: str = "",
+                    retrieval_title: str | None = None) -> str:
     """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol; then retrieval
-    sets by columns, nDCG@10 and recall@100 x 100, in a table of their own."""
+    sets by columns, nDCG@10 and recall@100 x 100, in a table of their own (headed ``retrieval_title``, else
+    ``title``: its encoder settings may differ)."""
     sets = list(results["sets"])
     methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
     out = []
@@ -288,6 +339,7 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
         out.append("")
     retrieval = results.get("retrieval") or {}
     if retrieval:
+        title = title if retrieval_title is None else retrieval_title
         heading = f"{title} — " if title else ""
         out.append(f"{heading}retrieval, nDCG@10 and recall@100 x 100\n")
         columns = [(s, metric) for s in retrieval for metric in RETRIEVAL_METRICS]

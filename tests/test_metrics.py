@@ -9,7 +9,6 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 
 from skflow import FlowGaussianizer
 from skflow.metrics import (
-    cosine_top_k,
     make_sts_scorer,
     ndcg_at_k,
     paired_cosine,
@@ -163,15 +162,3 @@ def test_queries_without_a_relevant_document_retrieved_count_as_zero():
         ndcg_at_k(qrels, run, 0)
 
 
-def test_cosine_top_k_is_the_full_sort_in_chunks():
-    rng = np.random.RandomState(0)
-    queries, documents = rng.normal(size=(7, 5)), rng.normal(size=(40, 5)) * rng.uniform(0.1, 10, size=(40, 1))
-    documents[3] = documents[11] * 2  # the same direction: equal similarities, the lower index first
-    indices, similarities = cosine_top_k(queries, documents, 12, chunk_size=3)
-    cosines = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
-        documents / np.linalg.norm(documents, axis=1, keepdims=True)).T
-    np.testing.assert_array_equal(indices, np.argsort(-cosines, axis=1, kind="stable")[:, :12])
-    np.testing.assert_allclose(similarities, np.take_along_axis(cosines, indices, axis=1))
-    assert indices.dtype == np.int64 and similarities.dtype == np.float64
-    assert cosine_top_k(queries.astype(np.float32), documents.astype(np.float32), 100)[1].shape == (7, 40)
-    assert cosine_top_k(queries.astype(np.float32), documents.astype(np.float32), 3)[1].dtype == np.float32

@@ -15,6 +15,7 @@ from skflow.embedding._encoding import (
     n_hidden_layers,
     pool,
     quiet_transformers,
+    stock_settings,
 )
 from skflow.embedding._model_source import (
     DEFAULT_MODEL,
@@ -22,7 +23,6 @@ from skflow.embedding._model_source import (
     EncoderNotFoundError,
     pinned_model_source,
     resolve_model_source,
-    stock_max_length,
 )
 from skflow.embedding._options import (
     NEW_PARAMETER_DEFAULTS,
@@ -57,6 +57,6 @@ __all__ = [
     "position_limit",
     "quiet_transformers",
     "resolve_model_source",
-    "stock_max_length",
+    "stock_settings",
     "validate_texts",
 ]

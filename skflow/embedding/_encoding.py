@@ -18,7 +18,7 @@ import torch
 
 from skflow.embedding import _fused_bert
 from skflow.embedding._fused_bert import fused_encoder, keep_transformers_forward
-from skflow.embedding._model_source import EncoderNotFoundError, not_found_message
+from skflow.embedding._model_source import EncoderNotFoundError, not_found_message, stock_file
 from skflow.embedding._options import check_attention
 from skflow.utils import per_thread_limits, torch_threads
 
@@ -38,6 +38,8 @@ POOLINGS: dict[str, tuple[str, tuple[int, ...], str] | str] = {
 }
 # token reduction -> sentence-transformers' Pooling mode that computes the same vector
 STOCK_MODES = {entry[0]: entry[2] for entry in POOLINGS.values() if isinstance(entry, tuple)}
+# sentence-transformers' Pooling mode -> the pooling of that name on the last layer (the modes skflow computes)
+_OWN_POOLINGS = {entry[2]: name for name, entry in POOLINGS.items() if isinstance(entry, tuple) and entry[1] == (-1,)}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -324,3 +326,27 @@ def padding_id(tokenizer) -> int:
         if isinstance(token_id, int):
             return token_id
     return 0
+
+
+def stock_settings(embedder) -> dict:
+    """How sentence-transformers (and MTEB) run the embedder's encoder, where its files say: ``max_length`` (the
+    ``max_seq_length`` of ``sentence_bert_config.json``; all-MiniLM-L6-v2: 256) and ``pooling`` (the skflow name of
+    its Pooling module's mode: ``"mean"`` there); a setting its files do not give, or that skflow cannot compute, is
+    left out."""
+    settings = {}
+    config = stock_file(embedder, "sentence_bert_config.json")
+    length = config.get("max_seq_length") if isinstance(config, dict) else None
+    if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
+        settings["max_length"] = length
+    modules = stock_file(embedder, "modules.json")
+    folders = [m.get("path") for m in modules if isinstance(m, dict) and str(m.get("type")).endswith(".Pooling")] \
+        if isinstance(modules, list) else []
+    config = stock_file(embedder, f"{folders[0]}/config.json") if len(folders) == 1 and isinstance(folders[0], str) \
+        else None
+    if isinstance(config, dict):
+        mode = config.get("pooling_mode") or [flag.removeprefix("pooling_mode_").removesuffix("_token").removesuffix(
+            "_tokens") for flag, on in config.items() if flag.startswith("pooling_mode_") and on is True]
+        mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
+        if isinstance(mode, str) and mode in _OWN_POOLINGS:
+            settings["pooling"] = _OWN_POOLINGS[mode]
+    return settings

@@ -197,25 +197,25 @@ def _looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
-def stock_max_length(embedder) -> int | None:
-    """The ``max_seq_length`` that sentence-transformers gives an embedder's encoder (its folder's
-    ``sentence_bert_config.json``; a hub model's, where the local cache holds that file), None if it has none.
-
-    MTEB runs a sentence-transformers model at that length (all-MiniLM-L6-v2: 256).
-    """
+def stock_file(embedder, name: str):
+    """A JSON file of the embedder's encoder as sentence-transformers saved it (in its folder; a hub model's where
+    the local cache holds it), parsed; None where there is none, or it is not JSON."""
     import json
 
     source = pinned_model_source(embedder)
-    path = Path(source.path_or_id) / "sentence_bert_config.json"
+    path = Path(source.path_or_id) / name
     if not Path(source.path_or_id).is_dir():
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(source.path_or_id, "sentence_bert_config.json", revision=source.revision)
+        cached = try_to_load_from_cache(source.path_or_id, name, revision=source.revision)
         if not isinstance(cached, str):
             return None
         path = Path(cached)
     if not path.is_file():
         return None
     with open_regular_file(path, 1 << 20) as stream:
-        value = json.loads(stream.read().decode("utf-8")).get("max_seq_length")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
+        try:
+            value = json.loads(stream.read().decode("utf-8"))
+        except ValueError:
+            return None
+    return value
