@@ -1,5 +1,6 @@
 """skflow: BERT-flow as scikit-learn estimators."""
 
+from skflow.compression import ITQRotation
 from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
@@ -14,6 +15,7 @@ __all__ = [
     "EncoderChangedError",
     "FewRowsWarning",
     "FlowGaussianizer",
+    "ITQRotation",
     "MeanDirectionRemover",
     "NotInvertibleError",
     "UndefinedSpearmanWarning",

@@ -11,11 +11,12 @@ import skflow
 PACKAGE = Path(skflow.__file__).parent
 MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 12
-SUBPACKAGES = ("datasets", "embedding", "flow_estimator", "flows", "ray_jobs", "saved_models", "utils", "whitening")
+SUBPACKAGES = ("compression", "datasets", "embedding", "flow_estimator", "flows", "ray_jobs", "saved_models", "utils",
+               "whitening")
 
 # What each subsystem (a subpackage, or a module at the top) may import: the README's story read bottom-up,
 # text -> embeddings -> flow -> evaluation, serving, scale. Pure PyTorch (flows) and the metrics import nothing.
-_ESTIMATORS = {"skflow.embedder", "skflow.gaussianizer", "skflow.whitening"}
+_ESTIMATORS = {"skflow.compression", "skflow.embedder", "skflow.gaussianizer", "skflow.whitening"}
 ALLOWED = {
     "skflow.metrics": set(),
     "skflow.flows": set(),
@@ -24,6 +25,7 @@ ALLOWED = {
     "skflow.datasets": {"skflow.utils"},
     "skflow.embedding": {"skflow.utils"},
     "skflow.whitening": {"skflow.utils", "skflow.metrics"},
+    "skflow.compression": {"skflow.utils", "skflow.metrics", "skflow.whitening"},
     "skflow.flow_estimator": {"skflow.flows", "skflow.utils", "skflow.metrics"},
     "skflow.embedder": {"skflow.embedding", "skflow.utils"},
     "skflow.gaussianizer": {"skflow.flow_estimator", "skflow.flows", "skflow.utils"},
