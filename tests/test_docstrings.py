@@ -15,6 +15,7 @@ MODULES = [
     "skflow.flows.glow",
     "skflow.flows.optim",
     "skflow.whitening",
+    "skflow.compression",
     "skflow.evaluation",
 ]
 
