@@ -3,11 +3,10 @@
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 
-from skflow.utils import InvalidModelError, row_chunks, unchanged_on_failure, validate_embeddings
+from skflow.utils import InvalidModelError, row_chunks
 from skflow.whitening import LinearPostProcessor, Whitener
 
 __all__ = ["ITQRotation"]
@@ -141,6 +140,7 @@ class ITQRotation(LinearPostProcessor):
         "scale_": ("n_components_",), "n_iter_": (Integral, 0, None),
         "quantization_loss_": (Real, 0.0, np.finfo(np.float64).max), "n_features_in_": (Integral, "d", "d"),
     }
+    _incremental = False  # each step needs every row: fit only
     _lost = "the directions left out by n_components are lost and cannot be recovered. Fit with n_components=None"
 
     def __init__(self, n_components=None, *, n_iter=50, random_state=None):
@@ -148,29 +148,8 @@ class ITQRotation(LinearPostProcessor):
         self.n_iter = n_iter
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Fit the mean, the principal directions and the rotation to ``X``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_samples, k, n_features)
-            Embeddings; 3-D input (e.g. sentence pairs) is fitted on all
-            ``n_samples * k`` rows. A ``numpy.memmap`` is read a chunk at a
-            time, never whole.
-        y : Ignored
-            Not used, present for API consistency by convention.
-
-        Returns
-        -------
-        self : object
-            The fitted estimator.
-        """
-        with unchanged_on_failure(self):
-            self._fit_itq(validate_embeddings(self, X, reset=True)[0])
-        return self
-
-    def _fit_itq(self, X2d: np.ndarray) -> None:
+    def _fit_rows(self, X2d: np.ndarray, first: bool) -> None:
+        """The mean, the principal directions and the rotation, from every row of ``X2d`` (``first``: always)."""
         n_features = X2d.shape[1]
         n_kept = n_features if self.n_components is None else self.n_components
         if n_kept > n_features:
