@@ -114,7 +114,7 @@ def test_a_memmap_is_fitted_as_the_array_and_only_a_full_map_inverts(tmp_path, c
 
 
 # ------------------------------------------------------------------ saving
-def test_skops_joblib_and_pickle_round_trips_and_crafted_states_are_refused(tmp_path, corpus):
+def test_skops_joblib_pickle_and_onnx_and_crafted_states_are_refused(tmp_path, corpus):
     itq = ITQRotation(8, n_iter=10, random_state=0).fit(corpus)
     path = skflow.dump(itq, tmp_path / "itq.skops")
     assert skops.io.get_untrusted_types(file=path) == ["skflow.compression.ITQRotation"]
@@ -122,6 +122,13 @@ def test_skops_joblib_and_pickle_round_trips_and_crafted_states_are_refused(tmp_
     for loaded in (skflow.load(path), joblib.load(tmp_path / "itq.joblib"), pickle.loads(pickle.dumps(itq))):
         assert type(loaded) is ITQRotation and loaded.get_params() == itq.get_params()
         np.testing.assert_array_equal(loaded.transform(corpus), itq.transform(corpus))
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(itq.to_onnx(tmp_path / "itq.onnx")), providers=["CPUExecutionProvider"])
+    (Z,) = session.run(None, {"x": corpus[:100].astype(np.float32)})
+    assert np.abs(Z - itq.transform(corpus[:100].astype(np.float32))).max() < 1e-6
+    W, b = itq.linear_map()
+    assert np.abs(corpus @ W + b - itq.transform(corpus)).max() < 1e-12 and np.array_equal(W, itq.components_.T)
     rotation = np.linalg.qr(np.random.RandomState(1).normal(size=(8, 8)))[0]
     crafted = [
         ("components_", itq.components_ * 1.5, "components_ must have orthonormal rows"),

@@ -22,7 +22,7 @@ class ITQRotation(LinearPostProcessor):
     quantization loss ``||sign(V R) - V R||_F^2``: from a seeded random
     (Haar) rotation, it alternates the codes ``B = sign(V R)`` and the
     orthogonal Procrustes solution ``R = U W^T`` of ``V^T B = U S W^T``.
-    Each step can only lower the loss. The output ``z = (x - mean_) @
+    No step raises the loss. The output ``z = (x - mean_) @
     components_.T``, with ``components_ = (P R)^T`` (``P`` the principal
     directions as columns), is a rotation of the centred vectors: cosines
     between outputs are those of the centred (and, for ``K < n_features``,
@@ -56,8 +56,8 @@ class ITQRotation(LinearPostProcessor):
     Everything is computed in float64, whatever the input dtype; the output
     has the input's dtype. ``fit`` reads its input a chunk of rows at a
     time: a ``numpy.memmap`` is read ``n_iter_ + 2`` times (the moments,
-    then one pass per step), never whole; a pass costs ``2 n d K``
-    multiply-adds. There is no ``partial_fit``: each step needs every row.
+    one pass per step, one for the final loss), never whole; a pass costs
+    ``2 n d K`` multiply-adds. There is no ``partial_fit``: each step needs every row.
     Where every direction is kept (``n_components=None``) the map is a
     rotation and has an exact ``inverse_transform``. It exports as a stock
     ``Dense`` module (`skflow.export_sentence_transformer`), so that
