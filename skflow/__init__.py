@@ -1,6 +1,6 @@
 """skflow: BERT-flow as scikit-learn estimators."""
 
-from skflow.compression import Quantizer
+from skflow.compression import ITQRotation, Quantizer
 from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
@@ -15,6 +15,7 @@ __all__ = [
     "EncoderChangedError",
     "FewRowsWarning",
     "FlowGaussianizer",
+    "ITQRotation",
     "MeanDirectionRemover",
     "NotInvertibleError",
     "Quantizer",

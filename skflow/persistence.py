@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sklearn.base import BaseEstimator
 
-from skflow.compression import Quantizer
+from skflow.compression import ITQRotation, Quantizer
 from skflow.embedder import BertEmbedder
 from skflow.embedding import check_hub_options
 from skflow.gaussianizer import FlowGaussianizer
@@ -17,8 +17,8 @@ from skflow.whitening import MeanDirectionRemover, Whitener
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
 # skflow's estimators, and a check of what scikit-learn's constraints cannot express (model_kwargs' keys, ...)
-_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, MeanDirectionRemover: None, Quantizer: None,
-                   Whitener: None}
+_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, ITQRotation: None,
+                   MeanDirectionRemover: None, Quantizer: None, Whitener: None}
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 

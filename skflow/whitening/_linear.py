@@ -6,7 +6,9 @@ in float64 a chunk of rows at a time. From them the base transforms, inverts
 (where every direction is kept), exports (``linear_map``, ONNX, a stock
 ``Dense`` in `skflow.serving`) and checks a restored state against the table
 `_FITTED` of its fitted attributes. A subclass that keeps running moments
-defines ``_fit_rows(X2d, first)`` and gets ``fit`` and ``partial_fit``; one
+defines ``_fit_rows(X2d, first)`` and gets ``fit`` and ``partial_fit`` (one
+whose fit needs every row at once sets ``_incremental = False``: ``fit``
+only); one
 with a density defines ``_log_prob_rows`` and gets ``score_samples`` and
 ``score``; one whose map has another form overrides ``_affine`` (and
 ``_transform_rows``, to stay linear in the width).
@@ -68,6 +70,12 @@ def _keeps_every_direction(owner, estimator) -> None:
                                  f"directions, but this one keeps {n_kept}: {owner._lost}.")
 
 
+def _merges_rows(owner, estimator) -> None:
+    """``partial_fit`` where ``_fit_rows`` merges rows into what earlier calls fitted."""
+    if not (hasattr(owner, "_fit_rows") and owner._incremental):
+        raise AttributeError(f"'{owner.__name__}' object has no attribute 'partial_fit'")
+
+
 def _has(hook: str, method: str):
     def check(owner, estimator) -> None:
         if not hasattr(owner, hook):
@@ -82,6 +90,7 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
     _FITTED: dict = {"mean_": ("d",), "components_": ("k", "d"), "scale_": ("k",),
                      "n_features_in_": (Integral, "d", "d")}
     _invertible = True  # False: a projection, no inverse_transform at all
+    _incremental = True  # False: _fit_rows needs every row (first is always True), no partial_fit
     _lost = "the directions it leaves out are lost and cannot be recovered"
     score_samples = _OfferedIf(_has("_log_prob_rows", "score_samples"))(EmbeddingMapMixin.score_samples)
     score = _OfferedIf(_has("_log_prob_rows", "score"))(EmbeddingMapMixin.score)
@@ -108,7 +117,7 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
             self._fit_rows(validate_embeddings(self, X, reset=True)[0], first=True)
         return self
 
-    @_OfferedIf(_has("_fit_rows", "partial_fit"))
+    @_OfferedIf(_merges_rows)
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y=None):
         """Merge the rows of ``X`` into the running moments and refit the map from them.
