@@ -144,7 +144,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
                     "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
                     "removed, D an integer >= 1 in digits 0-9), pca-K (PCA to K dimensions, no whitening), "
-                    "renorm (the mean direction projected out, without centring), flow (default: %(default)s)")
+                    "renorm (the mean direction projected out, without centring), flow, itq (a rotation fitted for "
+                    "binary codes), itq-K (on K principal directions), rotation (a random one: itq's baseline) "
+                    "(default: %(default)s)")
     ev.add_argument("--sets", nargs="+", choices=EVALUATION_SETS, metavar="SET",
                     help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)} "
                     "(default: the seven STS sets, skipping those whose data is missing; a set named here must be "
@@ -282,7 +284,7 @@ def _evaluate_command(args) -> int:
     if not results["sets"] and not results.get("retrieval"):
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
-    stock = next(iter(results["retrieval_settings"].values()), {})
+    stock = next(iter(results.get("retrieval_settings", {}).values()), {})
     tables = markdown_tables(results, args.protocol, title=f"{args.model}, pooling {settings['pooling']}",
                              retrieval_title=f"{args.model}, pooling {stock.get('pooling')}, max_length "
                              f"{stock.get('max_length')}")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from sklearn.base import clone
 
-from skflow.compression import Quantizer, search
+from skflow.compression import ITQRotation, Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.embedding import stock_settings
@@ -70,7 +70,11 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     - ``"renorm"``: the mean direction projected out, without centring
       ("renormalization"), :class:`~skflow.MeanDirectionRemover`;
     - ``"flow"``: :class:`~skflow.FlowGaussianizer` with the official
-      defaults (``flow_params`` changes them).
+      defaults (``flow_params`` changes them);
+    - ``"itq"``: :class:`~skflow.ITQRotation`, the centred vectors rotated
+      so that sign bits lose the least; ``"itq-K"`` on the first ``K``
+      principal directions; ``"rotation"``: a random rotation of the
+      centred vectors (``ITQRotation(n_iter=0)``), its baseline.
 
     Examples
     --------
@@ -85,9 +89,13 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return Whitener(**simple[name])
     if name == "renorm":
         return MeanDirectionRemover()
-    match = re.fullmatch(r"(whiten|abtt|pca)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
+    if name in ("itq", "rotation"):
+        return ITQRotation(random_state=random_state, **({"n_iter": 0} if name == "rotation" else {}))
+    match = re.fullmatch(r"(whiten|abtt|pca|itq)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
     if match and int(match.group(2)) >= 1:
         k = int(match.group(2))
+        if match.group(1) == "itq":
+            return ITQRotation(n_components=k, random_state=random_state)
         sized = {"whiten": {"n_components": k}, "abtt": {"n_remove": k, "power": 0},
                  "pca": {"n_components": k, "power": 0}}
         return Whitener(**sized[match.group(1)])
@@ -95,7 +103,8 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
         f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 in digits 0-9, e.g. "
-        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca-K (e.g. pca-128), renorm and flow."
+        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca-K (e.g. pca-128), renorm, flow, "
+        "itq, itq-K (e.g. itq-128) and rotation."
     )
 
 
@@ -171,7 +180,8 @@ def evaluate(
     embedder._validate_params()
     width = embedder.transform([]).shape[1]  # its own checks, from the encoder's configuration: nothing is embedded
     for method, estimator in estimators.items():
-        needed = estimator.n_remove + (estimator.n_components or 1) if isinstance(estimator, Whitener) else 1
+        needed = (getattr(estimator, "n_remove", 0) + (estimator.n_components or 1)
+                  if isinstance(estimator, (Whitener, ITQRotation)) else 1)
         if needed > width:
             raise ValueError(f"method {method!r} needs {needed} dimensions, but {embedder.model_name_or_path!r} "
                              f"embeds {width}.")

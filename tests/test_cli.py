@@ -82,7 +82,11 @@ def test_make_method():
         assert isinstance(method, Whitener) and {k: method.get_params()[k] for k in params} == params
     assert make_method("flow", random_state=3, flow_params={"max_epochs": 2}).get_params()["max_epochs"] == 2
     assert isinstance(make_method("renorm"), MeanDirectionRemover)
-    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt", "pca-0", "pca", "renorm-2"):
+    itq = {name: make_method(name, random_state=5).get_params() for name in ("itq", "itq-64", "rotation")}
+    assert [(p["n_components"], p["n_iter"], p["random_state"]) for p in itq.values()] == [
+        (None, 50, 5), (64, 50, 5), (None, 0, 5)]
+    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt", "pca-0", "pca", "renorm-2", "itq-0",
+                "rotation-2"):
         with pytest.raises(ValueError, match="valid methods are none, center, whiten, whiten-K"):
             make_method(bad)
 
