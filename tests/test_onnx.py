@@ -20,7 +20,7 @@ def rows(stsb_test_cls, stsb_test_mean):
 
 @pytest.mark.parametrize("params", CONFIGS, ids=str)
 def test_onnxruntime_equals_transform_on_10000_real_vectors(tmp_path, rows, params):
-    flow = FlowGaussianizer(random_state=0, **params).fit(rows[:5516])
+    flow = FlowGaussianizer(random_state=0, **params).fit(rows[:1024])  # trained weights; the export is the test
     assert flow.constant_features_.sum() >= 2  # the graph also passes constant features through
     path = flow.to_onnx(tmp_path / "flow.onnx")
     onnx.checker.check_model(str(path))
@@ -47,7 +47,7 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
 def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path, rows, make, monkeypatch):
     import os
 
-    model = make().fit(rows[:2000])
+    model = make().fit(rows[:512])
     path = model.to_onnx(tmp_path / "model.onnx")
     old = path.read_bytes()
 
@@ -56,7 +56,7 @@ def test_an_export_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_pat
 
     monkeypatch.setattr(os, "fsync", crash)  # the new file is written whole, then the flush fails
     with pytest.raises(OSError, match="simulated"):
-        make().fit(rows[2000:4000]).to_onnx(path)
+        make().fit(rows[512:1024]).to_onnx(path)
     assert path.read_bytes() == old and sorted(tmp_path.iterdir()) == [path]
 
 
