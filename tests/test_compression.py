@@ -127,6 +127,9 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         Quantizer().__setstate__({**binary, "ranges_": ranges})
     with pytest.raises(InvalidModelError, match="n_features_in_ must be a positive int"):
         Quantizer().__setstate__({**binary, "n_features_in_": 0})
+    for precision in (np.array(["binary", "binary"]), np.array(["binary"]), ["binary"]):  # not a str: refused
+        with pytest.raises(InvalidModelError, match="precision must be one of int8, uint8, binary, ubinary"):
+            Quantizer().__setstate__({**binary, "precision": precision})
     path = skflow.dump(Quantizer(precision="binary").fit(X), tmp_path / "b.skops")
     loaded = skflow.load(path)
     loaded.precision = "int4"
@@ -195,7 +198,11 @@ def test_search_refuses_what_it_cannot_rank():
         "metric must be one of cosine, dot, hamming, asymmetric": dict(queries=floats, corpus=floats, metric="l2"),
         "needs packed binary codes": dict(queries=floats, corpus=floats, metric="hamming"),
         "the same codes": dict(queries=bits.view(np.int8), corpus=bits, metric="hamming"),
-        "float queries of 8 x 2 features or fewer": dict(queries=floats[:, :8], corpus=bits, metric="asymmetric"),
+        "float queries of 9 to 16 features": dict(queries=floats[:, :8], corpus=bits, metric="asymmetric"),
+        "at least one column": dict(queries=bits[:, :0], corpus=bits[:, :0], metric="hamming"),
+        "int8 and uint8 codes": dict(queries=bits.view(np.int8), corpus=bits, metric="dot"),
+        r"beyond the integers float64 holds exactly \(2\*\*53\)": dict(queries=[[2**40, 1]], corpus=[[2**40, 1]] * 2,
+                                                                        k=1, metric="dot"),
         "queries have 16 features but the corpus has 8": dict(queries=floats, corpus=floats[:, :8]),
         "k must be an int from 1 to the 3 documents": dict(queries=floats, corpus=floats, k=4),
         "queries must be finite": dict(queries=floats + np.nan, corpus=floats),
@@ -208,6 +215,19 @@ def test_search_refuses_what_it_cannot_rank():
     for message, arguments in refused.items():
         with pytest.raises(ValueError, match=message):
             search(**arguments)
+
+
+def test_wider_integers_give_exact_dots_and_no_queries_give_no_results():
+    rows = np.array([[16385, 1], [16384, 3], [1, 1]], dtype=np.int16)  # 16385**2 + 1 is no float32 number
+    scores, indices = search(rows[:1], rows, 3, metric="dot")
+    assert scores.tolist() == [[268468226, 268451843, 16386]] and indices.tolist() == [[0, 1, 2]]
+    scores, indices = search([[1, 0]], [[1, 0], [0, 1]], 2, metric="dot")  # plain lists of ints: int64
+    assert scores.tolist() == [[1, 0]] and indices.tolist() == [[0, 1]]
+    bits = np.packbits(_sign_vectors(10, 16, 5) > 0, axis=1)
+    for queries, metric in ((bits[:0], "hamming"), (np.zeros((0, 16)), "cosine")):
+        corpus = bits if metric == "hamming" else _sign_vectors(10, 16, 5)
+        scores, indices = search(queries, corpus, 2, metric=metric, candidates=np.zeros((0, 3), np.int64))
+        assert scores.shape == indices.shape == (0, 2)
 
 
 # ------------------------------------------------------------------ real embeddings

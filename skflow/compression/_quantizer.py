@@ -266,7 +266,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """The fitted attributes of the state's precision (which is checked first: they depend on it)."""
         if "precision" not in state:
             raise InvalidModelError("the saved Quantizer lacks its parameters precision")
-        if (precision := state["precision"]) not in PRECISIONS:
+        if not isinstance(precision := state["precision"], str) or precision not in PRECISIONS:
             raise InvalidModelError(f"the saved Quantizer's precision must be one of {', '.join(PRECISIONS)}, got "
                                     f"{str(precision)[:40]!r}")
         if precision in ("int8", "uint8"):
