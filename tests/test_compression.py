@@ -305,3 +305,25 @@ def test_binary_search_rescored_finds_what_float_search_finds(stsb):
         np.linalg.norm(queries, axis=1), np.linalg.norm(corpus, axis=1))
     assert np.abs(np.take_along_axis(reference, float_top, axis=1) - float_scores).max() < 1e-5
     assert np.abs(np.sort(reference, axis=1)[:, ::-1][:, :10] - float_scores).max() < 1e-5
+
+
+def test_the_speed_benchmark_names_what_it_timed(capsys):
+    """benchmarks/search_speed.py: --k named in the rows (they said top 10 whatever --k), a 20-d binary code is 3
+    bytes (was 2), and a corpus of fewer than 100 documents rescored its whole corpus (was an error)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_speed.py"
+    spec = importlib.util.spec_from_file_location("search_speed", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    benchmark.main(["--rounds", "1", "--queries", "40", "--documents", "60", "--dim", "20", "--k", "5"])
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line}
+    assert rows == {"search": "bytes a stored vector", "float32 matrix product Q @ D.T (reference, no top-k)": "80",
+                    "float32 cosine, top 5": "80", "float32 dot, top 5": "80", "int8 integer dot, top 5": "20",
+                    "binary Hamming, top 5": "3",
+                    "binary Hamming by XOR and popcount (the path of < 32 queries), top 5": "3",
+                    "binary asymmetric (float query), top 5": "3",
+                    "binary Hamming top 60, rescored with float32": "83",
+                    "binary Hamming top 60, rescored with int8": "23"}
