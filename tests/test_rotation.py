@@ -161,7 +161,8 @@ def test_on_real_embeddings_itq_loses_less_than_a_random_rotation_and_scores_sts
         itq = ITQRotation(k, random_state=0).fit(rows)
         assert random_loss[0] < baseline.quantization_loss_ < random_loss[1], baseline.quantization_loss_
         assert itq_loss[0] < itq.quantization_loss_ < itq_loss[1], itq.quantization_loss_
-        assert itq.n_iter_ <= 50
+        # the docs' "a fixed point after 43 steps" at K=384 (was `n_iter_ <= 50`, which n_iter=50 always gives)
+        assert 35 <= itq.n_iter_ < 50 if k == 384 else itq.n_iter_ == 50, itq.n_iter_
     # a rotation of the centred vectors: its STS Spearman (cosine) is centring's, 81.97 here
     scorer = make_sts_scorer()
     assert scorer(itq, pairs, scores) == pytest.approx(scorer(Whitener(power=0).fit(rows), pairs, scores), abs=1e-6)
