@@ -113,6 +113,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         "must be finite: ranges_": {**state, "ranges_": np.full((2, 10), np.nan)},
         "each minimum (row 0) at most its maximum": {**state, "ranges_": ranges[::-1].copy()},
         "ranges_ must hold float32 numbers": {**state, "ranges_": ranges * 1e300},
+        "ranges_ must hold float32 numbers ": {**state, "ranges_": ranges + 1e-12},  # no float32 number
         "ranges_ must be a 2-D float64": {**state, "ranges_": ranges.astype(np.float32)},
         "n_features_in_ must be 10": {**state, "n_features_in_": 11},
         "lacks its parameters precision": {k: v for k, v in state.items() if k != "precision"},

@@ -275,6 +275,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     def _check_fitted(self, state: dict) -> None:
         ranges = state.get("ranges_")
-        if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX):
+        if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX
+                                       and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")
