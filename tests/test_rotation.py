@@ -140,6 +140,7 @@ def test_skops_joblib_pickle_and_onnx_and_crafted_states_are_refused(tmp_path, c
         ("quantization_loss_", np.inf, "quantization_loss_ must be a finite float"),
         ("quantization_loss_", -1.0, "quantization_loss_ must be a finite float from 0.0"),
         ("mean_", np.full(12, np.nan), "the fitted arrays must be finite"),
+        ("mean_", np.full(12, 1.7e308), "mean_ must be below 1e+300"),  # finite, but transform gave -inf
     ]
     for name, value, message in crafted:
         bad = copy.deepcopy(itq)
