@@ -113,6 +113,29 @@ def test_a_memmap_is_fitted_as_the_array_and_only_a_full_map_inverts(tmp_path, c
         ITQRotation(13).fit(corpus)
 
 
+def test_a_fit_reads_the_rows_n_iter_plus_two_times_a_chunk_at_a_time(monkeypatch, corpus):
+    """The docs' count of passes over a memmap: the moments, one per step, one for the final loss."""
+    import skflow.compression._rotation as rotation_module
+    import skflow.whitening._covariance as covariance_module
+    from skflow.utils import row_chunks
+
+    passes, largest = [], []
+
+    def counted(X, dtype=None):
+        passes.append(len(X))
+        for start, part in row_chunks(X, dtype):
+            largest.append(len(part))
+            yield start, part
+
+    for module in (rotation_module, covariance_module):
+        monkeypatch.setattr(module, "row_chunks", counted)
+    monkeypatch.setattr("skflow.utils._estimators.CHUNK_ROWS", 1000)
+    for n_iter in (0, 7):
+        passes.clear()
+        itq = ITQRotation(6, n_iter=n_iter, random_state=0).fit(corpus)
+        assert itq.n_iter_ == n_iter and passes == [3000] * (n_iter + 2) and max(largest) == 1000
+
+
 # ------------------------------------------------------------------ saving
 def test_skops_joblib_pickle_and_onnx_and_crafted_states_are_refused(tmp_path, corpus):
     itq = ITQRotation(8, n_iter=10, random_state=0).fit(corpus)
