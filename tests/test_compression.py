@@ -229,6 +229,7 @@ def test_wider_integers_give_exact_dots_and_no_queries_give_no_results():
         corpus = bits if metric == "hamming" else _sign_vectors(10, 16, 5)
         scores, indices = search(queries, corpus, 2, metric=metric, candidates=np.zeros((0, 3), np.int64))
         assert scores.shape == indices.shape == (0, 2)
+        assert scores.dtype == search(queries, corpus, 2, metric=metric)[0].dtype  # int64 for Hamming
 
 
 # ------------------------------------------------------------------ real embeddings

@@ -95,7 +95,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     candidates = _candidates(candidates, len(queries), len(corpus), k)
     step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * (per_pair + per_document)))
     values = np.concatenate([score(candidates[start : start + step], rows=slice(start, start + step))
-                             for start in range(0, len(candidates), step)] or [np.zeros(candidates.shape)])
+                             for start in range(0, len(candidates), step)] or [score(candidates, rows=slice(0, 0))])
     return _top_k(values, candidates, k)
 
 
@@ -212,7 +212,7 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
     elif scores.dtype.kind == "i" and (bound := _key_bound(scores, indices)) < 2**62:
         # integer scores: one key that orders by score then index (no ties), for one partition
         kind = np.int32 if bound < 2**31 else np.int64
-        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max()) + 1)
+        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max(initial=0)) + 1)
         kept = np.argpartition(keys, k - 1, axis=1)[:, :k]
         indices = np.take_along_axis(np.broadcast_to(indices, scores.shape), kept, axis=1)
         scores = np.take_along_axis(scores, kept, axis=1)
@@ -232,7 +232,7 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
 
 def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
     """A bound on ``|index - score * (max index + 1)|``: whether the keys fit in int32 or int64."""
-    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max()) + 2)
+    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max(initial=0)) + 2)
 
 
 # ---------------------------------------------------------------- inputs
