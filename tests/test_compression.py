@@ -139,6 +139,23 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         skflow.load(skflow.dump(loaded, tmp_path / "int4.skops"))
 
 
+def test_a_refit_as_binary_codes_saves_and_loads_and_int8_codes_need_their_ranges(tmp_path):
+    """An int8 fit, then a binary refit, kept the stale ranges_, so its own skops, joblib or pickle file was
+    refused ("unknown attributes: ranges_"); a binary fit switched to int8 codes raised an AttributeError."""
+    from sklearn.exceptions import NotFittedError
+
+    X = np.random.RandomState(0).normal(size=(30, 10))
+    quantizer = Quantizer().fit(X).set_params(precision="binary").fit(X)
+    assert not hasattr(quantizer, "ranges_")
+    for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / "refit.skops")),
+                   pickle.loads(pickle.dumps(quantizer))):
+        assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+    switched = Quantizer(precision="binary").fit(X).set_params(precision="int8")
+    for method in (switched.transform, switched.inverse_transform, switched.score):
+        with pytest.raises(NotFittedError, match="This Quantizer instance is not fitted yet"):
+            method(X)
+
+
 # ------------------------------------------------------------------ search against brute force
 def _sign_vectors(n, d, seed):
     """Vectors of +-1 with many equal scores: dots, cosines (1/sqrt(64) is exact) and Hamming distances are exact."""

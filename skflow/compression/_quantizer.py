@@ -145,6 +145,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                     raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): int8 ranges are "
                                      "float32 numbers, as in sentence-transformers.")
                 self.ranges_ = np.vstack([low, high]).astype(np.float32).astype(np.float64)
+            else:  # a refit as binary codes: no ranges of an earlier int8 fit (a saved state holding them is refused)
+                vars(self).pop("ranges_", None)
         return self
 
     def transform(self, X):
@@ -161,7 +163,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ``"ubinary"``; ``n_codes`` is ``n_features`` for int8 and uint8,
             ``ceil(n_features / 8)`` for binary codes.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         X2d, shape = validate_embeddings(self, X, reset=False)
         codes = np.empty((X2d.shape[0], self._n_features_out), dtype=self._code_dtype)
         for start, part in row_chunks(X2d):
@@ -181,7 +183,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
             float32.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
         if codes.ndim not in (2, 3) or codes.shape[-1] != self._n_features_out or codes.dtype != self._code_dtype:
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
@@ -209,7 +211,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ranking). Otherwise: the mean cosine between each row and its
             `inverse_transform`, 1 for codes that lose nothing.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         return pairs_score(self, X, y, self._round_trip, self._kept_cosine, "the mean cosine with the dequantized rows")
 
     def __sklearn_tags__(self):
@@ -222,6 +224,11 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     @property
     def _integers(self) -> bool:
         return self.precision in ("int8", "uint8")
+
+    @property
+    def _fitted_names(self) -> list[str]:
+        """What a fit of this precision sets: int8 codes need the ranges (a binary fit has none)."""
+        return ["ranges_", "n_features_in_"] if self._integers else ["n_features_in_"]
 
     @property
     def _code_dtype(self) -> type:
