@@ -31,7 +31,9 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
         Results per query; at most the number of documents (or of candidates).
     metric : {"cosine", "dot", "hamming", "asymmetric"}, default="cosine"
         - ``"cosine"``, ``"dot"``: vectors on both sides, float or int8/uint8
-          codes (for codes, ``"dot"`` is the exact integer dot product);
+          codes (for codes, ``"dot"`` is the exact integer dot product; wider
+          integers too, refused where a dot could pass 2**53; int8 codes
+          against uint8 ones are refused);
         - ``"hamming"``: packed binary codes on both sides (int8 ``"binary"``
           or uint8 ``"ubinary"``); the score is minus the number of differing
           bits;
