@@ -126,8 +126,9 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
     assert pickle.loads(pickle.dumps(Quantizer(precision="binary").fit(X))).n_features_in_ == 10
     with pytest.raises(InvalidModelError, match="unknown attributes: ranges_"):  # another precision's state
         Quantizer().__setstate__({**binary, "ranges_": ranges})
-    with pytest.raises(InvalidModelError, match="n_features_in_ must be a positive int"):
-        Quantizer().__setstate__({**binary, "n_features_in_": 0})
+    for width in (0, 2**40):  # 2**40: get_feature_names_out would build 2**37 names
+        with pytest.raises(InvalidModelError, match="n_features_in_ must be an int from 1 to 16777216"):
+            Quantizer().__setstate__({**binary, "n_features_in_": width})
     for precision in (np.array(["binary", "binary"]), np.array(["binary"]), ["binary"]):  # not a str: refused
         with pytest.raises(InvalidModelError, match="precision must be one of int8, uint8, binary, ubinary"):
             Quantizer().__setstate__({**binary, "precision": precision})

@@ -24,6 +24,7 @@ __all__ = ["Quantizer"]
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 PRECISIONS = ("int8", "uint8", "binary", "ubinary")
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
+MAX_BITS = 2**24  # the widest binary code a saved state may declare (2 MB a vector)
 
 
 class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
@@ -278,7 +279,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                     f"{str(precision)[:40]!r}")
         if precision in ("int8", "uint8"):
             return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
-        return {"n_features_in_": (Integral, 1, None)}
+        return {"n_features_in_": (Integral, 1, MAX_BITS)}  # no array bounds it: get_feature_names_out would build them
 
     def _check_fitted(self, state: dict) -> None:
         ranges = state.get("ranges_")
