@@ -7,7 +7,7 @@ the configurations alternate over the rounds, and the table gives the median of 
 once, before timing (a corpus is quantized when it is stored); the queries' codes are part of each timed
 search. Runs in well under a minute.
 
-    python benchmarks/search_speed.py [--rounds 15] [--queries 300] [--documents 5183] [--dim 384]
+    python benchmarks/search_speed.py [--rounds 15] [--queries 300] [--documents 5183] [--dim 384] [--k 10]
 """
 
 import argparse
@@ -27,23 +27,31 @@ def vectors(n: int, dim: int, rng: np.random.RandomState) -> np.ndarray:
     return (rng.normal(size=(n, dim)) @ mixing + 0.3).astype(np.float32)
 
 
-def main() -> None:
+def positive(text: str) -> int:
+    if (number := int(text)) < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--documents", type=int, default=5183)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--k", type=int, default=10)
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=positive, default=15)
+    parser.add_argument("--queries", type=positive, default=300)
+    parser.add_argument("--documents", type=positive, default=5183)
+    parser.add_argument("--dim", type=positive, default=384)
+    parser.add_argument("--k", type=positive, default=10)
+    args = parser.parse_args(argv)
+    if args.k > args.documents:
+        parser.error(f"--k {args.k} is more than the {args.documents} documents")
 
     rng = np.random.RandomState(0)
     corpus, queries = vectors(args.documents, args.dim, rng), vectors(args.queries, args.dim, rng)
     int8, binary = Quantizer(precision="int8").fit(corpus), Quantizer(precision="binary").fit(corpus)
     corpus_int8, corpus_bits = int8.transform(corpus), binary.transform(corpus)
-    k = args.k
+    k, shortlist, packed = args.k, max(args.k, min(100, args.documents)), -(-args.dim // 8)
 
     def rescored(corpus_rows, query_rows, metric):
-        _, top = search(binary.transform(queries), corpus_bits, 100, metric="hamming")
+        _, top = search(binary.transform(queries), corpus_bits, shortlist, metric="hamming")
         return search(query_rows(), corpus_rows, k, metric=metric, candidates=top)
 
     def popcounts():
@@ -55,19 +63,22 @@ def main() -> None:
 
     configurations = {  # name: (bytes stored per vector, the timed call)
         "float32 matrix product Q @ D.T (reference, no top-k)": (4 * args.dim, lambda: queries @ corpus.T),
-        "float32 cosine, top 10": (4 * args.dim, lambda: search(queries, corpus, k)),
-        "float32 dot, top 10": (4 * args.dim, lambda: search(queries, corpus, k, metric="dot")),
-        "int8 integer dot, top 10": (args.dim, lambda: search(int8.transform(queries), corpus_int8, k, metric="dot")),
-        "binary Hamming, top 10": (args.dim // 8, lambda: search(binary.transform(queries), corpus_bits, k,
-                                                                 metric="hamming")),
-        "binary Hamming by XOR and popcount (the path of < 32 queries), top 10": (args.dim // 8, popcounts),
-        "binary asymmetric (float query), top 10": (args.dim // 8, lambda: search(queries, corpus_bits, k,
-                                                                                  metric="asymmetric")),
-        "binary Hamming top 100, rescored with float32": (args.dim // 8 + 4 * args.dim,
-                                                          lambda: rescored(corpus, lambda: queries, "cosine")),
-        "binary Hamming top 100, rescored with int8": (args.dim // 8 + args.dim,
-                                                       lambda: rescored(corpus_int8, lambda: int8.transform(queries),
-                                                                        "dot")),
+        f"float32 cosine, top {k}": (4 * args.dim, lambda: search(queries, corpus, k)),
+        f"float32 dot, top {k}": (4 * args.dim, lambda: search(queries, corpus, k, metric="dot")),
+        f"int8 integer dot, top {k}": (args.dim, lambda: search(int8.transform(queries), corpus_int8, k,
+                                                               metric="dot")),
+        f"binary Hamming, top {k}": (packed, lambda: search(binary.transform(queries), corpus_bits, k,
+                                                             metric="hamming")),
+        f"binary Hamming by XOR and popcount (the path of < 32 queries), top {k}": (packed, popcounts),
+        f"binary asymmetric (float query), top {k}": (packed, lambda: search(queries, corpus_bits, k,
+                                                                             metric="asymmetric")),
+        f"binary Hamming top {shortlist}, rescored with float32": (packed + 4 * args.dim,
+                                                                   lambda: rescored(corpus, lambda: queries,
+                                                                                    "cosine")),
+        f"binary Hamming top {shortlist}, rescored with int8": (packed + args.dim,
+                                                                lambda: rescored(corpus_int8,
+                                                                                 lambda: int8.transform(queries),
+                                                                                 "dot")),
     }
     times = {name: [] for name in configurations}
     for _, call in configurations.values():

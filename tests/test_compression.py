@@ -113,6 +113,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         "must be finite: ranges_": {**state, "ranges_": np.full((2, 10), np.nan)},
         "each minimum (row 0) at most its maximum": {**state, "ranges_": ranges[::-1].copy()},
         "ranges_ must hold float32 numbers": {**state, "ranges_": ranges * 1e300},
+        "ranges_ must hold float32 numbers ": {**state, "ranges_": ranges + 1e-12},  # no float32 number
         "ranges_ must be a 2-D float64": {**state, "ranges_": ranges.astype(np.float32)},
         "n_features_in_ must be 10": {**state, "n_features_in_": 11},
         "lacks its parameters precision": {k: v for k, v in state.items() if k != "precision"},
@@ -125,14 +126,35 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
     assert pickle.loads(pickle.dumps(Quantizer(precision="binary").fit(X))).n_features_in_ == 10
     with pytest.raises(InvalidModelError, match="unknown attributes: ranges_"):  # another precision's state
         Quantizer().__setstate__({**binary, "ranges_": ranges})
-    with pytest.raises(InvalidModelError, match="n_features_in_ must be a positive int"):
-        Quantizer().__setstate__({**binary, "n_features_in_": 0})
+    for width in (0, 2**40):  # 2**40: get_feature_names_out would build 2**37 names
+        with pytest.raises(InvalidModelError, match="n_features_in_ must be an int from 1 to 16777216"):
+            Quantizer().__setstate__({**binary, "n_features_in_": width})
+    for precision in (np.array(["binary", "binary"]), np.array(["binary"]), ["binary"]):  # not a str: refused
+        with pytest.raises(InvalidModelError, match="precision must be one of int8, uint8, binary, ubinary"):
+            Quantizer().__setstate__({**binary, "precision": precision})
     path = skflow.dump(Quantizer(precision="binary").fit(X), tmp_path / "b.skops")
     loaded = skflow.load(path)
     loaded.precision = "int4"
     with pytest.raises(InvalidModelError, match="int4.skops: the saved Quantizer's precision must be one of int8, "
                                                 "uint8, binary, ubinary, got 'int4'"):
         skflow.load(skflow.dump(loaded, tmp_path / "int4.skops"))
+
+
+def test_a_refit_as_binary_codes_saves_and_loads_and_int8_codes_need_their_ranges(tmp_path):
+    """An int8 fit, then a binary refit, kept the stale ranges_, so its own skops, joblib or pickle file was
+    refused ("unknown attributes: ranges_"); a binary fit switched to int8 codes raised an AttributeError."""
+    from sklearn.exceptions import NotFittedError
+
+    X = np.random.RandomState(0).normal(size=(30, 10))
+    quantizer = Quantizer().fit(X).set_params(precision="binary").fit(X)
+    assert not hasattr(quantizer, "ranges_")
+    for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / "refit.skops")),
+                   pickle.loads(pickle.dumps(quantizer))):
+        assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+    switched = Quantizer(precision="binary").fit(X).set_params(precision="int8")
+    for method in (switched.transform, switched.inverse_transform, switched.score):
+        with pytest.raises(NotFittedError, match="This Quantizer instance is not fitted yet"):
+            method(X)
 
 
 # ------------------------------------------------------------------ search against brute force
@@ -195,7 +217,11 @@ def test_search_refuses_what_it_cannot_rank():
         "metric must be one of cosine, dot, hamming, asymmetric": dict(queries=floats, corpus=floats, metric="l2"),
         "needs packed binary codes": dict(queries=floats, corpus=floats, metric="hamming"),
         "the same codes": dict(queries=bits.view(np.int8), corpus=bits, metric="hamming"),
-        "float queries of 8 x 2 features or fewer": dict(queries=floats[:, :8], corpus=bits, metric="asymmetric"),
+        "float queries of 9 to 16 features": dict(queries=floats[:, :8], corpus=bits, metric="asymmetric"),
+        "at least one column": dict(queries=bits[:, :0], corpus=bits[:, :0], metric="hamming"),
+        "int8 and uint8 codes": dict(queries=bits.view(np.int8), corpus=bits, metric="dot"),
+        r"beyond the integers float64 holds exactly \(2\*\*53\)": dict(queries=[[2**40, 1]], corpus=[[2**40, 1]] * 2,
+                                                                        k=1, metric="dot"),
         "queries have 16 features but the corpus has 8": dict(queries=floats, corpus=floats[:, :8]),
         "k must be an int from 1 to the 3 documents": dict(queries=floats, corpus=floats, k=4),
         "queries must be finite": dict(queries=floats + np.nan, corpus=floats),
@@ -208,6 +234,20 @@ def test_search_refuses_what_it_cannot_rank():
     for message, arguments in refused.items():
         with pytest.raises(ValueError, match=message):
             search(**arguments)
+
+
+def test_wider_integers_give_exact_dots_and_no_queries_give_no_results():
+    rows = np.array([[16385, 1], [16384, 3], [1, 1]], dtype=np.int16)  # 16385**2 + 1 is no float32 number
+    scores, indices = search(rows[:1], rows, 3, metric="dot")
+    assert scores.tolist() == [[268468226, 268451843, 16386]] and indices.tolist() == [[0, 1, 2]]
+    scores, indices = search([[1, 0]], [[1, 0], [0, 1]], 2, metric="dot")  # plain lists of ints: int64
+    assert scores.tolist() == [[1, 0]] and indices.tolist() == [[0, 1]]
+    bits = np.packbits(_sign_vectors(10, 16, 5) > 0, axis=1)
+    for queries, metric in ((bits[:0], "hamming"), (np.zeros((0, 16)), "cosine")):
+        corpus = bits if metric == "hamming" else _sign_vectors(10, 16, 5)
+        scores, indices = search(queries, corpus, 2, metric=metric, candidates=np.zeros((0, 3), np.int64))
+        assert scores.shape == indices.shape == (0, 2)
+        assert scores.dtype == search(queries, corpus, 2, metric=metric)[0].dtype  # int64 for Hamming
 
 
 # ------------------------------------------------------------------ real embeddings
@@ -285,3 +325,25 @@ def test_binary_search_rescored_finds_what_float_search_finds(stsb):
         np.linalg.norm(queries, axis=1), np.linalg.norm(corpus, axis=1))
     assert np.abs(np.take_along_axis(reference, float_top, axis=1) - float_scores).max() < 1e-5
     assert np.abs(np.sort(reference, axis=1)[:, ::-1][:, :10] - float_scores).max() < 1e-5
+
+
+def test_the_speed_benchmark_names_what_it_timed(capsys):
+    """benchmarks/search_speed.py: --k named in the rows (they said top 10 whatever --k), a 20-d binary code is 3
+    bytes (was 2), and a corpus of fewer than 100 documents rescored its whole corpus (was an error)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_speed.py"
+    spec = importlib.util.spec_from_file_location("search_speed", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    benchmark.main(["--rounds", "1", "--queries", "40", "--documents", "60", "--dim", "20", "--k", "5"])
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line}
+    assert rows == {"search": "bytes a stored vector", "float32 matrix product Q @ D.T (reference, no top-k)": "80",
+                    "float32 cosine, top 5": "80", "float32 dot, top 5": "80", "int8 integer dot, top 5": "20",
+                    "binary Hamming, top 5": "3",
+                    "binary Hamming by XOR and popcount (the path of < 32 queries), top 5": "3",
+                    "binary asymmetric (float query), top 5": "3",
+                    "binary Hamming top 60, rescored with float32": "83",
+                    "binary Hamming top 60, rescored with int8": "23"}

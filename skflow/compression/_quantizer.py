@@ -24,6 +24,7 @@ __all__ = ["Quantizer"]
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 PRECISIONS = ("int8", "uint8", "binary", "ubinary")
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
+MAX_BITS = 2**24  # the widest binary code a saved state may declare (2 MB a vector)
 
 
 class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
@@ -145,6 +146,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                     raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): int8 ranges are "
                                      "float32 numbers, as in sentence-transformers.")
                 self.ranges_ = np.vstack([low, high]).astype(np.float32).astype(np.float64)
+            else:  # a refit as binary codes: no ranges of an earlier int8 fit (a saved state holding them is refused)
+                vars(self).pop("ranges_", None)
         return self
 
     def transform(self, X):
@@ -161,7 +164,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ``"ubinary"``; ``n_codes`` is ``n_features`` for int8 and uint8,
             ``ceil(n_features / 8)`` for binary codes.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         X2d, shape = validate_embeddings(self, X, reset=False)
         codes = np.empty((X2d.shape[0], self._n_features_out), dtype=self._code_dtype)
         for start, part in row_chunks(X2d):
@@ -181,7 +184,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
             float32.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
         if codes.ndim not in (2, 3) or codes.shape[-1] != self._n_features_out or codes.dtype != self._code_dtype:
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
@@ -209,7 +212,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ranking). Otherwise: the mean cosine between each row and its
             `inverse_transform`, 1 for codes that lose nothing.
         """
-        check_is_fitted(self)
+        check_is_fitted(self, self._fitted_names)
         return pairs_score(self, X, y, self._round_trip, self._kept_cosine, "the mean cosine with the dequantized rows")
 
     def __sklearn_tags__(self):
@@ -222,6 +225,11 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     @property
     def _integers(self) -> bool:
         return self.precision in ("int8", "uint8")
+
+    @property
+    def _fitted_names(self) -> list[str]:
+        """What a fit of this precision sets: int8 codes need the ranges (a binary fit has none)."""
+        return ["ranges_", "n_features_in_"] if self._integers else ["n_features_in_"]
 
     @property
     def _code_dtype(self) -> type:
@@ -266,15 +274,16 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """The fitted attributes of the state's precision (which is checked first: they depend on it)."""
         if "precision" not in state:
             raise InvalidModelError("the saved Quantizer lacks its parameters precision")
-        if (precision := state["precision"]) not in PRECISIONS:
+        if not isinstance(precision := state["precision"], str) or precision not in PRECISIONS:
             raise InvalidModelError(f"the saved Quantizer's precision must be one of {', '.join(PRECISIONS)}, got "
                                     f"{str(precision)[:40]!r}")
         if precision in ("int8", "uint8"):
             return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
-        return {"n_features_in_": (Integral, 1, None)}
+        return {"n_features_in_": (Integral, 1, MAX_BITS)}  # no array bounds it: get_feature_names_out would build them
 
     def _check_fitted(self, state: dict) -> None:
         ranges = state.get("ranges_")
-        if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX):
+        if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX
+                                       and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")

@@ -7,7 +7,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 
 from skflow.utils import InvalidModelError, row_chunks
-from skflow.whitening import LinearPostProcessor, Whitener
+from skflow.whitening import MAGNITUDE_LIMIT, LinearPostProcessor, Whitener
 
 __all__ = ["ITQRotation"]
 
@@ -169,8 +169,8 @@ class ITQRotation(LinearPostProcessor):
         self.n_iter_, self.quantization_loss_ = n_iter, loss / X2d.shape[0]
 
     def _check_fitted(self, state: dict) -> None:
-        """The parameters valid, ``n_components_`` and ``n_iter_`` as they give, ``components_`` orthonormal rows
-        and ``scale_`` ones: a rotation, nothing else."""
+        """The parameters valid, ``mean_`` below `MAGNITUDE_LIMIT` (as a fit's), ``n_components_`` and ``n_iter_`` as
+        they give, ``components_`` orthonormal rows and ``scale_`` ones: a rotation, nothing else."""
         rebuilt = type(self)(**{key: state[key] for key in self._get_param_names()})
         try:
             rebuilt._validate_params()
@@ -178,6 +178,8 @@ class ITQRotation(LinearPostProcessor):
             raise InvalidModelError(f"the saved ITQRotation is invalid: {exc}") from None
         if state["n_components_"] != (state["n_components"] or state["n_features_in_"]):
             raise InvalidModelError("n_components_ must be n_components (n_features_in_ where it is None)")
+        if not np.abs(state["mean_"]).max() < MAGNITUDE_LIMIT:  # as a fit gives: no inf out of finite rows
+            raise InvalidModelError(f"mean_ must be below {MAGNITUDE_LIMIT:g} in absolute value")
         if state["n_iter_"] > state["n_iter"]:
             raise InvalidModelError(f"n_iter_ must be at most n_iter = {state['n_iter']}")
         components = state["components_"]

@@ -8,6 +8,7 @@ METRICS = ("cosine", "dot", "hamming", "asymmetric")
 # Numbers held at once for a chunk of the corpus (its scores, its rows unpacked): 2**23, 32 MB of float32.
 CHUNK_ELEMENTS = 2**23
 EXACT_FLOAT32 = 2**24  # integers up to here are exact in float32: an integer dot of int8 codes in BLAS
+EXACT_FLOAT64 = 2**53
 # From this many queries on, Hamming distances to shared rows are a BLAS product of +-1 vectors (faster than
 # popcounts for a batch); fewer, and per-query candidates, XOR and count 64 bits at a time.
 BLAS_QUERIES = 32
@@ -30,7 +31,9 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
         Results per query; at most the number of documents (or of candidates).
     metric : {"cosine", "dot", "hamming", "asymmetric"}, default="cosine"
         - ``"cosine"``, ``"dot"``: vectors on both sides, float or int8/uint8
-          codes (for codes, ``"dot"`` is the exact integer dot product);
+          codes (for codes, ``"dot"`` is the exact integer dot product; wider
+          integers too, refused where a dot could pass 2**53; int8 codes
+          against uint8 ones are refused);
         - ``"hamming"``: packed binary codes on both sides (int8 ``"binary"``
           or uint8 ``"ubinary"``); the score is minus the number of differing
           bits;
@@ -77,10 +80,14 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
         raise ValueError(f"metric='hamming' needs queries and corpus of the same codes, got {queries.dtype} of "
                          f"{queries.shape[1]} bytes and {corpus.dtype} of {corpus.shape[1]} bytes")
     if metric == "asymmetric" and not (queries.dtype.kind == "f" and -(-queries.shape[1] // 8) == corpus.shape[1]):
-        raise ValueError(f"metric='asymmetric' needs float queries of 8 x {corpus.shape[1]} features or fewer "
-                         f"(one bit each in the corpus), got {queries.dtype} of {queries.shape[1]}")
+        raise ValueError(f"metric='asymmetric' needs float queries of {8 * corpus.shape[1] - 7} to "
+                         f"{8 * corpus.shape[1]} features (one bit each in the corpus's {corpus.shape[1]} bytes), "
+                         f"got {queries.dtype} of {queries.shape[1]}")
     if not codes and queries.shape[1] != corpus.shape[1]:
         raise ValueError(f"queries have {queries.shape[1]} features but the corpus has {corpus.shape[1]}")
+    if not codes and {queries.dtype, corpus.dtype} == {np.dtype(np.int8), np.dtype(np.uint8)}:
+        raise ValueError("queries and corpus are int8 and uint8 codes: a Quantizer's uint8 codes are its int8 ones "
+                         "plus 128, so their scores mean nothing; give both sides the same precision")
     score = _SCORES[metric](queries, corpus)
     # what a document costs in memory: per query (a score; Hamming: its XOR too), and once (its vector)
     per_pair = 2 if metric == "hamming" else 1
@@ -90,7 +97,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     candidates = _candidates(candidates, len(queries), len(corpus), k)
     step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * (per_pair + per_document)))
     values = np.concatenate([score(candidates[start : start + step], rows=slice(start, start + step))
-                             for start in range(0, len(candidates), step)])
+                             for start in range(0, len(candidates), step)] or [score(candidates, rows=slice(0, 0))])
     return _top_k(values, candidates, k)
 
 
@@ -103,10 +110,14 @@ def _cosine(queries, corpus):
 
 def _dot(queries, corpus):
     integers = queries.dtype.kind in "iu" and corpus.dtype.kind in "iu"
-    largest = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255}  # each side's largest |code|
-    exact = integers and queries.shape[1] * largest.get(queries.dtype, 2**31) * largest.get(corpus.dtype, 2**31) \
-        < EXACT_FLOAT32  # every partial sum an integer below 2**24 (int8: up to 1,023 dimensions)
-    dtype = np.float32 if exact else np.result_type(queries.dtype, corpus.dtype, np.float32)
+    # every partial sum an integer below 2**24 (int8: up to 1,023 dimensions), else below 2**53 in float64
+    bound = queries.shape[1] * _largest(queries) * _largest(corpus) if integers else None
+    if integers and bound >= EXACT_FLOAT64:
+        raise ValueError(f"integer dot products of up to {bound:.3g} are beyond the integers float64 holds exactly "
+                         "(2**53): pass float vectors, or int8 or uint8 codes")
+    exact = integers and bound < EXACT_FLOAT32
+    dtype = np.float32 if exact else np.float64 if integers else np.result_type(queries.dtype, corpus.dtype,
+                                                                                 np.float32)
     q = queries.astype(dtype, copy=False)
 
     def score(documents, rows=slice(None)):
@@ -162,6 +173,13 @@ def _normalized(X: np.ndarray) -> np.ndarray:
     return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
 
 
+def _largest(codes: np.ndarray) -> int:
+    """The largest absolute value that integer ``codes`` can hold (int8, uint8) or hold (wider integers)."""
+    if codes.dtype in (np.int8, np.uint8):
+        return 128 if codes.dtype == np.int8 else 255
+    return max(int(codes.max(initial=0)), -int(codes.min(initial=0)))
+
+
 def _signs(codes: np.ndarray) -> np.ndarray:
     """Packed bits as float32 +1 (set) and -1, every bit of every byte."""
     return np.unpackbits(codes.view(np.uint8), axis=-1).astype(np.float32) * 2 - 1
@@ -196,7 +214,7 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
     elif scores.dtype.kind == "i" and (bound := _key_bound(scores, indices)) < 2**62:
         # integer scores: one key that orders by score then index (no ties), for one partition
         kind = np.int32 if bound < 2**31 else np.int64
-        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max()) + 1)
+        keys = indices.astype(kind) - scores.astype(kind) * kind(int(indices.max(initial=0)) + 1)
         kept = np.argpartition(keys, k - 1, axis=1)[:, :k]
         indices = np.take_along_axis(np.broadcast_to(indices, scores.shape), kept, axis=1)
         scores = np.take_along_axis(scores, kept, axis=1)
@@ -216,14 +234,15 @@ def _top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray,
 
 def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
     """A bound on ``|index - score * (max index + 1)|``: whether the keys fit in int32 or int64."""
-    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max()) + 2)
+    return (int(np.abs(scores).max(initial=0)) + 1) * (int(indices.max(initial=0)) + 2)
 
 
 # ---------------------------------------------------------------- inputs
 def _matrix(X, name: str) -> np.ndarray:
     X = np.asarray(X)
-    if X.ndim != 2 or X.dtype.kind not in "fiu" or X.dtype.itemsize > 8:
-        raise ValueError(f"{name} must be a 2-D array of numbers, got shape {X.shape} and dtype {X.dtype}")
+    if X.ndim != 2 or X.dtype.kind not in "fiu" or X.dtype.itemsize > 8 or not X.shape[1]:
+        raise ValueError(f"{name} must be a 2-D array of numbers (at least one column), got shape {X.shape} and "
+                         f"dtype {X.dtype}")
     if X.dtype.kind == "f" and not np.isfinite(X).all():
         raise ValueError(f"{name} must be finite")
     return X
@@ -240,7 +259,7 @@ def _candidates(candidates, n_queries: int, n_documents: int, k: int) -> np.ndar
         raise ValueError(f"candidates must be an int array of shape ({n_queries}, n_candidates), got shape "
                          f"{candidates.shape} and dtype {candidates.dtype}")
     _check_k(k, candidates.shape[1], "candidates of each query")
-    if candidates.min() < 0 or candidates.max() >= n_documents:
+    if candidates.size and (candidates.min() < 0 or candidates.max() >= n_documents):
         raise ValueError(f"candidates must be corpus rows, from 0 to {n_documents - 1}")
     ordered = np.sort(candidates, axis=1)
     if (ordered[:, 1:] == ordered[:, :-1]).any():

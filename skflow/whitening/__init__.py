@@ -3,8 +3,10 @@
 (:class:`MeanDirectionRemover`), on one base (:class:`LinearPostProcessor`); see ``docs/whitening.md``.
 """
 
+from skflow.whitening._covariance import MAGNITUDE_LIMIT
 from skflow.whitening._linear import LinearPostProcessor, NotInvertibleError
 from skflow.whitening._mean_direction import MeanDirectionRemover
 from skflow.whitening._whitener import FewRowsWarning, Whitener
 
-__all__ = ["FewRowsWarning", "LinearPostProcessor", "MeanDirectionRemover", "NotInvertibleError", "Whitener"]
+__all__ = ["MAGNITUDE_LIMIT", "FewRowsWarning", "LinearPostProcessor", "MeanDirectionRemover", "NotInvertibleError",
+           "Whitener"]
