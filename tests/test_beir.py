@@ -98,6 +98,7 @@ CASES = {
     "unknown query": (dict(qrels=f"{HEADER}\nq7\td1\t1\n"), "test.tsv:2: unknown query 'q7' (not in queries.jsonl)"),
     "bad score": (dict(qrels=f"{HEADER}\nq1\td1\t1.5\n"), "test.tsv:2: the score '1.5' is not an integer"),
     "non-ASCII score": (dict(qrels=f"{HEADER}\nq1\td1\t\u0663\n"), "test.tsv:2: the score '\u0663' is not an integer"),
+    "two minus signs": (dict(qrels=f"{HEADER}\nq1\td1\t--1\n"), "test.tsv:2: the score '--1' is not an integer"),
     "judged twice": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq1\td1\t0\n"),
                      "test.tsv:3: query 'q1' and document 'd1' are judged twice"),
 }

@@ -249,7 +249,7 @@ def _qrels(path: Path, queries: dict, corpus: dict) -> dict[str, dict[str, int]]
             raise BEIRDataError(f"{path}:{number}: unknown query {query!r} (not in queries.jsonl)")
         if document not in corpus:
             raise BEIRDataError(f"{path}:{number}: unknown document {document!r} (not in corpus.jsonl)")
-        if not (score.isascii() and score.lstrip("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
+        if not (score.isascii() and score.removeprefix("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
             raise BEIRDataError(f"{path}:{number}: the score {score!r} is not an integer")
         if document in qrels.setdefault(query, {}):
             raise BEIRDataError(f"{path}:{number}: query {query!r} and document {document!r} are judged twice")
