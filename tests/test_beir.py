@@ -193,6 +193,38 @@ def test_download_refuses_a_member_larger_than_the_bound_unpacked(monkeypatch, t
     assert list((tmp_path / "home").iterdir()) == []
 
 
+def _damaged_zip(damage: str) -> bytes:
+    """A zip of one corpus member whose bytes are damaged in the way named: each read raised an exception that no
+    download handler caught (zlib.error, RuntimeError, NotImplementedError), a traceback instead of one line."""
+    buffer = io.BytesIO()
+    stored = zipfile.ZIP_STORED if damage != "a damaged deflate stream" else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(buffer, "w", compression=stored) as zf:
+        zf.writestr("scifact/corpus.jsonl", b'{"_id": "d1", "text": "abc"}\n' * 200)
+    data = bytearray(buffer.getvalue())
+    central = data.rindex(b"PK\x01\x02")  # the member's central directory entry
+    if damage == "a damaged deflate stream":
+        start = data.index(b"scifact/corpus.jsonl") + len("scifact/corpus.jsonl")
+        data[start + 5:start + 40] = bytes(b ^ 0x55 for b in data[start + 5:start + 40])
+    elif damage == "an encrypted member":
+        data[6] |= 1  # the general purpose flag's bit 0, in the local header and the central directory
+        data[central + 8] |= 1
+    else:  # a compression method that zipfile does not know
+        data[8], data[central + 10] = 99, 99
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["a damaged deflate stream", "an encrypted member", "an unknown method"])
+def test_download_refuses_a_member_that_cannot_be_extracted_in_one_line(monkeypatch, tmp_path, damage):
+    archive = tmp_path / "served" / "scifact.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(_damaged_zip(damage))
+    monkeypatch.setitem(beir._SETS, "scifact", dataclasses.replace(beir._SETS["scifact"], urls=(archive.as_uri(),)))
+    with pytest.raises(FileNotFoundError, match=r"the download failed: file:///.*: ValueError: "
+                                                r"scifact/corpus\.jsonl cannot be extracted \("):
+        load_beir("scifact", data_home=tmp_path / "home")
+    assert list((tmp_path / "home").iterdir()) == []
+
+
 def test_a_modified_set_is_refused_by_its_ids(monkeypatch, tmp_path):
     _folder(tmp_path)
     small = dataclasses.replace(beir._SETS["scifact"], n_corpus=3, n_queries=2, splits={

@@ -15,11 +15,13 @@ folder, which refuses a source the way a wrong sha256 does.
 
 import hashlib
 import io
+import lzma
 import os
 import shutil
 import tarfile
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +163,13 @@ def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str |
         for old, new in archive.rename:
             if relative.startswith(old):
                 relative = new + relative[len(old) :]
+        try:
+            content = read()
+        except (RuntimeError, NotImplementedError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            # an encrypted member, an unknown compression method, a damaged or cut stream: a bad source, not a bug
+            raise ValueError(f"{member_name} cannot be extracted ({exc})") from None
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
-        (out / relative).write_bytes(read())
+        (out / relative).write_bytes(content)
 
 
 # ------------------------------------------------------------------- Zenodo
