@@ -303,12 +303,12 @@ def ndcg_at_k(qrels: dict, run: dict, k: int = 10) -> float:
     0.7602
     """
     k = _check_k(k)
-    discounts = 1 / np.log2(np.arange(2, k + 2))
     values = []
     for query, judged in qrels.items():
         ideal = sorted((max(int(r), 0) for r in judged.values()), reverse=True)[:k]
-        ideal_dcg = float(np.dot(ideal, discounts[:len(ideal)]))
         gains = [max(int(judged.get(doc, 0)), 0) for doc in _ranked(run.get(query, {}), k)]
+        discounts = 1 / np.log2(np.arange(2, max(len(ideal), len(gains)) + 2))  # never k of them: k may be huge
+        ideal_dcg = float(np.dot(ideal, discounts[:len(ideal)]))
         values.append(float(np.dot(gains, discounts[:len(gains)])) / ideal_dcg if ideal_dcg > 0 else 0.0)
     return float(np.mean(values)) if values else float("nan")
 
