@@ -170,3 +170,11 @@ def test_a_k_far_beyond_the_run_costs_nothing():
     assert recall_at_k(qrels, run, 10**12) == 1.0
 
 
+def test_a_nan_score_is_refused_not_ranked_anywhere():
+    """sorted() put a NaN wherever the comparisons left it: first, or among the others (nDCG@1 1.0 or 0.0)."""
+    for bad in ({"a": float("nan"), "b": 1.0}, {"b": float("nan"), "a": 1.0}):
+        for metric in (ndcg_at_k, recall_at_k):
+            with pytest.raises(ValueError, match="^the run scores document '[ab]' of query 'q' NaN; scores must"):
+                metric({"q": {"a": 1}}, {"q": bad}, 1)
+
+
