@@ -341,6 +341,20 @@ def test_retrieval_sets_run_the_encoder_as_its_sentence_transformers_files_say(m
                 (folder / path.name).symlink_to(path)
         (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
         assert stock_settings(BertEmbedder(str(folder))) == expected, mode  # no max_seq_length file: no length
+    # a hub model: from_pretrained fetched its encoder's files only, so its sentence-transformers files are asked
+    # of the hub (here: served from the bundled copy) at its commit; a model without them, or offline, gives {}
+    commit, asked = "0" * 40, []
+
+    def hub_file(repo, name, *, revision, **options):
+        asked.append((repo, name, revision))
+        return str(model / name) if (model / name).is_file() else None
+
+    monkeypatch.setattr("skflow.embedding._model_source.hub_commit", lambda repo, revision, token=None: commit)
+    monkeypatch.setattr("transformers.utils.cached_file", hub_file)
+    assert stock_settings(BertEmbedder("someone/st-model")) == {"max_length": 256, "pooling": "mean"}
+    assert asked[0] == ("someone/st-model", "sentence_bert_config.json", commit)
+    monkeypatch.setattr("transformers.utils.cached_file", lambda *args, **kwargs: None)
+    assert stock_settings(BertEmbedder("someone/plain-bert")) == {}
     seen = []
     monkeypatch.setattr("skflow.cli.evaluate", lambda embedder, **kwargs: seen.append(
         (embedder.pooling, embedder.max_length, kwargs["retrieval_params"], kwargs["sets"]))
