@@ -193,6 +193,18 @@ def test_download_refuses_a_member_larger_than_the_bound_unpacked(monkeypatch, t
     assert list((tmp_path / "home").iterdir()) == []
 
 
+def test_download_refuses_members_larger_than_the_bound_together(monkeypatch, tmp_path):
+    """Each member below the bound, and as many as the archive holds: 1,000 members of 255 MiB of zeros fit in a
+    zip of 256 MiB and were all written out (255 GB)."""
+    monkeypatch.setattr("skflow.datasets._download.MAX_ARCHIVE_BYTES", 1 << 20)
+    _serve(monkeypatch, tmp_path, {f"scifact/part-{i}.txt": b"\0" * (400 << 10) for i in range(3)},
+           zipfile.ZIP_DEFLATED)
+    with pytest.raises(FileNotFoundError, match=r"ValueError: its files are larger than 1 MiB unpacked \(at "
+                                                r"scifact/part-2\.txt\)"):
+        load_beir("scifact", data_home=tmp_path / "home")
+    assert list((tmp_path / "home").iterdir()) == []
+
+
 def _damaged_zip(damage: str) -> bytes:
     """A zip of one corpus member whose bytes are damaged in the way named: each read raised an exception that no
     download handler caught (zlib.error, RuntimeError, NotImplementedError), a traceback instead of one line."""

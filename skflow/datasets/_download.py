@@ -151,6 +151,7 @@ def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str |
     else:
         tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
         members = [(m.name, m.size, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
+    unpacked = 0
     for member_name, size, read in members:
         if not member_name.startswith(prefix):
             continue
@@ -160,6 +161,8 @@ def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str |
             continue  # only the files directly in the data folder; never write outside ``out``
         if size > MAX_ARCHIVE_BYTES:  # as declared in the archive, which the readers hold it to
             raise ValueError(f"{member_name} is larger than {MAX_ARCHIVE_BYTES >> 20} MiB unpacked")
+        if (unpacked := unpacked + size) > MAX_ARCHIVE_BYTES:  # many members each below the bound: the disk's
+            raise ValueError(f"its files are larger than {MAX_ARCHIVE_BYTES >> 20} MiB unpacked (at {member_name})")
         for old, new in archive.rename:
             if relative.startswith(old):
                 relative = new + relative[len(old) :]
