@@ -99,6 +99,10 @@ CASES = {
     "bad score": (dict(qrels=f"{HEADER}\nq1\td1\t1.5\n"), "test.tsv:2: the score '1.5' is not an integer"),
     "non-ASCII score": (dict(qrels=f"{HEADER}\nq1\td1\t\u0663\n"), "test.tsv:2: the score '\u0663' is not an integer"),
     "two minus signs": (dict(qrels=f"{HEADER}\nq1\td1\t--1\n"), "test.tsv:2: the score '--1' is not an integer"),
+    "huge score": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2\td3\t{'9' * 5000}\n"),  # int() refuses 4,300 digits
+                   "test.tsv:3: the score 999999999999... (5,000 characters) is outside the 32-bit integers"),
+    "score past 32 bits": (dict(qrels=f"{HEADER}\nq1\td1\t{2**31}\n"),
+                           "test.tsv:2: the score 2147483648 is outside the 32-bit integers"),
     "judged twice": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq1\td1\t0\n"),
                      "test.tsv:3: query 'q1' and document 'd1' are judged twice"),
 }
