@@ -74,6 +74,8 @@ DOC = '{"_id": "d%d", "title": "", "text": "t"}'
 CASES = {
     "bad JSON line": (dict(corpus=_corpus_lines(DOC % 1, '{"_id": "d2", "text": ')),
                       "corpus.jsonl:2: not a JSON line (Expecting value: line 1 column 23 (char 22))"),
+    "nested too deep": (dict(queries='{"_id": "q1", "text": "first"}\n' + "[" * 100_000 + "\n"),
+                        "queries.jsonl:2: not a JSON line (maximum recursion depth exceeded"),
     "not an object": (dict(queries='["q1", "first"]\n'), "queries.jsonl:1: expected a JSON object, got list"),
     "no _id": (dict(corpus=_corpus_lines(DOC % 1, '{"title": "", "text": "t"}')),
                "corpus.jsonl:2: the record has no '_id'"),

@@ -217,7 +217,7 @@ def _records(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -
     for number, line in enumerate(text_lines(read_data(path, BEIR_LIMIT, BEIRDataError), path, BEIRDataError), 1):
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: a line nested thousands deep
             raise BEIRDataError(f"{path}:{number}: not a JSON line ({exc})") from None
         if not isinstance(record, dict):
             raise BEIRDataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
