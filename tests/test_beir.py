@@ -359,6 +359,13 @@ def test_retrieval_sets_run_the_encoder_as_its_sentence_transformers_files_say(m
                 (folder / path.name).symlink_to(path)
         (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
         assert stock_settings(BertEmbedder(str(folder))) == expected, mode  # no max_seq_length file: no length
+    deep = tmp_path / "deep-modules"  # a modules.json nested 100,000 deep: json.loads' RecursionError
+    deep.mkdir()
+    for path in model.iterdir():
+        if path.is_file() and path.name != "modules.json":
+            (deep / path.name).symlink_to(path)
+    (deep / "modules.json").write_text("[" * 100_000)
+    assert stock_settings(BertEmbedder(str(deep))) == {"max_length": 256}
     # a hub model: from_pretrained fetched its encoder's files only, so its sentence-transformers files are asked
     # of the hub (here: served from the bundled copy) at its commit; a model without them, or offline, gives {}
     commit, asked = "0" * 40, []

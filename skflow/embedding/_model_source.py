@@ -223,6 +223,6 @@ def stock_file(embedder, name: str):
     with open_regular_file(path, 1 << 20) as stream:
         try:
             value = json.loads(stream.read().decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             return None
     return value
