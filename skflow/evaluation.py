@@ -185,8 +185,10 @@ def evaluate(
         if needed > width:
             raise ValueError(f"method {method!r} needs {needed} dimensions, but {embedder.model_name_or_path!r} "
                              f"embeds {width}.")
-    if bad := [p for p in precisions if p not in PRECISIONS] or not precisions:
+    if bad := [p for p in precisions if p not in PRECISIONS]:
         raise ValueError(f"Unknown precisions {bad}; valid ones are {', '.join(PRECISIONS)}.")
+    if not precisions:
+        raise ValueError(f"precisions is empty; give one or more of {', '.join(PRECISIONS)}.")
     unknown = [s for s in sets if s not in EVALUATION_SETS]
     if unknown:
         raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")

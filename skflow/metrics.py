@@ -260,9 +260,12 @@ def make_sts_scorer(protocol: str = "wmean") -> STSScorer:
 
 
 # ---------------------------------------------------------------- retrieval
-def _ranked(scores: dict, k: int) -> list:
+def _ranked(run: dict, query, k: int) -> list:
     """The ``k`` first document ids of one query's run, as trec_eval orders them: by decreasing score, equal
     scores by decreasing document id."""
+    scores = run.get(query, {})
+    if nan := [doc for doc, score in scores.items() if score != score]:  # NaN: no order, so no rank
+        raise ValueError(f"the run scores document {nan[0]!r} of query {query!r} NaN; scores must be numbers")
     return sorted(scores, key=lambda doc: (scores[doc], doc), reverse=True)[:k]
 
 
@@ -287,7 +290,8 @@ def ndcg_at_k(qrels: dict, run: dict, k: int = 10) -> float:
         Query id -> {document id: relevance (int)}.
     run : dict
         Query id -> {document id: score}; ranked as trec_eval ranks: by
-        decreasing score, equal scores by decreasing document id.
+        decreasing score, equal scores by decreasing document id. A NaN
+        score is a ValueError.
     k : int, default=10
 
     Returns
@@ -303,12 +307,12 @@ def ndcg_at_k(qrels: dict, run: dict, k: int = 10) -> float:
     0.7602
     """
     k = _check_k(k)
-    discounts = 1 / np.log2(np.arange(2, k + 2))
     values = []
     for query, judged in qrels.items():
         ideal = sorted((max(int(r), 0) for r in judged.values()), reverse=True)[:k]
+        gains = [max(int(judged.get(doc, 0)), 0) for doc in _ranked(run, query, k)]
+        discounts = 1 / np.log2(np.arange(2, max(len(ideal), len(gains)) + 2))  # never k of them: k may be huge
         ideal_dcg = float(np.dot(ideal, discounts[:len(ideal)]))
-        gains = [max(int(judged.get(doc, 0)), 0) for doc in _ranked(run.get(query, {}), k)]
         values.append(float(np.dot(gains, discounts[:len(gains)])) / ideal_dcg if ideal_dcg > 0 else 0.0)
     return float(np.mean(values)) if values else float("nan")
 
@@ -326,7 +330,7 @@ def recall_at_k(qrels: dict, run: dict, k: int = 100) -> float:
     qrels : dict
         Query id -> {document id: relevance (int)}.
     run : dict
-        Query id -> {document id: score}.
+        Query id -> {document id: score}; a NaN score is a ValueError.
     k : int, default=100
 
     Returns
@@ -343,6 +347,6 @@ def recall_at_k(qrels: dict, run: dict, k: int = 100) -> float:
     values = []
     for query, judged in qrels.items():
         relevant = {doc for doc, r in judged.items() if int(r) >= 1}
-        found = relevant.intersection(_ranked(run.get(query, {}), k))
+        found = relevant.intersection(_ranked(run, query, k))
         values.append(len(found) / len(relevant) if relevant else 0.0)
     return float(np.mean(values)) if values else float("nan")

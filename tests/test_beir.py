@@ -74,6 +74,8 @@ DOC = '{"_id": "d%d", "title": "", "text": "t"}'
 CASES = {
     "bad JSON line": (dict(corpus=_corpus_lines(DOC % 1, '{"_id": "d2", "text": ')),
                       "corpus.jsonl:2: not a JSON line (Expecting value: line 1 column 23 (char 22))"),
+    "nested too deep": (dict(queries='{"_id": "q1", "text": "first"}\n' + "[" * 100_000 + "\n"),
+                        "queries.jsonl:2: not a JSON line (maximum recursion depth exceeded"),
     "not an object": (dict(queries='["q1", "first"]\n'), "queries.jsonl:1: expected a JSON object, got list"),
     "no _id": (dict(corpus=_corpus_lines(DOC % 1, '{"title": "", "text": "t"}')),
                "corpus.jsonl:2: the record has no '_id'"),
@@ -98,6 +100,11 @@ CASES = {
     "unknown query": (dict(qrels=f"{HEADER}\nq7\td1\t1\n"), "test.tsv:2: unknown query 'q7' (not in queries.jsonl)"),
     "bad score": (dict(qrels=f"{HEADER}\nq1\td1\t1.5\n"), "test.tsv:2: the score '1.5' is not an integer"),
     "non-ASCII score": (dict(qrels=f"{HEADER}\nq1\td1\t\u0663\n"), "test.tsv:2: the score '\u0663' is not an integer"),
+    "two minus signs": (dict(qrels=f"{HEADER}\nq1\td1\t--1\n"), "test.tsv:2: the score '--1' is not an integer"),
+    "huge score": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2\td3\t{'9' * 5000}\n"),  # int() refuses 4,300 digits
+                   "test.tsv:3: the score 999999999999... (5,000 characters) is outside the 32-bit integers"),
+    "score past 32 bits": (dict(qrels=f"{HEADER}\nq1\td1\t{2**31}\n"),
+                           "test.tsv:2: the score 2147483648 is outside the 32-bit integers"),
     "judged twice": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq1\td1\t0\n"),
                      "test.tsv:3: query 'q1' and document 'd1' are judged twice"),
 }
@@ -188,6 +195,50 @@ def test_download_refuses_a_member_larger_than_the_bound_unpacked(monkeypatch, t
     _serve(monkeypatch, tmp_path, {"scifact/corpus.jsonl": b" " * (2 << 20)}, zipfile.ZIP_DEFLATED)  # a 2 KiB zip
     assert (tmp_path / "served" / "scifact.zip").stat().st_size < 1 << 20
     with pytest.raises(FileNotFoundError, match=r"ValueError: scifact/corpus\.jsonl is larger than 1 MiB unpacked"):
+        load_beir("scifact", data_home=tmp_path / "home")
+    assert list((tmp_path / "home").iterdir()) == []
+
+
+def test_download_refuses_members_larger_than_the_bound_together(monkeypatch, tmp_path):
+    """Each member below the bound, and as many as the archive holds: 1,000 members of 255 MiB of zeros fit in a
+    zip of 256 MiB and were all written out (255 GB)."""
+    monkeypatch.setattr("skflow.datasets._download.MAX_ARCHIVE_BYTES", 1 << 20)
+    _serve(monkeypatch, tmp_path, {f"scifact/part-{i}.txt": b"\0" * (400 << 10) for i in range(3)},
+           zipfile.ZIP_DEFLATED)
+    with pytest.raises(FileNotFoundError, match=r"ValueError: its files are larger than 1 MiB unpacked \(at "
+                                                r"scifact/part-2\.txt\)"):
+        load_beir("scifact", data_home=tmp_path / "home")
+    assert list((tmp_path / "home").iterdir()) == []
+
+
+def _damaged_zip(damage: str) -> bytes:
+    """A zip of one corpus member whose bytes are damaged in the way named: each read raised an exception that no
+    download handler caught (zlib.error, RuntimeError, NotImplementedError), a traceback instead of one line."""
+    buffer = io.BytesIO()
+    stored = zipfile.ZIP_STORED if damage != "a damaged deflate stream" else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(buffer, "w", compression=stored) as zf:
+        zf.writestr("scifact/corpus.jsonl", b'{"_id": "d1", "text": "abc"}\n' * 200)
+    data = bytearray(buffer.getvalue())
+    central = data.rindex(b"PK\x01\x02")  # the member's central directory entry
+    if damage == "a damaged deflate stream":
+        start = data.index(b"scifact/corpus.jsonl") + len("scifact/corpus.jsonl")
+        data[start + 5:start + 40] = bytes(b ^ 0x55 for b in data[start + 5:start + 40])
+    elif damage == "an encrypted member":
+        data[6] |= 1  # the general purpose flag's bit 0, in the local header and the central directory
+        data[central + 8] |= 1
+    else:  # a compression method that zipfile does not know
+        data[8], data[central + 10] = 99, 99
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["a damaged deflate stream", "an encrypted member", "an unknown method"])
+def test_download_refuses_a_member_that_cannot_be_extracted_in_one_line(monkeypatch, tmp_path, damage):
+    archive = tmp_path / "served" / "scifact.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(_damaged_zip(damage))
+    monkeypatch.setitem(beir._SETS, "scifact", dataclasses.replace(beir._SETS["scifact"], urls=(archive.as_uri(),)))
+    with pytest.raises(FileNotFoundError, match=r"the download failed: file:///.*: ValueError: "
+                                                r"scifact/corpus\.jsonl cannot be extracted \("):
         load_beir("scifact", data_home=tmp_path / "home")
     assert list((tmp_path / "home").iterdir()) == []
 
@@ -308,6 +359,27 @@ def test_retrieval_sets_run_the_encoder_as_its_sentence_transformers_files_say(m
                 (folder / path.name).symlink_to(path)
         (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
         assert stock_settings(BertEmbedder(str(folder))) == expected, mode  # no max_seq_length file: no length
+    deep = tmp_path / "deep-modules"  # a modules.json nested 100,000 deep: json.loads' RecursionError
+    deep.mkdir()
+    for path in model.iterdir():
+        if path.is_file() and path.name != "modules.json":
+            (deep / path.name).symlink_to(path)
+    (deep / "modules.json").write_text("[" * 100_000)
+    assert stock_settings(BertEmbedder(str(deep))) == {"max_length": 256}
+    # a hub model: from_pretrained fetched its encoder's files only, so its sentence-transformers files are asked
+    # of the hub (here: served from the bundled copy) at its commit; a model without them, or offline, gives {}
+    commit, asked = "0" * 40, []
+
+    def hub_file(repo, name, *, revision, **options):
+        asked.append((repo, name, revision))
+        return str(model / name) if (model / name).is_file() else None
+
+    monkeypatch.setattr("skflow.embedding._model_source.hub_commit", lambda repo, revision, token=None: commit)
+    monkeypatch.setattr("transformers.utils.cached_file", hub_file)
+    assert stock_settings(BertEmbedder("someone/st-model")) == {"max_length": 256, "pooling": "mean"}
+    assert asked[0] == ("someone/st-model", "sentence_bert_config.json", commit)
+    monkeypatch.setattr("transformers.utils.cached_file", lambda *args, **kwargs: None)
+    assert stock_settings(BertEmbedder("someone/plain-bert")) == {}
     seen = []
     monkeypatch.setattr("skflow.cli.evaluate", lambda embedder, **kwargs: seen.append(
         (embedder.pooling, embedder.max_length, kwargs["retrieval_params"], kwargs["sets"]))

@@ -519,3 +519,5 @@ def test_sts_at_each_precision_is_scored_through_the_codes(sts_data_home, cache_
     assert 0.7 < results["whiten/binary"]["wmean"] < results["whiten"]["wmean"]
     with pytest.raises(ValueError, match="Unknown precisions \\['int4'\\]; valid ones are float32, int8, binary"):
         evaluate(embedder, sets=["stsb"], precisions=["int4"])
+    with pytest.raises(ValueError, match="^precisions is empty; give one or more of float32, int8, binary.$"):
+        evaluate(embedder, sets=["stsb"], precisions=[])  # was "Unknown precisions True"

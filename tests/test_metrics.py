@@ -162,3 +162,19 @@ def test_queries_without_a_relevant_document_retrieved_count_as_zero():
         ndcg_at_k(qrels, run, 0)
 
 
+def test_a_k_far_beyond_the_run_costs_nothing():
+    """k sized an array of k discounts: 10**12 asked for 7 TiB (a MemoryError), 10**8 took 16 s."""
+    qrels, run = {"q": {"a": 1, "b": 1}}, {"q": {"b": 0.9, "x": 0.5, "a": 0.1}}
+    assert ndcg_at_k(qrels, run, 10**12) == ndcg_at_k(qrels, run, 3) == pytest.approx(
+        (1 + 1 / np.log2(4)) / (1 + 1 / np.log2(3)))
+    assert recall_at_k(qrels, run, 10**12) == 1.0
+
+
+def test_a_nan_score_is_refused_not_ranked_anywhere():
+    """sorted() put a NaN wherever the comparisons left it: first, or among the others (nDCG@1 1.0 or 0.0)."""
+    for bad in ({"a": float("nan"), "b": 1.0}, {"b": float("nan"), "a": 1.0}):
+        for metric in (ndcg_at_k, recall_at_k):
+            with pytest.raises(ValueError, match="^the run scores document '[ab]' of query 'q' NaN; scores must"):
+                metric({"q": {"a": 1}}, {"q": bad}, 1)
+
+

@@ -132,7 +132,7 @@ def load_beir(
         A file is damaged or not in BEIR's format: invalid UTF-8, a line that
         is not a JSON object, a record without a string ``_id`` or ``text``,
         a duplicate id, an empty corpus, a qrels file without its header, a
-        row without three fields, a score that is not an integer, a row
+        row without three fields, a score that is not a 32-bit integer, a row
         naming an unknown query or document, a pair judged twice; or the set
         is not the published one (and ``allow_modified`` is False). A
         subclass of ValueError.
@@ -217,7 +217,7 @@ def _records(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -
     for number, line in enumerate(text_lines(read_data(path, BEIR_LIMIT, BEIRDataError), path, BEIRDataError), 1):
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: a line nested thousands deep
             raise BEIRDataError(f"{path}:{number}: not a JSON line ({exc})") from None
         if not isinstance(record, dict):
             raise BEIRDataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
@@ -249,8 +249,11 @@ def _qrels(path: Path, queries: dict, corpus: dict) -> dict[str, dict[str, int]]
             raise BEIRDataError(f"{path}:{number}: unknown query {query!r} (not in queries.jsonl)")
         if document not in corpus:
             raise BEIRDataError(f"{path}:{number}: unknown document {document!r} (not in corpus.jsonl)")
-        if not (score.isascii() and score.lstrip("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
+        if not (score.isascii() and score.removeprefix("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
             raise BEIRDataError(f"{path}:{number}: the score {score!r} is not an integer")
+        if len(score) > 11 or not -(2**31) <= int(score) < 2**31:  # as trec_eval reads it (10**400: OverflowError)
+            shown = score if len(score) <= 12 else f"{score[:12]}... ({len(score):,} characters)"
+            raise BEIRDataError(f"{path}:{number}: the score {shown} is outside the 32-bit integers")
         if document in qrels.setdefault(query, {}):
             raise BEIRDataError(f"{path}:{number}: query {query!r} and document {document!r} are judged twice")
         qrels[query][document] = int(score)

@@ -15,11 +15,13 @@ folder, which refuses a source the way a wrong sha256 does.
 
 import hashlib
 import io
+import lzma
 import os
 import shutil
 import tarfile
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +151,7 @@ def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str |
     else:
         tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
         members = [(m.name, m.size, lambda m=m: tf.extractfile(m).read()) for m in tf.getmembers() if m.isfile()]
+    unpacked = 0
     for member_name, size, read in members:
         if not member_name.startswith(prefix):
             continue
@@ -158,11 +161,18 @@ def _extract(data: bytes, archive: Archive, out: Path, expected: dict[str, str |
             continue  # only the files directly in the data folder; never write outside ``out``
         if size > MAX_ARCHIVE_BYTES:  # as declared in the archive, which the readers hold it to
             raise ValueError(f"{member_name} is larger than {MAX_ARCHIVE_BYTES >> 20} MiB unpacked")
+        if (unpacked := unpacked + size) > MAX_ARCHIVE_BYTES:  # many members each below the bound: the disk's
+            raise ValueError(f"its files are larger than {MAX_ARCHIVE_BYTES >> 20} MiB unpacked (at {member_name})")
         for old, new in archive.rename:
             if relative.startswith(old):
                 relative = new + relative[len(old) :]
+        try:
+            content = read()
+        except (RuntimeError, NotImplementedError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            # an encrypted member, an unknown compression method, a damaged or cut stream: a bad source, not a bug
+            raise ValueError(f"{member_name} cannot be extracted ({exc})") from None
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
-        (out / relative).write_bytes(read())
+        (out / relative).write_bytes(content)
 
 
 # ------------------------------------------------------------------- Zenodo

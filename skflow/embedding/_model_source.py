@@ -198,16 +198,23 @@ def _looks_local(name: str) -> bool:
 
 
 def stock_file(embedder, name: str):
-    """A JSON file of the embedder's encoder as sentence-transformers saved it (in its folder; a hub model's where
-    the local cache holds it), parsed; None where there is none, or it is not JSON."""
+    """A JSON file of the embedder's encoder as sentence-transformers saved it (in its folder; a hub model's from
+    the local cache, else the hub, at the commit of its encoder), parsed; None where there is none (or no network),
+    or it is not JSON."""
     import json
 
     source = pinned_model_source(embedder)
     path = Path(source.path_or_id) / name
     if not Path(source.path_or_id).is_dir():
-        from huggingface_hub import try_to_load_from_cache
+        from transformers.utils import cached_file  # as hub_commit: the cache first, HF_HUB_OFFLINE respected
 
-        cached = try_to_load_from_cache(source.path_or_id, name, revision=source.revision)
+        hub = {} if embedder.token is None else {"token": reveal_token(embedder.token)}
+        try:  # from_pretrained fetched the encoder's own files only, never sentence-transformers' few bytes
+            cached = cached_file(source.path_or_id, name, revision=source.revision, **hub,
+                                 _raise_exceptions_for_missing_entries=False,
+                                 _raise_exceptions_for_connection_errors=False)
+        except (OSError, ValueError):
+            return None
         if not isinstance(cached, str):
             return None
         path = Path(cached)
@@ -216,6 +223,6 @@ def stock_file(embedder, name: str):
     with open_regular_file(path, 1 << 20) as stream:
         try:
             value = json.loads(stream.read().decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             return None
     return value
