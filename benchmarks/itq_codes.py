@@ -54,7 +54,7 @@ def main() -> None:
             spearman, losses, seconds = [], [], []
             for seed in args.seeds:
                 start = time.perf_counter()
-                rotation = ITQRotation(k, n_iter=n_iter, random_state=seed).fit(X)
+                rotation = ITQRotation(n_components=k, n_iter=n_iter, random_state=seed).fit(X)
                 seconds.append(time.perf_counter() - start)
                 spearman.append(hamming_spearman(rotation.transform(pairs), scores))
                 losses.append(rotation.quantization_loss_)

@@ -17,7 +17,7 @@ from skflow import ITQRotation, NotInvertibleError, Whitener
 from skflow.metrics import make_sts_scorer
 from skflow.persistence import InvalidModelError
 
-CONFIGS = [ITQRotation(random_state=0), ITQRotation(1, n_iter=0, random_state=0)]
+CONFIGS = [ITQRotation(random_state=0), ITQRotation(n_components=1, n_iter=0, random_state=0)]
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +53,13 @@ def test_checks_outside_check_estimator(check):
 @pytest.mark.parametrize("n_components", [12, 5])
 def test_the_fit_is_the_papers_iteration_on_the_centred_principal_directions(corpus, n_components):
     pca = Whitener(power=0, n_components=n_components).fit(corpus)
-    start = ITQRotation(n_components, n_iter=0, random_state=3).fit(corpus)
+    start = ITQRotation(n_components=n_components, n_iter=0, random_state=3).fit(corpus)
     R0 = pca.components_ @ start.components_.T  # components_ = (P R)^T, P's rows orthonormal
     assert np.allclose(R0 @ R0.T, np.eye(n_components), atol=1e-12)
     assert np.allclose(R0.T @ pca.components_, start.components_, atol=1e-12)  # in the principal span
     V = (corpus - corpus.mean(axis=0)) @ pca.components_.T
     expected, losses = _paper_itq(V, R0, 50)
-    itq = ITQRotation(n_components, random_state=3).fit(corpus)
+    itq = ITQRotation(n_components=n_components, random_state=3).fit(corpus)
     assert itq.n_iter_ == 50 and itq.n_components_ == n_components
     np.testing.assert_allclose(itq.components_, expected.T @ pca.components_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(itq.mean_, corpus.mean(axis=0), rtol=1e-13)
@@ -101,7 +101,7 @@ def test_a_memmap_is_fitted_as_the_array_and_only_a_full_map_inverts(tmp_path, c
     stored[:] = X
     stored.flush()
     read = np.load(tmp_path / "x.npy", mmap_mode="r")
-    fitted = [ITQRotation(6, n_iter=5, random_state=0).fit(data) for data in (X, read)]
+    fitted = [ITQRotation(n_components=6, n_iter=5, random_state=0).fit(data) for data in (X, read)]
     assert np.array_equal(fitted[0].components_, fitted[1].components_)
     assert fitted[0].transform(X).dtype == np.float32
     full = ITQRotation(random_state=0).fit(corpus)
@@ -110,7 +110,7 @@ def test_a_memmap_is_fitted_as_the_array_and_only_a_full_map_inverts(tmp_path, c
     with pytest.raises(NotInvertibleError, match="keeps 6: the directions left out by n_components are lost"):
         fitted[0].inverse_transform(np.zeros((1, 6)))
     with pytest.raises(ValueError, match=r"ITQRotation\(n_components=13\) needs at least 13 features, but X has 12"):
-        ITQRotation(13).fit(corpus)
+        ITQRotation(n_components=13).fit(corpus)
 
 
 def test_a_fit_reads_the_rows_n_iter_plus_two_times_a_chunk_at_a_time(monkeypatch, corpus):
@@ -132,13 +132,13 @@ def test_a_fit_reads_the_rows_n_iter_plus_two_times_a_chunk_at_a_time(monkeypatc
     monkeypatch.setattr("skflow.utils._estimators.CHUNK_ROWS", 1000)
     for n_iter in (0, 7):
         passes.clear()
-        itq = ITQRotation(6, n_iter=n_iter, random_state=0).fit(corpus)
+        itq = ITQRotation(n_components=6, n_iter=n_iter, random_state=0).fit(corpus)
         assert itq.n_iter_ == n_iter and passes == [3000] * (n_iter + 2) and max(largest) == 1000
 
 
 # ------------------------------------------------------------------ saving
 def test_skops_joblib_pickle_and_onnx_and_crafted_states_are_refused(tmp_path, corpus):
-    itq = ITQRotation(8, n_iter=10, random_state=0).fit(corpus)
+    itq = ITQRotation(n_components=8, n_iter=10, random_state=0).fit(corpus)
     path = skflow.dump(itq, tmp_path / "itq.skops")
     assert skops.io.get_untrusted_types(file=path) == ["skflow.compression.ITQRotation"]
     joblib.dump(itq, tmp_path / "itq.joblib")
@@ -181,8 +181,8 @@ def test_on_real_embeddings_itq_loses_less_than_a_random_rotation_and_scores_sts
     rows = pairs.reshape(-1, 384)[:1000]
     # measured, seed 0: K=384 243.58 -> 220.18 (a fixed point after 43 steps), K=128 60.98 -> 50.76
     for k, random_loss, itq_loss in ((128, (60.5, 61.5), (50.3, 51.3)), (384, (243.0, 244.2), (219.6, 220.8))):
-        baseline = ITQRotation(k, n_iter=0, random_state=0).fit(rows)
-        itq = ITQRotation(k, random_state=0).fit(rows)
+        baseline = ITQRotation(n_components=k, n_iter=0, random_state=0).fit(rows)
+        itq = ITQRotation(n_components=k, random_state=0).fit(rows)
         assert random_loss[0] < baseline.quantization_loss_ < random_loss[1], baseline.quantization_loss_
         assert itq_loss[0] < itq.quantization_loss_ < itq_loss[1], itq.quantization_loss_
         # the docs' "a fixed point after 43 steps" at K=384 (was `n_iter_ <= 50`, which n_iter=50 always gives)
@@ -215,7 +215,7 @@ def test_the_export_encodes_the_pipelines_binary_codes_bit_for_bit(tmp_path, fit
     from skflow.serving import load_sentence_transformer
 
     embedder, texts, vectors = fitted_embedder
-    itq = ITQRotation(n_components, n_iter=5, random_state=0).fit(vectors)  # any rotation: a few steps do
+    itq = ITQRotation(n_components=n_components, n_iter=5, random_state=0).fit(vectors)  # any rotation: a few steps do
     pipeline = make_pipeline(embedder, itq)
     folder = skflow.export_sentence_transformer(pipeline, tmp_path / "model")
     modules = [module["type"].rsplit(".", 1)[1] for module in json.loads((folder / "modules.json").read_text())]

@@ -143,7 +143,7 @@ class ITQRotation(LinearPostProcessor):
     _incremental = False  # each step needs every row: fit only
     _lost = "the directions left out by n_components are lost and cannot be recovered. Fit with n_components=None"
 
-    def __init__(self, n_components=None, *, n_iter=50, random_state=None):
+    def __init__(self, *, n_components=None, n_iter=50, random_state=None):
         self.n_components = n_components
         self.n_iter = n_iter
         self.random_state = random_state
