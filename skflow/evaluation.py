@@ -232,11 +232,13 @@ def evaluate(
                 estimator.fit(train)
                 latent = estimator.transform(test)  # 3-D: an ndarray whatever set_output says
             fit_seconds = time.perf_counter() - start
+            corpus = None  # the set's sentences after the method, which the codes are fitted on: mapped once
             for precision in precisions:
                 row, stored = method if precision == "float32" else f"{method}/{precision}", latent
                 if precision != "float32":  # the codes' own similarity: dequantized cosine, or 1 - 2 hamming / d
-                    codes = Quantizer(precision=precision).fit(train if estimator is None else
-                                                               estimator.transform(train))
+                    if corpus is None:
+                        corpus = train if estimator is None else estimator.transform(train)
+                    codes = Quantizer(precision=precision).fit(corpus)
                     stored = codes.inverse_transform(codes.transform(latent))
                 report = sts_report(stored, gold, subsets)
                 report["fit_seconds"] = fit_seconds
@@ -284,10 +286,10 @@ def _searches(method: str, queries: np.ndarray, documents: np.ndarray, precision
         else:
             codes = Quantizer(precision="binary").fit(documents)
             query_bits, document_bits = codes.transform(queries), codes.transform(documents)
-            yield f"{method}/binary", search(query_bits, document_bits, k, metric="hamming")
+            hamming = search(query_bits, document_bits, k, metric="hamming")
+            yield f"{method}/binary", hamming
             yield f"{method}/binary-asym", search(queries, document_bits, k, metric="asymmetric")
-            top = search(query_bits, document_bits, k, metric="hamming")[1]
-            yield f"{method}/binary-rescore", search(queries, documents, k, candidates=top)
+            yield f"{method}/binary-rescore", search(queries, documents, k, candidates=hamming[1])
 
 
 def retrieval_report(scores, indices, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
