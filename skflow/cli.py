@@ -20,7 +20,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from skflow import __version__, distributed, utils
 from skflow.datasets import BEIR_SETS, STS_SETS
 from skflow.embedder import BertEmbedder
-from skflow.evaluation import EVALUATION_SETS, METHODS, PRECISIONS, evaluate, markdown_tables, stderr_log, strict_json
+from skflow.evaluation import (
+    EVALUATION_SETS,
+    FIT_CORPORA,
+    METHODS,
+    PRECISIONS,
+    evaluate,
+    markdown_tables,
+    stderr_log,
+    strict_json,
+)
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import PROTOCOLS
 
@@ -151,6 +160,13 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)} "
                     "(default: the seven STS sets, skipping those whose data is missing; a set named here must be "
                     "there)")
+    ev.add_argument("--fit-on", nargs="+", default=["target"], type=_name, metavar="CORPUS",
+                    help="what each method is fitted on, each giving its own rows: target (each set's own "
+                    "sentences, rows METHOD), or for every set alike (rows METHOD@NAME) a set's sentences (sts12, "
+                    "..., stsb, sickr; scifact: its documents), stsb-train or sickr-train (a train split), or your "
+                    "own texts: a file or folder as embed reads them, named by its file name (default: target)")
+    ev.add_argument("--text-column", default="text", help="the column of texts in a --fit-on file of Parquet, CSV "
+                    "or JSON lines (default: %(default)s)")
     ev.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS, metavar="PRECISION",
                     help="how vectors are stored, after each method: float32, int8 (codes fitted on the set's "
                     "corpus, scored by the cosine of their dequantized vectors), binary (one bit a dimension, scored "
@@ -276,7 +292,9 @@ def _evaluate_command(args) -> int:
     settings.update({param: _ENCODER[1][param] for param in _STOCK if param not in given})
     embedder = BertEmbedder(args.model, **settings, device=args.device, cache_dir=args.cache_dir,
                             show_progress_bar=not args.quiet)
-    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, data_home=args.data_home,
+    fit_on = [_fitting_corpus(corpus, args.text_column) for corpus in args.fit_on]
+    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
+                       data_home=args.data_home,
                        download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
                        skip_missing=args.sets is None, random_state=args.seed,
                        flow_params={"max_epochs": args.epochs, "device": args.device},
@@ -292,7 +310,8 @@ def _evaluate_command(args) -> int:
     for name in results["skipped"]:
         print(f"(skipped {name}: data not found)")
     results["config"] = {
-        "model": args.model, "pooling": settings["pooling"], "methods": args.method, "precisions": args.precision,
+        "model": args.model, "pooling": settings["pooling"], "methods": args.method, "fit_on": args.fit_on,
+        "precisions": args.precision,
         "max_length": settings["max_length"],
         "dtype": args.dtype, "flow_epochs": args.epochs, "seed": args.seed, "skflow": __version__,
         "python": platform.python_version(), "numpy": np.__version__,
@@ -307,3 +326,17 @@ def _evaluate_command(args) -> int:
     if not args.quiet:
         stderr_log(f"wrote {outputs[0]} and {outputs[1]}")
     return 0
+
+
+def _fitting_corpus(corpus: str, text_column: str) -> str | tuple[str, list[str]]:
+    """A ``--fit-on`` value as `evaluate` takes it: a corpus's name, or a file's (or folder's) name and texts; a
+    value that is neither a corpus nor a file says both."""
+    if corpus in FIT_CORPORA:
+        return corpus
+    try:
+        return os.path.basename(corpus.rstrip("/" + os.sep)), distributed.read_texts([corpus], text_column=text_column)
+    except distributed.InputError as exc:
+        if os.path.lexists(corpus) or "://" in corpus:
+            raise
+        raise ValueError(f"--fit-on {corpus}: neither a corpus ({', '.join(FIT_CORPORA)}) nor a file or folder "
+                         f"({exc})") from None

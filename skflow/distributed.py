@@ -17,7 +17,7 @@ from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
 from skflow.utils import OutputPathError, check_given_name, resolve_device, torch_threads
 
-__all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "transform"]
+__all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "read_texts", "transform"]
 
 EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
@@ -132,6 +132,43 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
                   workers=workers, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
                   overwrite=overwrite, address=address, quiet=quiet, command="embed")
+
+
+def read_texts(inputs: Sequence[str | os.PathLike], *, text_column: str = "text") -> list[str]:
+    """The texts of ``inputs``, read and checked in this process (no Ray) as :func:`embed` reads them.
+
+    What ``python -m skflow evaluate --fit-on FILE`` fits on: a corpus that fits in memory.
+
+    Parameters
+    ----------
+    inputs : sequence of paths
+        Files or folders, local or on object storage, as :func:`embed` takes them.
+    text_column : str, default="text"
+        The column of texts in Parquet, CSV or JSON lines files.
+
+    Returns
+    -------
+    texts : list of str
+        In the order of the files (sorted within a folder) and of their rows.
+
+    Raises
+    ------
+    InputError
+        A missing or unreadable file, another format, a missing column, a null or non-text value: one line naming
+        the file (and the row).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from skflow.distributed import read_texts
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "texts.txt"
+    >>> _ = path.write_text("A man plays a guitar.\n\nA dog runs in a park.\n", encoding="utf-8")
+    >>> read_texts([path])  # blank lines skipped
+    ['A man plays a guitar.', 'A dog runs in a park.']
+    """
+    corpus = ray_jobs.input_files(inputs)
+    _, read, rows = ray_jobs.check_rows(corpus, text_column)
+    return [text for path in corpus.files for text in read(path, rows.get(path)).column(text_column).to_pylist()]
 
 
 def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGaussianizer | None = None,

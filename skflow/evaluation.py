@@ -29,8 +29,8 @@ from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import MeanDirectionRemover, Whitener
 
-__all__ = ["EVALUATION_SETS", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate", "make_method",
-           "markdown_tables", "retrieval_report", "strict_json"]
+__all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
+           "make_method", "markdown_tables", "retrieval_report", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -50,6 +50,8 @@ METHODS = ("none", "whiten", "soft-whiten", "flow")
 # 100 rescored with the float32 vectors, "rescore"). Quantizers are fitted on the corpus, after the method.
 PRECISIONS = ("float32", "int8", "binary")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
+TARGET = "target"  # each set's own sentences: BERT-flow's setting
+FIT_CORPORA = (TARGET, *EVALUATION_SETS, "stsb-train", "sickr-train")
 
 
 def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
@@ -113,6 +115,7 @@ def evaluate(
     *,
     methods: Sequence[str] = METHODS,
     sets: Sequence[str] = STS_SETS,
+    fit_on: Sequence[str | tuple[str, Sequence[str]]] = (TARGET,),
     data_home=None,
     download_if_missing: bool = True,
     allow_modified: bool = False,
@@ -123,7 +126,8 @@ def evaluate(
     precisions: Sequence[str] = ("float32",),
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Fit each method on each set's sentences (no labels) and score it on the set's gold pairs or queries.
+    """Fit each method on each set's sentences (no labels), or on other texts, and score it on the set's gold pairs or
+    queries.
 
     Parameters
     ----------
@@ -134,11 +138,24 @@ def evaluate(
     sets : sequence of str, default=all seven STS sets
         STS set names (see :func:`skflow.datasets.load_sts`) and retrieval
         set names (``"scifact"``, see :func:`skflow.datasets.load_beir`).
+    fit_on : sequence, default=("target",)
+        The corpora each method is fitted on, each giving its own rows:
+        ``"target"``, each set's own sentences (STS: every sentence of its
+        pairs, every split; retrieval: the corpus), rows ``METHOD``; or, for
+        every set alike, rows ``METHOD@NAME``: a set's name (its sentences,
+        or a retrieval set's documents), ``"stsb-train"`` or
+        ``"sickr-train"`` (a train split: scored on STS-B, BERT-flow's
+        "train" setting), or a ``(name, texts)`` pair, your own corpus.
+        A corpus is embedded as the set scored is, and everything fitted on
+        it (the method, then the int8 ranges) is fitted once for every set.
+        ``"none"`` fits nothing: it is given once, row ``none`` (its int8
+        ranges fitted on the set's own sentences), whatever the corpora.
     data_home, download_if_missing, allow_modified
         Passed to :func:`~skflow.datasets.load_sts` and
         :func:`~skflow.datasets.load_beir`.
     skip_missing : bool, default=False
-        Leave out sets whose files are missing instead of raising.
+        Leave out sets whose files are missing instead of raising (never a
+        set named in ``fit_on``).
     random_state : int, default=0
         Seed of the flow.
     flow_params : dict, default=None
@@ -152,25 +169,26 @@ def evaluate(
         STS sets use ``embedder`` as it is.
     precisions : sequence of {"float32", "int8", "binary"}, default=("float32",)
         How vectors are stored and scored, after each method: float32;
-        int8 codes (`~skflow.Quantizer`, fitted on the set's corpus, scored
-        by the cosine of their dequantized vectors); binary codes (scored by
-        Hamming distance; for retrieval also ``/binary-asym``, float
-        queries against the codes, and ``/binary-rescore``, the Hamming top
-        100 rescored with float32 vectors). Results other than float32 are
-        under ``"METHOD/PRECISION"``.
+        int8 codes (`~skflow.Quantizer`, fitted on the corpus the method is
+        fitted on, scored by the cosine of their dequantized vectors); binary
+        codes (scored by Hamming distance; for retrieval also
+        ``/binary-asym``, float queries against the codes, and
+        ``/binary-rescore``, the Hamming top 100 rescored with float32
+        vectors). Results other than float32 are under ``"ROW/PRECISION"``.
     log : callable, default=None
         Receives progress messages.
 
     Returns
     -------
     results : dict
-        ``results["sets"][set][method]`` is the :func:`~skflow.metrics.sts_report`
-        of that method on that set, plus ``fit_seconds``;
-        ``results["retrieval"][set][method]`` is its :func:`retrieval_report`
+        ``results["sets"][set][row]`` is the :func:`~skflow.metrics.sts_report`
+        of that row on that set, plus ``fit_seconds``;
+        ``results["retrieval"][set][row]`` is its :func:`retrieval_report`
         (``"ndcg@10"``, ``"recall@100"``), plus ``fit_seconds``, and
         ``results["retrieval_settings"][set]`` the encoder's ``pooling`` and
-        ``max_length`` there; ``results["skipped"]`` lists the sets left out
-        and why.
+        ``max_length`` there; ``results["fit_on"]`` maps each fitting corpus
+        to its number of texts (None for ``"target"``);
+        ``results["skipped"]`` lists the sets left out and why.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
@@ -192,53 +210,49 @@ def evaluate(
     unknown = [s for s in sets if s not in EVALUATION_SETS]
     if unknown:
         raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")
+    corpora = _fitting_corpora(fit_on)
     log = log or (lambda message: None)
-    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "skipped": {}}
+    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "fit_on": {}, "skipped": {}}
     data = {}
-    for name in sets:  # every set is loaded and verified before anything is embedded
+    named = {corpus.split("-")[0] for corpus, texts in corpora.items() if texts is None and corpus != TARGET}
+    for name in dict.fromkeys([*sets, *named]):  # every set is loaded and verified before anything is embedded
         try:
             load = load_beir if name in BEIR_SETS else load_sts
             data[name] = load(
                 name, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
             )
         except FileNotFoundError as exc:
-            if not skip_missing:
+            if not skip_missing or name in named:
                 raise
             results["skipped"][name] = str(exc)
             log(f"[{SET_LABELS[name]}] skipped: data not found")
-    if any(s in BEIR_SETS for s in data):
+    for corpus, texts in corpora.items():
+        if texts is None and corpus != TARGET:
+            corpora[corpus] = _corpus_texts(corpus, data[corpus.split("-")[0]])
+        results["fit_on"][corpus] = None if corpus == TARGET else len(corpora[corpus])
+    fits = _Fits(estimators, corpora, log)
+    if any(s in BEIR_SETS for s in data if s in sets):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
-    for name in [s for s in data if s in BEIR_SETS]:
+    for name in [s for s in data if s in BEIR_SETS and s in sets]:
         results["retrieval_settings"][name] = {"pooling": retrieval.pooling, "max_length": retrieval.max_length}
-        results["retrieval"][name] = _evaluate_retrieval(name, data.pop(name), retrieval, estimators, precisions,
-                                                         log)
-    for name, full in data.items():
+        results["retrieval"][name] = _evaluate_retrieval(name, data[name], retrieval, fits, precisions, log)
+    for name in [s for s in data if s in STS_SETS and s in sets]:
+        full = data[name]
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
-        sentences = full.pairs.ravel()
-        n_unique = len(set(sentences.tolist()))
+        n_unique = len(set(full.pairs.ravel().tolist()))
         log(f"[{SET_LABELS[name]}] embedding {n_unique:,} unique sentences of {len(full.scores):,} pairs")
         start = time.perf_counter()
         embeddings = embedder.transform(full.pairs)
         log(f"[{SET_LABELS[name]}] embedded in {time.perf_counter() - start:.1f} s")
-        train = embeddings.reshape(-1, embeddings.shape[-1])
         test, gold, subsets = embeddings[rows], full.scores[rows], full.subsets[rows]
         results["sets"][name] = {}
-        for method in methods:
-            estimator = make_method(method, random_state=random_state, flow_params=flow_params)
-            start = time.perf_counter()
-            if estimator is None:
-                latent = test
-            else:
-                estimator.fit(train)
-                latent = estimator.transform(test)  # 3-D: an ndarray whatever set_output says
-            fit_seconds = time.perf_counter() - start
-            corpus = None  # the set's sentences after the method, which the codes are fitted on: mapped once
+        for corpus, method, (estimator, fit_seconds, mapped) in fits.each(
+                embedder, embeddings.reshape(-1, embeddings.shape[-1])):
+            latent = test if estimator is None else estimator.transform(test)  # 3-D: an ndarray whatever set_output
             for precision in precisions:
-                row, stored = method if precision == "float32" else f"{method}/{precision}", latent
+                row, stored = _row(method, corpus, precision), latent
                 if precision != "float32":  # the codes' own similarity: dequantized cosine, or 1 - 2 hamming / d
-                    if corpus is None:
-                        corpus = train if estimator is None else estimator.transform(train)
-                    codes = Quantizer(precision=precision).fit(corpus)
+                    codes = Quantizer(precision=precision).fit(mapped)
                     stored = codes.inverse_transform(codes.transform(latent))
                 report = sts_report(stored, gold, subsets)
                 report["fit_seconds"] = fit_seconds
@@ -247,9 +261,93 @@ def evaluate(
     return results
 
 
-def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dict, precisions, log) -> dict:
-    """Each method fitted on the corpus embeddings (never on a query), applied to both, stored at each precision
-    (codes fitted on the corpus too), scored by `retrieval_report`."""
+def _fitting_corpora(fit_on) -> dict:
+    """Each fitting corpus's row label -> its texts (None where a set gives them), checked before any work."""
+    if isinstance(fit_on, str) or not fit_on:
+        raise ValueError(f"fit_on must be a non-empty sequence of corpora, e.g. ['target', 'stsb-train'], got "
+                         f"{fit_on!r}.")
+    corpora = {}
+    for corpus in fit_on:
+        if isinstance(corpus, tuple) and len(corpus) == 2 and isinstance(corpus[0], str):
+            label, texts = corpus
+            if label in FIT_CORPORA or not label or any(c in label for c in "@/|\n"):
+                raise ValueError(f"the fitting corpus {label!r} needs a name of its own: not empty, no '@', '/', "
+                                 f"'|' or line break, none of {', '.join(FIT_CORPORA)}.")
+            texts = np.asarray(texts, dtype=object)
+            if texts.ndim != 1 or not len(texts):
+                raise ValueError(f"the fitting corpus {label!r} must be a non-empty sequence of texts.")
+        elif isinstance(corpus, str) and corpus in FIT_CORPORA:
+            label, texts = corpus, None
+        else:
+            raise ValueError(f"Unknown fitting corpus {corpus!r}; give one of {', '.join(FIT_CORPORA)}, or a "
+                             "(name, texts) pair.")
+        if label in corpora:
+            raise ValueError(f"the fitting corpus {label!r} is given twice.")
+        corpora[label] = texts
+    return corpora
+
+
+def _corpus_texts(corpus: str, data) -> np.ndarray:
+    """The texts of a named fitting corpus: a retrieval set's documents, an STS set's sentences (of one split)."""
+    if corpus in BEIR_SETS:
+        return np.asarray(data.corpus, dtype=object)
+    split = corpus.partition("-")[2]
+    return (data.pairs[data.subsets == split] if split else data.pairs).ravel()
+
+
+class _Fits:
+    """Every method fitted on every corpus: on a set's own (``"target"``) each time, on any other once for each
+    encoder setting and kept, since every set it is used for gets the same."""
+
+    def __init__(self, estimators: dict, corpora: dict, log):
+        self.estimators, self.corpora, self.log, self.kept = estimators, corpora, log, {}
+
+    def each(self, embedder: BertEmbedder, target: np.ndarray):
+        """``(corpus, method, (fitted estimator or None, fit seconds, the corpus mapped through it))``: ``"none"``
+        once, first, as if fitted on the target (its codes are), whatever the corpora."""
+        if "none" in self.estimators:
+            yield TARGET, "none", _fitted(None, target)
+        for corpus in self.corpora:
+            for method, estimator in self.estimators.items():
+                if estimator is None:
+                    continue
+                if corpus == TARGET:
+                    yield corpus, method, _fitted(estimator, target)
+                else:
+                    key = corpus, method, repr(embedder.get_params())
+                    if key not in self.kept:
+                        self.kept[key] = _fitted(estimator, self._embedded(corpus, embedder))
+                    yield corpus, method, self.kept[key]
+
+    def _embedded(self, corpus: str, embedder: BertEmbedder) -> np.ndarray:
+        key = corpus, repr(embedder.get_params())
+        if key not in self.kept:
+            self.log(f"[fit on {corpus}] embedding {len(self.corpora[corpus]):,} texts (pooling {embedder.pooling}, "
+                     f"max_length {embedder.max_length})")
+            self.kept[key] = embedder.transform(self.corpora[corpus])
+        return self.kept[key]
+
+
+def _fitted(estimator, corpus: np.ndarray) -> tuple:
+    """``estimator`` fitted on ``corpus`` (a clone; None: no method), the seconds its fit took, and the corpus
+    mapped through it (what codes are fitted on)."""
+    if estimator is None:
+        return None, 0.0, corpus
+    start = time.perf_counter()
+    estimator = clone(estimator).fit(corpus)
+    seconds = time.perf_counter() - start
+    return estimator, seconds, np.asarray(estimator.transform(corpus))
+
+
+def _row(method: str, corpus: str, precision: str = "float32") -> str:
+    """A result's name: ``METHOD``, ``@CORPUS`` unless fitted on the target, ``/PRECISION`` unless float32."""
+    return method + ("" if corpus == TARGET else f"@{corpus}") + ("" if precision == "float32" else f"/{precision}")
+
+
+def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, precisions, log) -> dict:
+    """Each method fitted on the corpus embeddings (never on a query), or on a fitting corpus, applied to queries
+    and documents alike, stored at each precision (codes fitted where the method is), scored by
+    `retrieval_report`."""
     label = SET_LABELS[name]
     log(f"[{label}] embedding {len(data.corpus):,} documents and {len(data.queries):,} queries "
         f"(pooling {embedder.pooling}, max_length {embedder.max_length})")
@@ -257,15 +355,14 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dic
     documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
     log(f"[{label}] embedded in {time.perf_counter() - start:.1f} s")
     out = {}
-    for method, estimator in estimators.items():
-        start = time.perf_counter()
+    for corpus, method, (estimator, fit_seconds, mapped) in fits.each(embedder, documents):
         if estimator is None:
             fitted_documents, fitted_queries = documents, queries
         else:
-            estimator = clone(estimator).fit(documents)
-            fitted_documents, fitted_queries = (np.asarray(estimator.transform(x)) for x in (documents, queries))
-        fit_seconds = time.perf_counter() - start
-        for row, found in _searches(method, fitted_queries, fitted_documents, precisions):
+            fitted_documents = mapped if corpus == TARGET else np.asarray(estimator.transform(documents))
+            fitted_queries = np.asarray(estimator.transform(queries))
+        for suffix, found in _searches(fitted_queries, fitted_documents, mapped, precisions):
+            row = _row(method, corpus) + suffix
             out[row] = retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)
             out[row]["fit_seconds"] = fit_seconds
             log(f"[{label}] {row}: nDCG@10 {100 * out[row]['ndcg@10']:.2f}, "
@@ -273,23 +370,23 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, estimators: dic
     return out
 
 
-def _searches(method: str, queries: np.ndarray, documents: np.ndarray, precisions):
-    """``(row name, (scores, indices))``: the top 100 documents of each query as each precision stores them."""
+def _searches(queries: np.ndarray, documents: np.ndarray, fitted_on: np.ndarray, precisions):
+    """``(row suffix, (scores, indices))``: the top 100 documents of each query as each precision stores them, the
+    codes fitted on ``fitted_on``."""
     k = min(100, len(documents))
     for precision in precisions:
         if precision == "float32":
-            yield method, search(queries, documents, k)
+            yield "", search(queries, documents, k)
         elif precision == "int8":
-            codes = Quantizer(precision="int8").fit(documents)
-            yield f"{method}/int8", search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)),
-                                           k)
+            codes = Quantizer(precision="int8").fit(fitted_on)
+            yield "/int8", search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)), k)
         else:
-            codes = Quantizer(precision="binary").fit(documents)
+            codes = Quantizer(precision="binary").fit(fitted_on)
             query_bits, document_bits = codes.transform(queries), codes.transform(documents)
             hamming = search(query_bits, document_bits, k, metric="hamming")
-            yield f"{method}/binary", hamming
-            yield f"{method}/binary-asym", search(queries, document_bits, k, metric="asymmetric")
-            yield f"{method}/binary-rescore", search(queries, documents, k, candidates=hamming[1])
+            yield "/binary", hamming
+            yield "/binary-asym", search(queries, document_bits, k, metric="asymmetric")
+            yield "/binary-rescore", search(queries, documents, k, candidates=hamming[1])
 
 
 def retrieval_report(scores, indices, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
