@@ -29,10 +29,9 @@ import numpy as np
 from _study import Clock, embedded, environment, present_sets, score, write_section
 
 from skflow import BertEmbedder, FlowGaussianizer, ITQRotation, Quantizer, Whitener
-from skflow.compression import search
 from skflow.datasets import load_beir
 from skflow.embedding import stock_settings
-from skflow.evaluation import SET_LABELS, make_method, retrieval_report
+from skflow.evaluation import SET_LABELS, make_method, retrieval_report, search_stored
 
 KS = (384, 256, 128, 64)  # the table's widths; the budgets and the figure also have those of ``MORE_KS``
 MORE_KS = (192, 96, 48, 32, 24)
@@ -46,18 +45,8 @@ VECTORS = 10**8
 
 def stored(queries: np.ndarray, documents: np.ndarray) -> dict:
     """``{precision: (scores, indices)}``, the top 100 of each query as each precision stores the vectors."""
-    k = min(100, len(documents))
-    int8 = Quantizer(precision="int8").fit(documents)
-    bits = Quantizer(precision="binary").fit(documents)
-    query_bits, document_bits = bits.transform(queries), bits.transform(documents)
-    hamming = search(query_bits, document_bits, k, metric="hamming")
-    return {
-        "float32": search(queries, documents, k),
-        "int8": search(*(int8.inverse_transform(int8.transform(x)) for x in (queries, documents)), k),
-        "binary": hamming,
-        "asym": search(queries, document_bits, k, metric="asymmetric"),
-        "rescore": search(queries, documents, k, candidates=hamming[1]),
-    }
+    found = search_stored(queries, documents, ("float32", "int8", "binary"))
+    return {name.removeprefix("binary-"): value for name, value in found.items()}  # asym, rescore
 
 
 def maps(documents: np.ndarray) -> dict:

@@ -30,7 +30,7 @@ from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import MeanDirectionRemover, Whitener
 
 __all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
-           "make_method", "markdown_tables", "retrieval_report", "strict_json"]
+           "make_method", "markdown_tables", "retrieval_report", "search_stored", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -361,8 +361,8 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
         else:
             fitted_documents = mapped if corpus == TARGET else np.asarray(estimator.transform(documents))
             fitted_queries = np.asarray(estimator.transform(queries))
-        for suffix, found in _searches(fitted_queries, fitted_documents, mapped, precisions):
-            row = _row(method, corpus) + suffix
+        for stored, found in search_stored(fitted_queries, fitted_documents, precisions, fitted_on=mapped).items():
+            row = _row(method, corpus, stored)
             out[row] = retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)
             out[row]["fit_seconds"] = fit_seconds
             log(f"[{label}] {row}: nDCG@10 {100 * out[row]['ndcg@10']:.2f}, "
@@ -370,23 +370,60 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
     return out
 
 
-def _searches(queries: np.ndarray, documents: np.ndarray, fitted_on: np.ndarray, precisions):
-    """``(row suffix, (scores, indices))``: the top 100 documents of each query as each precision stores them, the
-    codes fitted on ``fitted_on``."""
-    k = min(100, len(documents))
+def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), *, fitted_on=None,
+                  k: int = 100) -> dict:
+    """The top ``k`` documents of each query, the vectors stored at each precision and searched as they allow.
+
+    Parameters
+    ----------
+    queries, documents : array-like of shape (n_queries, d), (n_documents, d)
+        Float vectors (after any post-processing).
+    precisions : sequence of {"float32", "int8", "binary"}, default=("float32",)
+        ``"float32"``: cosine; ``"int8"``: the cosine of the dequantized
+        int8 codes (:class:`~skflow.Quantizer`) of both; ``"binary"``: three
+        searches of the documents' bits, ``"binary"`` (Hamming distance to
+        the query's bits), ``"binary-asym"`` (the float query's dot product
+        with the bits as signs) and ``"binary-rescore"`` (the Hamming top
+        ``k`` rescored with the float32 vectors).
+    fitted_on : array-like of shape (n, d), default=None
+        What the int8 ranges are fitted on (default: ``documents``).
+    k : int, default=100
+        Documents found a query (at most all of them).
+
+    Returns
+    -------
+    found : dict
+        ``{name: (scores, indices)}``, as :func:`skflow.compression.search`
+        returns them, for each of the names above.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skflow.evaluation import search_stored
+    >>> documents = np.array([[1.0, 0.1], [0.2, 1.0], [-1.0, 0.3]])
+    >>> found = search_stored([[0.9, 0.2]], documents, ["float32", "binary"], k=2)
+    >>> {name: indices.tolist() for name, (scores, indices) in found.items()}
+    {'float32': [[0, 1]], 'binary': [[0, 1]], 'binary-asym': [[0, 1]], 'binary-rescore': [[0, 1]]}
+    """
+    queries, documents = np.asarray(queries), np.asarray(documents)
+    fitted_on = documents if fitted_on is None else fitted_on
+    k = min(k, len(documents))
+    found = {}
     for precision in precisions:
         if precision == "float32":
-            yield "", search(queries, documents, k)
+            found["float32"] = search(queries, documents, k)
         elif precision == "int8":
             codes = Quantizer(precision="int8").fit(fitted_on)
-            yield "/int8", search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)), k)
-        else:
+            found["int8"] = search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)), k)
+        elif precision == "binary":
             codes = Quantizer(precision="binary").fit(fitted_on)
             query_bits, document_bits = codes.transform(queries), codes.transform(documents)
-            hamming = search(query_bits, document_bits, k, metric="hamming")
-            yield "/binary", hamming
-            yield "/binary-asym", search(queries, document_bits, k, metric="asymmetric")
-            yield "/binary-rescore", search(queries, documents, k, candidates=hamming[1])
+            found["binary"] = search(query_bits, document_bits, k, metric="hamming")
+            found["binary-asym"] = search(queries, document_bits, k, metric="asymmetric")
+            found["binary-rescore"] = search(queries, documents, k, candidates=found["binary"][1])
+        else:
+            raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
+    return found
 
 
 def retrieval_report(scores, indices, qrels: dict, query_ids: Sequence[str], corpus_ids: Sequence[str]) -> dict:
