@@ -507,6 +507,60 @@ def _embedder():
     return BertEmbedder(pooling="cls", dtype="float32", show_progress_bar=False)
 
 
+@pytest.fixture(scope="module")
+def agents_ending():
+    """Sessions of killed drivers whose last Ray processes, the dashboard and runtime-env agents, end on their own
+    60 s after the kill (Ray 2.60's ``publish_error`` to the dead GCS server, a timeout fixed in its code): the rest
+    of this module runs meanwhile, and at its end every such session must be empty."""
+    sessions = []
+    yield sessions
+    for sid, killed in sessions:
+        while _session(sid) and time.monotonic() - killed < 180:
+            time.sleep(0.5)
+        left = _session(sid)
+        for line in left:  # never leave anything behind, even if the check fails
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        assert left == [], f"Ray processes left 180 s after the driver's SIGKILL: {left}"
+
+
+@pytest.mark.ray
+def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, agents_ending):
+    """Ray ends its instance without help (measured, Ray 2.60: the head at once, the workers within 3 s, the
+    dashboard and runtime-env agents after 62 to 64 s, checked at the end of this module, which runs
+    for more than those 64 s after this test: its end does not wait)."""
+    old = _skflow_output(tmp_path / "old")
+    before = _tree(old)
+    driver = subprocess.Popen([sys.executable, "-m", "skflow", "embed", corpus, "--output", old, "--overwrite",
+                               "--quiet"], env=ENV, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+    try:
+        end = time.monotonic() + 180
+        while "ray::MapWorker" not in " ".join(_session(driver.pid)):  # the job runs
+            assert driver.poll() is None and time.monotonic() < end, "the job did not start"
+            time.sleep(0.2)
+        time.sleep(1)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        killed = time.monotonic()
+        while [p for p in _session(driver.pid) if not any(a in p for a in agents)] and time.monotonic() - killed < 30:
+            time.sleep(0.5)
+        left = [p for p in _session(driver.pid) if not any(a in p for a in agents)]
+        print(f"Ray's head and workers gone {time.monotonic() - killed:.1f} s after the driver's SIGKILL")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        agents_ending.append((driver.pid, time.monotonic()))
+    assert left == []
+    # the old output is whole and read as before: its manifest and files (a killed run's files may lie beside them)
+    assert {name: digest for name, digest in _tree(old).items() if name in before} == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a killed run's files beside it are named in a warning
+        read = input_files([old]).files
+    assert sorted(Path(f).name for f in read) == json.loads((old / MARKER).read_text())["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "old"]
+
+
 def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path):
     from skflow.ray_jobs import check_rows, read_dataset
 
@@ -698,59 +752,6 @@ def test_an_address_where_nothing_listens_fails_within_30_s(corpus, tmp_path):
     assert run.returncode == 2 and took < 30, (took, run.stderr[-2000:])
     assert run.stderr.strip() == f"error: no Ray cluster answers at {address} (Connection refused)"
     assert not (tmp_path / "out").exists()
-
-
-@pytest.fixture(scope="module")
-def agents_ending():
-    """Sessions of killed drivers whose last Ray processes, the dashboard and runtime-env agents, end on their own
-    60 s after the kill (Ray 2.60's ``publish_error`` to the dead GCS server, a timeout fixed in its code): the rest
-    of this module runs meanwhile, and at its end every such session must be empty."""
-    sessions = []
-    yield sessions
-    for sid, killed in sessions:
-        while _session(sid) and time.monotonic() - killed < 180:
-            time.sleep(0.5)
-        left = _session(sid)
-        for line in left:  # never leave anything behind, even if the check fails
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        assert left == [], f"Ray processes left 180 s after the driver's SIGKILL: {left}"
-
-
-@pytest.mark.ray
-def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(tmp_path, corpus, agents_ending):
-    """Ray ends its instance without help (measured, Ray 2.60: the head at once, the workers within 3 s, the
-    dashboard and runtime-env agents after 62 to 64 s, checked at the end of this module)."""
-    old = _skflow_output(tmp_path / "old")
-    before = _tree(old)
-    driver = subprocess.Popen([sys.executable, "-m", "skflow", "embed", corpus, "--output", old, "--overwrite",
-                               "--quiet"], env=ENV, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
-    try:
-        end = time.monotonic() + 180
-        while "ray::MapWorker" not in " ".join(_session(driver.pid)):  # the job runs
-            assert driver.poll() is None and time.monotonic() < end, "the job did not start"
-            time.sleep(0.2)
-        time.sleep(1)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        killed = time.monotonic()
-        while [p for p in _session(driver.pid) if not any(a in p for a in agents)] and time.monotonic() - killed < 30:
-            time.sleep(0.5)
-        left = [p for p in _session(driver.pid) if not any(a in p for a in agents)]
-        print(f"Ray's head and workers gone {time.monotonic() - killed:.1f} s after the driver's SIGKILL")
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        agents_ending.append((driver.pid, time.monotonic()))
-    assert left == []
-    # the old output is whole and read as before: its manifest and files (a killed run's files may lie beside them)
-    assert {name: digest for name, digest in _tree(old).items() if name in before} == before
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a killed run's files beside it are named in a warning
-        read = input_files([old]).files
-    assert sorted(Path(f).name for f in read) == json.loads((old / MARKER).read_text())["files"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "old"]
 
 
 def _readme_ray_commands() -> list[list[str]]:
