@@ -2,9 +2,11 @@
 sentences, a train split, the user's own texts) once, and applied to every set."""
 
 import json
+import zlib
 
 import numpy as np
 import pytest
+from sklearn.utils import Bunch
 
 from skflow import BertEmbedder, Whitener
 from skflow.cli import main
@@ -17,10 +19,84 @@ class _SpyWhitener(Whitener):
     """A Whitener that records the shape of what it is fitted on (the class keeps it: evaluate clones)."""
 
     fitted: list = []
+    seen: list = []
 
     def fit(self, X, y=None):
         type(self).fitted.append(np.shape(X))
+        type(self).seen.append(np.array(X))
         return super().fit(X, y)
+
+
+class _HashedEncoder(BertEmbedder):
+    """No model: each text's 8 numbers are drawn from a seed of its bytes (the same text, the same vector, whatever
+    the batch); records the settings and texts of every call (the class keeps them: evaluate clones)."""
+
+    calls: list = []
+
+    def transform(self, X):
+        texts = np.asarray(X, dtype=object)
+        if texts.size:
+            type(self).calls.append((self.pooling, self.max_length, tuple(texts.ravel())))
+        return np.asarray([np.random.default_rng(zlib.crc32(t.encode())).normal(size=8) for t in texts.ravel()],
+                          np.float32).reshape(*texts.shape, 8)
+
+
+def _small_sets(monkeypatch):
+    """Loaders of a small STS-B (30 train, 10 dev, 20 test pairs), STS16 (25 pairs) and SciFact (40 documents,
+    6 queries), in place of the real files; returns them by name."""
+    def sts(prefix, splits):
+        subsets = np.asarray([split for split, n in splits.items() for _ in range(n)], dtype=object)
+        pairs = np.asarray([[f"{prefix} {split} pair {i} left", f"{prefix} {split} pair {i} right"]
+                            for i, split in enumerate(subsets)], dtype=object)
+        return Bunch(pairs=pairs, scores=np.arange(len(subsets), dtype=float) % 5, subsets=subsets)
+
+    ids = [f"d{i}" for i in range(40)]
+    sets = {"stsb": sts("stsb", {"train": 30, "dev": 10, "test": 20}), "sts16": sts("sts16", {"headlines": 25}),
+            "scifact": Bunch(corpus_ids=ids, corpus=[f"title {i} abstract {i}" for i in range(40)],
+                             query_ids=[f"q{i}" for i in range(6)], queries=[f"claim {i}" for i in range(6)],
+                             qrels={f"q{i}": {f"d{i}": 1} for i in range(6)})}
+    monkeypatch.setattr("skflow.evaluation.load_sts", lambda name, **kwargs: sets[name])
+    monkeypatch.setattr("skflow.evaluation.load_beir", lambda name, **kwargs: sets[name])
+    return sets
+
+
+def test_named_corpora_are_the_sets_texts_documents_not_queries(monkeypatch):
+    """stsb-train: both sentences of each train pair, no dev or test one; scifact: the documents, never a query."""
+    sets = _small_sets(monkeypatch)
+    _SpyWhitener.seen.clear()
+    monkeypatch.setattr("skflow.evaluation.make_method", lambda name, **kw: None if name == "none" else _SpyWhitener())
+    encoder = _HashedEncoder()
+    results = evaluate(encoder, methods=["whiten"], sets=["sts16"], fit_on=["stsb-train", "scifact"])
+    assert list(results["sets"]["sts16"]) == ["whiten@stsb-train", "whiten@scifact"]
+    assert results["fit_on"] == {"stsb-train": 60, "scifact": 40}
+    train = sets["stsb"].pairs[:30].ravel()
+    assert list(train[:3]) == ["stsb train pair 0 left", "stsb train pair 0 right", "stsb train pair 1 left"]
+    np.testing.assert_array_equal(_SpyWhitener.seen[0], encoder.transform(train))
+    np.testing.assert_array_equal(_SpyWhitener.seen[1], encoder.transform(sets["scifact"].corpus))
+
+
+def test_a_set_that_is_also_a_fitting_corpus_is_embedded_and_fitted_once(monkeypatch):
+    """--sets stsb scifact --fit-on target stsb scifact (the docs' command): STS-B's sentences and SciFact's
+    documents are embedded once for each encoder setting, and each method fitted once on each, not again for the
+    rows METHOD@stsb and METHOD@scifact (the same texts as the target)."""
+    sets = _small_sets(monkeypatch)
+    _SpyWhitener.fitted.clear()
+    _HashedEncoder.calls.clear()
+    monkeypatch.setattr("skflow.evaluation.make_method", lambda name, **kw: None if name == "none" else _SpyWhitener())
+    results = evaluate(_HashedEncoder(pooling="cls"), methods=["none", "whiten"], sets=["scifact", "stsb"],
+                       fit_on=["target", "stsb", "scifact"], precisions=["float32", "int8"])
+    stsb, scifact = tuple(sets["stsb"].pairs.ravel()), tuple(sets["scifact"].corpus)
+    embedded = [(pooling, max_length, texts) for pooling, max_length, texts in _HashedEncoder.calls
+                if texts != tuple(sets["scifact"].queries)]
+    # SciFact with the encoder's own settings (mean, 256): its documents, then STS-B as a fitting corpus; STS-B
+    # with the settings given: its pairs, then SciFact's documents as a fitting corpus
+    assert embedded == [("mean", 256, scifact), ("mean", 256, stsb), ("cls", 128, stsb), ("cls", 128, scifact)]
+    assert _SpyWhitener.fitted == [(40, 8), (120, 8), (120, 8), (40, 8)]
+    for rows in results["retrieval"]["scifact"], results["sets"]["stsb"]:
+        for suffix in "", "/int8":
+            for key in set(rows["whiten" + suffix]) - {"fit_seconds"}:
+                named = "whiten@stsb" if rows is results["sets"]["stsb"] else "whiten@scifact"
+                assert rows["whiten" + suffix][key] == rows[named + suffix][key]
 
 
 @pytest.mark.slow
@@ -83,7 +159,11 @@ def test_fit_on_a_file_from_the_command_line(sts_data_home, cache_dir, tmp_path,
                      "sickr, scifact, stsb-train, sickr-train) nor a file or folder ("),
     (["target", "target"], "error: the fitting corpus 'target' is given twice."),
     (["{dir}/bad.txt"], "error: {dir}/bad.txt: line 2 is not valid UTF-8"),
-    (["{dir}/empty.txt"], "error: the fitting corpus 'empty.txt' must be a non-empty sequence of texts."),
+    (["{dir}/empty.txt"], "error: the fitting corpus 'empty.txt' must be a sequence of two texts or more, got 0."),
+    (["{dir}/one.txt"], "error: the fitting corpus 'one.txt' must be a sequence of two texts or more, got 1."),
+    (["{dir}/a/t.txt", "{dir}/b/t.txt"], "error: --fit-on {dir}/a/t.txt and {dir}/b/t.txt would both give rows "
+                                         "METHOD@t.txt (a file's rows are named by its file name): rename one"),
+    (["stsb", "{dir}/stsb/"], "error: --fit-on stsb and {dir}/stsb/ would both give rows METHOD@stsb"),
     (["{dir}/rows.jsonl"], "error: {dir}/rows.jsonl: no column 'text' (columns: sentence)"),
     (["{dir}/a@b.txt"], "error: the fitting corpus 'a@b.txt' needs a name of its own: not empty, no '@', '/', '|' or "
                         "line break, none of target, sts12,"),
@@ -91,7 +171,9 @@ def test_fit_on_a_file_from_the_command_line(sts_data_home, cache_dir, tmp_path,
 def test_a_fitting_corpus_that_cannot_work_is_refused_before_any_work(fit_on, message, tmp_path, capsys,
                                                                       monkeypatch):
     for name, data in {"bad.txt": b"fine\n\xff\xfe\n", "empty.txt": b"\n  \n", "rows.jsonl": b'{"sentence": "a"}\n',
-                       "a@b.txt": b"a text\n"}.items():
+                       "a@b.txt": b"a text\n", "one.txt": b"a whole document on one line\n", "a/t.txt": b"a\nb\n",
+                       "b/t.txt": b"c\nd\n", "stsb/t.txt": b"e\nf\n"}.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_bytes(data)
     monkeypatch.setattr("skflow.evaluation.load_sts", lambda *a, **k: pytest.fail("data loaded before the check"))
     out = tmp_path / "out" / "r"
@@ -103,16 +185,45 @@ def test_a_fitting_corpus_that_cannot_work_is_refused_before_any_work(fit_on, me
     assert list(out.parent.iterdir()) == []
 
 
-def test_fit_on_is_checked_in_python_too():
+def test_fit_on_is_checked_in_python_too(monkeypatch):
     embedder = BertEmbedder()
+    monkeypatch.setattr("skflow.evaluation.load_sts", lambda *a, **k: pytest.fail("data loaded before the check"))
     for fit_on, message in [
         ("target", "fit_on must be a non-empty sequence of corpora, e.g. ['target', 'stsb-train'], got 'target'."),
         ([], "fit_on must be a non-empty sequence of corpora"),
         (["nli"], "Unknown fitting corpus 'nli'; give one of target, sts12,"),
         ([("stsb", ["a text"])], "the fitting corpus 'stsb' needs a name of its own"),
-        ([("mine", [])], "the fitting corpus 'mine' must be a non-empty sequence of texts."),
+        ([("mine", [])], "the fitting corpus 'mine' must be a sequence of two texts or more, got 0."),
+        ([("mine", ["one text"])], "the fitting corpus 'mine' must be a sequence of two texts or more, got 1."),
+        ([("mine", [["a", "b"], ["c", "d"]])], "the fitting corpus 'mine' must be a sequence of two texts or more, "
+                                               "got an array of shape (2, 2)."),
+        ([("mine", ["a text", None])], "the fitting corpus 'mine': BertEmbedder expects strings, but the element at "
+                                       "position 1 is None of type NoneType."),
+        ([("mine", "one string")], "the fitting corpus 'mine': BertEmbedder expects a sequence of texts, got a "
+                                   "single string"),
         ([("a/b", ["a text"])], "the fitting corpus 'a/b' needs a name of its own"),
+        ([["mine", ["a text"] * 100_000]], "Unknown fitting corpus ['mine', ['a text', 'a text', 'a text', 'a text', "
+                                           "'a text', 'a text', ...]]; give one of target,"),
     ]:
-        with pytest.raises(ValueError, match=f"^{message.replace('[', '.').replace(']', '.').replace('(', '.')}"):
+        with pytest.raises(ValueError) as error:
             evaluate(embedder, methods=["none"], sets=["stsb"], fit_on=fit_on)
+        assert str(error.value).startswith(message) and len(str(error.value)) < 400, str(error.value)[:500]
     assert FIT_CORPORA[0] == "target" and {"stsb-train", "sickr-train", "scifact"} <= set(FIT_CORPORA)
+
+
+def test_a_folder_given_as_a_dot_names_its_rows_by_its_own_name(tmp_path, monkeypatch):
+    """``--fit-on .`` (or ``./``, ``..``): rows METHOD@<the folder's name>, not METHOD@."""
+    folder = tmp_path / "my texts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("one\ntwo\n")
+    (folder / "sub" / "b.txt").write_text("three\nfour\n")
+    monkeypatch.chdir(folder / "sub")
+    given = []
+
+    def stop(embedder, *, fit_on, **kwargs):
+        given.extend(fit_on)
+        raise ValueError("stopped")
+
+    monkeypatch.setattr("skflow.cli.evaluate", stop)
+    assert main(["evaluate", "--sets", "stsb", "--fit-on", "./", "..", "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    assert given == [("sub", ["three", "four"]), ("my texts", ["one", "two", "three", "four"])]
