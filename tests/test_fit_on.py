@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from sklearn.utils import Bunch
 
-from skflow import BertEmbedder, Whitener
+from skflow import BertEmbedder, Quantizer, Whitener
 from skflow.cli import main
 from skflow.datasets import load_sts
-from skflow.evaluation import FIT_CORPORA, evaluate
-from skflow.metrics import sts_spearman
+from skflow.evaluation import FIT_CORPORA, evaluate, make_method
+from skflow.metrics import sts_report, sts_spearman
 
 
 class _SpyWhitener(Whitener):
@@ -227,3 +227,44 @@ def test_a_folder_given_as_a_dot_names_its_rows_by_its_own_name(tmp_path, monkey
     monkeypatch.setattr("skflow.cli.evaluate", stop)
     assert main(["evaluate", "--sets", "stsb", "--fit-on", "./", "..", "--output", str(tmp_path / "r"), "--quiet"]) == 2
     assert given == [("sub", ["three", "four"]), ("my texts", ["one", "two", "three", "four"])]
+
+
+def test_a_missing_set_is_skipped_unless_it_is_a_fitting_corpus(monkeypatch):
+    """skip_missing (the command line's default sets) leaves out a scored set whose files are missing, never a
+    fitting corpus's: that fails, before anything is embedded."""
+    sets = _small_sets(monkeypatch)
+
+    def load(name, **kwargs):
+        if name == "sickr":
+            raise FileNotFoundError("SICK not found")
+        return sets[name]
+
+    monkeypatch.setattr("skflow.evaluation.load_sts", load)
+    _HashedEncoder.calls.clear()
+    with pytest.raises(FileNotFoundError, match="SICK not found"):
+        evaluate(_HashedEncoder(), methods=["center"], sets=["stsb", "sickr"], fit_on=["sickr-train"],
+                 skip_missing=True)
+    assert _HashedEncoder.calls == []
+    results = evaluate(_HashedEncoder(), methods=["center"], sets=["stsb", "sickr"], fit_on=["stsb-train"],
+                       skip_missing=True)
+    assert list(results["sets"]) == ["stsb"] and results["skipped"] == {"sickr": "SICK not found"}
+
+
+def test_none_keeps_its_codes_fitted_on_the_set_whatever_the_corpora(monkeypatch):
+    """fit_on without target: the raw row stays (once), its int8 ranges fitted on the set's own sentences (as the
+    docstring says); the other rows' on the fitting corpus."""
+    sets = _small_sets(monkeypatch)
+    encoder = _HashedEncoder()
+    results = evaluate(encoder, methods=["none", "center"], sets=["stsb"], fit_on=["stsb-train"],
+                       precisions=["float32", "int8"])["sets"]["stsb"]
+    assert list(results) == ["none", "none/int8", "center@stsb-train", "center@stsb-train/int8"]
+    stsb = sets["stsb"]
+    test = encoder.transform(stsb.pairs[stsb.subsets == "test"])
+    for fitted_on, row in [(stsb.pairs, "none/int8"), (stsb.pairs[stsb.subsets == "train"], "center@stsb-train/int8")]:
+        fitted = encoder.transform(fitted_on.ravel())
+        method = make_method("center").fit(fitted) if row.startswith("center") else None
+        mapped, latent = (fitted, test) if method is None else (method.transform(fitted), method.transform(test))
+        codes = Quantizer(precision="int8").fit(mapped)
+        expected = sts_report(codes.inverse_transform(codes.transform(latent)), stsb.scores[stsb.subsets == "test"],
+                              stsb.subsets[stsb.subsets == "test"])
+        assert results[row]["wmean"] == pytest.approx(expected["wmean"]), row
