@@ -268,3 +268,28 @@ def test_none_keeps_its_codes_fitted_on_the_set_whatever_the_corpora(monkeypatch
         expected = sts_report(codes.inverse_transform(codes.transform(latent)), stsb.scores[stsb.subsets == "test"],
                               stsb.subsets[stsb.subsets == "test"])
         assert results[row]["wmean"] == pytest.approx(expected["wmean"]), row
+
+
+def test_read_texts_reads_texts_as_embed_does_and_only_them(tmp_path, monkeypatch):
+    """A BOM and CRLF line ends dropped, blank lines skipped, compressed files, a folder in name order; of a Parquet
+    file the text column only (its other columns, images or vectors, are never read); a null: one line naming it."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from skflow.distributed import InputError, read_texts
+
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "b.txt").write_bytes(b"\xef\xbb\xbfA man plays.\r\n\r\n  \r\nA dog runs.\r\n")
+    (tmp_path / "texts" / "a.txt.gz").write_bytes(gzip.compress("Ein Hund läuft.\n".encode()))
+    assert read_texts([tmp_path / "texts"]) == ["Ein Hund läuft.", "A man plays.", "A dog runs."]
+    pq.write_table(pa.table({"id": [1, 2], "image": [b"\x00" * 1000] * 2, "text": ["a", "b"]}), tmp_path / "t.parquet")
+    read = []
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda *args, columns=None, **kwargs: read.append(columns) or real(
+        *args, columns=columns, **kwargs))
+    assert read_texts([tmp_path / "t.parquet"]) == ["a", "b"] and read == [["text"]]
+    pq.write_table(pa.table({"text": ["a", None]}), tmp_path / "null.parquet")
+    with pytest.raises(InputError, match=r"null.parquet: row 2 of column 'text' is empty \(null\), not a string$"):
+        read_texts([tmp_path / "null.parquet"])
