@@ -162,7 +162,7 @@ def read_texts(inputs: Sequence[str | os.PathLike], *, text_column: str = "text"
     >>> import pathlib, tempfile
     >>> from skflow.distributed import read_texts
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "texts.txt"
-    >>> _ = path.write_text("A man plays a guitar.\n\nA dog runs in a park.\n", encoding="utf-8")
+    >>> _ = path.write_text("A man plays a guitar.\\n\\nA dog runs in a park.\\n", encoding="utf-8")
     >>> read_texts([path])  # blank lines skipped
     ['A man plays a guitar.', 'A dog runs in a park.']
     """
