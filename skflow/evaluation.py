@@ -146,9 +146,12 @@ def evaluate(
         every set alike, rows ``METHOD@NAME``: a set's name (its sentences,
         or a retrieval set's documents), ``"stsb-train"`` or
         ``"sickr-train"`` (a train split: scored on STS-B, BERT-flow's
-        "train" setting), or a ``(name, texts)`` pair, your own corpus.
+        "train" setting), or a ``(name, texts)`` pair, your own corpus (two
+        texts or more, checked before any work).
         A corpus is embedded as the set scored is, and everything fitted on
-        it (the method, then the int8 ranges) is fitted once for every set.
+        it (the method, then the int8 ranges) is fitted once for every set
+        of the same encoder settings (a retrieval set's may differ); a set
+        that is a fitting corpus too is embedded and fitted once for both.
         ``"none"`` fits nothing: it is given once, row ``none`` (its int8
         ranges fitted on the set's own sentences), whatever the corpora.
     data_home, download_if_missing, allow_modified
