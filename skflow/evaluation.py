@@ -234,7 +234,7 @@ def evaluate(
         if texts is None and corpus != TARGET:
             corpora[corpus] = _corpus_texts(corpus, data[corpus.split("-")[0]])
         results["fit_on"][corpus] = None if corpus == TARGET else len(corpora[corpus])
-    fits = _Fits(estimators, corpora, log)
+    fits = _Fits(estimators, corpora, log, codes=any(p != "float32" for p in precisions))
     if any(s in BEIR_SETS for s in data if s in sets):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
     for name in [s for s in data if s in BEIR_SETS and s in sets]:
@@ -305,10 +305,11 @@ def _corpus_texts(corpus: str, data) -> np.ndarray:
 
 class _Fits:
     """Every method fitted on every corpus: on a set's own (``"target"``) each time, on any other once for each
-    encoder setting and kept, since every set it is used for gets the same."""
+    encoder setting and kept, since every set it is used for gets the same; kept mapped through the method only
+    where ``codes`` are fitted on it (a large corpus is not held again for each method)."""
 
-    def __init__(self, estimators: dict, corpora: dict, log):
-        self.estimators, self.corpora, self.log, self.kept = estimators, corpora, log, {}
+    def __init__(self, estimators: dict, corpora: dict, log, codes: bool = True):
+        self.estimators, self.corpora, self.log, self.codes, self.kept = estimators, corpora, log, codes, {}
 
     def each(self, embedder: BertEmbedder, target: np.ndarray, name: str):
         """``(corpus, method, (fitted estimator or None, fit seconds, the corpus mapped through it))`` for the set
@@ -328,7 +329,7 @@ class _Fits:
                 else:
                     key = (name if corpus == TARGET else corpus), method, repr(embedder.get_params())
                     if key not in self.kept:
-                        self.kept[key] = _fitted(estimator, self._embedded(key[0], embedder))
+                        self.kept[key] = _fitted(estimator, self._embedded(key[0], embedder), mapped=self.codes)
                     yield corpus, method, self.kept[key]
 
     def _embedded(self, corpus: str, embedder: BertEmbedder) -> np.ndarray:
@@ -340,15 +341,15 @@ class _Fits:
         return self.kept[key]
 
 
-def _fitted(estimator, corpus: np.ndarray) -> tuple:
+def _fitted(estimator, corpus: np.ndarray, mapped: bool = True) -> tuple:
     """``estimator`` fitted on ``corpus`` (a clone; None: no method), the seconds its fit took, and the corpus
-    mapped through it (what codes are fitted on)."""
+    mapped through it (what codes are fitted on; None unless ``mapped``)."""
     if estimator is None:
         return None, 0.0, corpus
     start = time.perf_counter()
     estimator = clone(estimator).fit(corpus)
     seconds = time.perf_counter() - start
-    return estimator, seconds, np.asarray(estimator.transform(corpus))
+    return estimator, seconds, np.asarray(estimator.transform(corpus)) if mapped else None
 
 
 def _row(method: str, corpus: str, precision: str = "float32") -> str:
@@ -371,7 +372,8 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
         if estimator is None:
             fitted_documents, fitted_queries = documents, queries
         else:
-            fitted_documents = mapped if corpus == TARGET else np.asarray(estimator.transform(documents))
+            fitted_documents = (mapped if corpus == TARGET and mapped is not None
+                                else np.asarray(estimator.transform(documents)))
             fitted_queries = np.asarray(estimator.transform(queries))
         for suffix, found in _searches(fitted_queries, fitted_documents, mapped, precisions):
             row = _row(method, corpus) + suffix

@@ -21,10 +21,16 @@ class _SpyWhitener(Whitener):
     fitted: list = []
     seen: list = []
 
+    transformed: list = []
+
     def fit(self, X, y=None):
         type(self).fitted.append(np.shape(X))
         type(self).seen.append(np.array(X))
         return super().fit(X, y)
+
+    def transform(self, X):
+        type(self).transformed.append(np.shape(X))
+        return super().transform(X)
 
 
 class _HashedEncoder(BertEmbedder):
@@ -293,3 +299,18 @@ def test_read_texts_reads_texts_as_embed_does_and_only_them(tmp_path, monkeypatc
     pq.write_table(pa.table({"text": ["a", None]}), tmp_path / "null.parquet")
     with pytest.raises(InputError, match=r"null.parquet: row 2 of column 'text' is empty \(null\), not a string$"):
         read_texts([tmp_path / "null.parquet"])
+
+
+@pytest.mark.parametrize("precisions, mapped", [(["float32"], []), (["float32", "int8"], [(50, 8), (50, 8)])])
+def test_a_fitting_corpus_is_mapped_through_a_method_only_where_codes_are_fitted_on_it(precisions, mapped,
+                                                                                        monkeypatch):
+    """The user's corpus mapped (and held) again for each method only where int8 or binary ranges are fitted on it:
+    once for each encoder setting (STS-B's and SciFact's), never in float32."""
+    _small_sets(monkeypatch)
+    _SpyWhitener.transformed.clear()
+    monkeypatch.setattr("skflow.evaluation.make_method", lambda name, **kw: None if name == "none" else _SpyWhitener())
+    mine = [f"a text of mine, number {i}" for i in range(50)]
+    results = evaluate(_HashedEncoder(), methods=["whiten"], sets=["scifact", "stsb", "sts16"],
+                       fit_on=[("mine", mine)], precisions=precisions)
+    assert [shape for shape in _SpyWhitener.transformed if shape[0] == 50] == mapped
+    assert list(results["sets"]["sts16"])[0] == "whiten@mine" and "whiten@mine" in results["retrieval"]["scifact"]
