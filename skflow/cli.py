@@ -168,10 +168,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--text-column", default="text", help="the column of texts in a --fit-on file of Parquet, CSV "
                     "or JSON lines (default: %(default)s)")
     ev.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS, metavar="PRECISION",
-                    help="how vectors are stored, after each method: float32, int8 (codes fitted on the set's "
-                    "corpus, scored by the cosine of their dequantized vectors), binary (one bit a dimension, scored "
-                    "by Hamming distance; retrieval also reports float queries against the bits and the Hamming "
-                    "top 100 rescored in float32); one or several (default: float32)")
+                    help="how vectors are stored, after each method: float32, int8 (codes fitted where the method "
+                    "is: the set's corpus, or the --fit-on corpus; scored by the cosine of their dequantized "
+                    "vectors), binary (one bit a dimension, scored by Hamming distance; retrieval also reports "
+                    "float queries against the bits and the Hamming top 100 rescored in float32); one or several "
+                    "(default: float32)")
     ev.add_argument("--protocol", nargs="+", default=["wmean"], choices=PROTOCOLS, metavar="PROTOCOL",
                     help=f"aggregation over subsets: {', '.join(PROTOCOLS)} (default: %(default)s)")
     ev.add_argument("--output", default="skflow_results", metavar="FILE", type=functools.partial(_name, file=True),
@@ -292,6 +293,11 @@ def _evaluate_command(args) -> int:
     settings.update({param: _ENCODER[1][param] for param in _STOCK if param not in given})
     embedder = BertEmbedder(args.model, **settings, device=args.device, cache_dir=args.cache_dir,
                             show_progress_bar=not args.quiet)
+    labels = {}
+    for corpus in args.fit_on:  # before any file is read
+        if labels.setdefault(label := _fitting_label(corpus), corpus) != corpus:
+            raise ValueError(f"--fit-on {labels[label]} and {corpus} would both give rows METHOD@{label} (a file's "
+                             "rows are named by its file name): rename one")
     fit_on = [_fitting_corpus(corpus, args.text_column) for corpus in args.fit_on]
     results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
                        data_home=args.data_home,
@@ -334,9 +340,19 @@ def _fitting_corpus(corpus: str, text_column: str) -> str | tuple[str, list[str]
     if corpus in FIT_CORPORA:
         return corpus
     try:
-        return os.path.basename(corpus.rstrip("/" + os.sep)), distributed.read_texts([corpus], text_column=text_column)
+        return _fitting_label(corpus), distributed.read_texts([corpus], text_column=text_column)
     except distributed.InputError as exc:
         if os.path.lexists(corpus) or "://" in corpus:
             raise
         raise ValueError(f"--fit-on {corpus}: neither a corpus ({', '.join(FIT_CORPORA)}) nor a file or folder "
                          f"({exc})") from None
+
+
+def _fitting_label(corpus: str) -> str:
+    """The name of a ``--fit-on`` value's rows: the corpus's, or the file's or folder's (``.`` and ``..`` resolved:
+    the folder's own name)."""
+    if corpus in FIT_CORPORA:
+        return corpus
+    if "://" in corpus:
+        return os.path.basename(corpus.rstrip("/"))
+    return os.path.basename(os.path.abspath(os.path.expanduser(corpus)))

@@ -167,7 +167,7 @@ def read_texts(inputs: Sequence[str | os.PathLike], *, text_column: str = "text"
     ['A man plays a guitar.', 'A dog runs in a park.']
     """
     corpus = ray_jobs.input_files(inputs)
-    _, read, rows = ray_jobs.check_rows(corpus, text_column)
+    _, read, rows = ray_jobs.check_rows(corpus, text_column, only_column=True)  # a Parquet file's other columns unread
     return [text for path in corpus.files for text in read(path, rows.get(path)).column(text_column).to_pylist()]
 
 

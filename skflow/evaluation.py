@@ -14,6 +14,7 @@ and BEIR compute them.
 """
 
 import re
+import reprlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from sklearn.base import clone
 from skflow.compression import ITQRotation, Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
 from skflow.embedder import BertEmbedder
-from skflow.embedding import stock_settings
+from skflow.embedding import stock_settings, validate_texts
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import MeanDirectionRemover, Whitener
@@ -145,9 +146,12 @@ def evaluate(
         every set alike, rows ``METHOD@NAME``: a set's name (its sentences,
         or a retrieval set's documents), ``"stsb-train"`` or
         ``"sickr-train"`` (a train split: scored on STS-B, BERT-flow's
-        "train" setting), or a ``(name, texts)`` pair, your own corpus.
+        "train" setting), or a ``(name, texts)`` pair, your own corpus (two
+        texts or more, checked before any work).
         A corpus is embedded as the set scored is, and everything fitted on
-        it (the method, then the int8 ranges) is fitted once for every set.
+        it (the method, then the int8 ranges) is fitted once for every set
+        of the same encoder settings (a retrieval set's may differ); a set
+        that is a fitting corpus too is embedded and fitted once for both.
         ``"none"`` fits nothing: it is given once, row ``none`` (its int8
         ranges fitted on the set's own sentences), whatever the corpora.
     data_home, download_if_missing, allow_modified
@@ -230,7 +234,7 @@ def evaluate(
         if texts is None and corpus != TARGET:
             corpora[corpus] = _corpus_texts(corpus, data[corpus.split("-")[0]])
         results["fit_on"][corpus] = None if corpus == TARGET else len(corpora[corpus])
-    fits = _Fits(estimators, corpora, log)
+    fits = _Fits(estimators, corpora, log, codes=any(p != "float32" for p in precisions))
     if any(s in BEIR_SETS for s in data if s in sets):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
     for name in [s for s in data if s in BEIR_SETS and s in sets]:
@@ -247,7 +251,7 @@ def evaluate(
         test, gold, subsets = embeddings[rows], full.scores[rows], full.subsets[rows]
         results["sets"][name] = {}
         for corpus, method, (estimator, fit_seconds, mapped) in fits.each(
-                embedder, embeddings.reshape(-1, embeddings.shape[-1])):
+                embedder, embeddings.reshape(-1, embeddings.shape[-1]), name):
             latent = test if estimator is None else estimator.transform(test)  # 3-D: an ndarray whatever set_output
             for precision in precisions:
                 row, stored = _row(method, corpus, precision), latent
@@ -273,14 +277,18 @@ def _fitting_corpora(fit_on) -> dict:
             if label in FIT_CORPORA or not label or any(c in label for c in "@/|\n"):
                 raise ValueError(f"the fitting corpus {label!r} needs a name of its own: not empty, no '@', '/', "
                                  f"'|' or line break, none of {', '.join(FIT_CORPORA)}.")
-            texts = np.asarray(texts, dtype=object)
-            if texts.ndim != 1 or not len(texts):
-                raise ValueError(f"the fitting corpus {label!r} must be a non-empty sequence of texts.")
+            try:  # a text that is not a string fails here, not after the first set is embedded
+                texts, _ = validate_texts(texts)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"the fitting corpus {label!r}: {exc}") from None
+            if texts.ndim != 1 or len(texts) < 2:  # a fit needs two rows
+                raise ValueError(f"the fitting corpus {label!r} must be a sequence of two texts or more, got "
+                                 f"{'an array of shape ' + str(texts.shape) if texts.ndim != 1 else len(texts)}.")
         elif isinstance(corpus, str) and corpus in FIT_CORPORA:
             label, texts = corpus, None
-        else:
-            raise ValueError(f"Unknown fitting corpus {corpus!r}; give one of {', '.join(FIT_CORPORA)}, or a "
-                             "(name, texts) pair.")
+        else:  # reprlib: a list given for a (name, texts) pair is not printed whole
+            raise ValueError(f"Unknown fitting corpus {reprlib.repr(corpus)}; give one of {', '.join(FIT_CORPORA)}, "
+                             "or a (name, texts) pair.")
         if label in corpora:
             raise ValueError(f"the fitting corpus {label!r} is given twice.")
         corpora[label] = texts
@@ -297,26 +305,31 @@ def _corpus_texts(corpus: str, data) -> np.ndarray:
 
 class _Fits:
     """Every method fitted on every corpus: on a set's own (``"target"``) each time, on any other once for each
-    encoder setting and kept, since every set it is used for gets the same."""
+    encoder setting and kept, since every set it is used for gets the same; kept mapped through the method only
+    where ``codes`` are fitted on it (a large corpus is not held again for each method)."""
 
-    def __init__(self, estimators: dict, corpora: dict, log):
-        self.estimators, self.corpora, self.log, self.kept = estimators, corpora, log, {}
+    def __init__(self, estimators: dict, corpora: dict, log, codes: bool = True):
+        self.estimators, self.corpora, self.log, self.codes, self.kept = estimators, corpora, log, codes, {}
 
-    def each(self, embedder: BertEmbedder, target: np.ndarray):
-        """``(corpus, method, (fitted estimator or None, fit seconds, the corpus mapped through it))``: ``"none"``
-        once, first, as if fitted on the target (its codes are), whatever the corpora."""
+    def each(self, embedder: BertEmbedder, target: np.ndarray, name: str):
+        """``(corpus, method, (fitted estimator or None, fit seconds, the corpus mapped through it))`` for the set
+        ``name`` (``target``: its texts embedded): ``"none"`` once, first, as if fitted on the target (its codes
+        are), whatever the corpora. Where the set is a fitting corpus too, its texts are the target's: embedded and
+        fitted once for both."""
         if "none" in self.estimators:
             yield TARGET, "none", _fitted(None, target)
+        if name in self.corpora:
+            self.kept.setdefault((name, repr(embedder.get_params())), target)
         for corpus in self.corpora:
             for method, estimator in self.estimators.items():
                 if estimator is None:
                     continue
-                if corpus == TARGET:
+                if corpus == TARGET and name not in self.corpora:
                     yield corpus, method, _fitted(estimator, target)
                 else:
-                    key = corpus, method, repr(embedder.get_params())
+                    key = (name if corpus == TARGET else corpus), method, repr(embedder.get_params())
                     if key not in self.kept:
-                        self.kept[key] = _fitted(estimator, self._embedded(corpus, embedder))
+                        self.kept[key] = _fitted(estimator, self._embedded(key[0], embedder), mapped=self.codes)
                     yield corpus, method, self.kept[key]
 
     def _embedded(self, corpus: str, embedder: BertEmbedder) -> np.ndarray:
@@ -328,15 +341,15 @@ class _Fits:
         return self.kept[key]
 
 
-def _fitted(estimator, corpus: np.ndarray) -> tuple:
+def _fitted(estimator, corpus: np.ndarray, mapped: bool = True) -> tuple:
     """``estimator`` fitted on ``corpus`` (a clone; None: no method), the seconds its fit took, and the corpus
-    mapped through it (what codes are fitted on)."""
+    mapped through it (what codes are fitted on; None unless ``mapped``)."""
     if estimator is None:
         return None, 0.0, corpus
     start = time.perf_counter()
     estimator = clone(estimator).fit(corpus)
     seconds = time.perf_counter() - start
-    return estimator, seconds, np.asarray(estimator.transform(corpus))
+    return estimator, seconds, np.asarray(estimator.transform(corpus)) if mapped else None
 
 
 def _row(method: str, corpus: str, precision: str = "float32") -> str:
@@ -355,11 +368,12 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
     documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
     log(f"[{label}] embedded in {time.perf_counter() - start:.1f} s")
     out = {}
-    for corpus, method, (estimator, fit_seconds, mapped) in fits.each(embedder, documents):
+    for corpus, method, (estimator, fit_seconds, mapped) in fits.each(embedder, documents, name):
         if estimator is None:
             fitted_documents, fitted_queries = documents, queries
         else:
-            fitted_documents = mapped if corpus == TARGET else np.asarray(estimator.transform(documents))
+            fitted_documents = (mapped if corpus == TARGET and mapped is not None
+                                else np.asarray(estimator.transform(documents)))
             fitted_queries = np.asarray(estimator.transform(queries))
         for stored, found in search_stored(fitted_queries, fitted_documents, precisions, fitted_on=mapped).items():
             row = _row(method, corpus, stored)

@@ -559,3 +559,18 @@ def test_no_log_and_no_written_object_holds_the_secret(ray_instance, s3, tmp_pat
             assert SECRET.encode() not in path.read_bytes(), path
     for key, data in _objects(client, "").items():
         assert SECRET.encode() not in data, key
+
+
+def test_evaluate_fits_on_texts_on_s3_named_by_their_folder_or_file(s3, monkeypatch, tmp_path):
+    """``evaluate --fit-on s3://...``, as docs/transfer.md says: a folder (trailing slash or not) or a file on S3,
+    read as embed reads it, its rows named by its last name."""
+    given = []
+
+    def stop(embedder, *, fit_on, **kwargs):
+        given.extend(fit_on)
+        raise ValueError("stopped")
+
+    monkeypatch.setattr("skflow.cli.evaluate", stop)
+    assert main(["evaluate", "--sets", "stsb", "--fit-on", f"s3://{BUCKET}/corpus/", f"s3://{BUCKET}/texts/b.txt",
+                 "--output", str(tmp_path / "r"), "--quiet"]) == 2
+    assert given == [("corpus", SENTENCES), ("b.txt", SENTENCES[20:])]
