@@ -20,6 +20,8 @@ MODULES = [
     "skflow.compression._search",
     "skflow.evaluation",
     "skflow.distributed",
+    "skflow.persistence",
+    "skflow.serving",
 ]
 
 
