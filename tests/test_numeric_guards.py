@@ -21,6 +21,7 @@ import skflow
 from skflow import BertEmbedder, FlowGaussianizer
 from skflow.datasets import load_sts
 from skflow.embedder import EncoderChangedError
+from skflow.embedding import _encoding
 from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.gaussianizer import ConstantFeaturesWarning
@@ -321,11 +322,14 @@ def test_a_fitted_hub_model_stays_at_its_commit_when_the_branch_moves(encoder_fo
     before = fitted.fit(TEXTS).transform(TEXTS)
     saved = pickle.dumps(fitted)
     (repo / "refs" / "main").write_text(new)
+    # encoded afresh, as in a new process: the registry (which holds the model fit loaded) emptied, the commit of
+    # fit must be loaded from its snapshot, not from the branch's head
+    _encoding.load_encoder.cache_clear()
+    restored = pickle.loads(saved).set_params(cache_dir=None)
+    assert np.abs(restored.transform(TEXTS) - before).max() < 1e-6  # that commit's weights
     unfitted = BertEmbedder(name, dtype="float32", device="cpu").transform(TEXTS)
     assert fitted.encoder_identity_ == fitted.check_encoder_identity() == f"{name}@{old}"
     assert np.abs(fitted.transform(TEXTS) - before).max() == 0  # pinned to the commit of fit: its cached vectors
-    restored = pickle.loads(saved).set_params(cache_dir=None)
-    assert np.abs(restored.transform(TEXTS) - before).max() < 1e-6  # and, encoded afresh, that commit's weights
     assert np.abs(unfitted - before).max() > 0.05  # the branch did move
     with pytest.raises(EncoderChangedError, match=f"fit recorded {name}@{old}, and '{name}' is now {name}@{new}"):
         fitted.set_params(revision=new).transform(TEXTS)
