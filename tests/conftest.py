@@ -155,6 +155,15 @@ def _stsb_test_embeddings(data_home, pooling):
     return embedder.transform(test.pairs), test.scores
 
 
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """A Hugging Face hub cache of the test's own (``models--org--name/snapshots/<commit>``, ``refs/``), offline
+    whatever the environment says: huggingface_hub reads both at each call, so this process's loads see them."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    return tmp_path / "hub"
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One embedding cache for the session: tests that embed the same STS sets with the same settings (the CLI's

@@ -514,11 +514,11 @@ def test_grid_search_on_stsb_dev_encodes_each_sentence_once(sts_data_home, tmp_p
 
 
 @pytest.mark.slow
-def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path, monkeypatch):
+def test_hub_id_loads_from_the_local_hugging_face_cache(hub_cache):
     """A hub id, offline: transformers finds it in the hub cache (here HF_HUB_CACHE, as huggingface_hub reads it at
     each call), by branch or by commit."""
     source = resolve_model_source(DEFAULT_MODEL, None).path_or_id
-    repo = tmp_path / "hub" / "models--someorg--minilm-copy"
+    repo = hub_cache / "models--someorg--minilm-copy"
     commit = "0123456789abcdef0123456789abcdef01234567"
     snapshot = repo / "snapshots" / commit
     snapshot.mkdir(parents=True)
@@ -527,7 +527,6 @@ def test_hub_id_loads_from_the_local_hugging_face_cache(tmp_path, monkeypatch):
             (snapshot / file.name).symlink_to(file)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     expected = _f32().transform(["a b c"])[0, :4]
     for revision in (None, commit):
         embedder = BertEmbedder("someorg/minilm-copy", revision=revision, dtype="float32")

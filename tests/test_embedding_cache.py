@@ -126,10 +126,10 @@ def test_touch_copy_and_unrelated_files_keep_the_encoder_identity_and_content_ch
 
 
 @pytest.mark.slow
-def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path, monkeypatch):
+def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path, hub_cache):
     """Offline hub cache with two commits; moving refs/main changes the vectors, cached or not."""
     source = Path(resolve_model_source(DEFAULT_MODEL, None).path_or_id)
-    repo = tmp_path / "hub" / "models--someorg--moving-cached"
+    repo = hub_cache / "models--someorg--moving-cached"
     old, new = "1" * 40, "2" * 40
     (repo / "snapshots" / old).mkdir(parents=True)
     for file in source.iterdir():
@@ -138,7 +138,6 @@ def test_a_hub_model_is_keyed_by_the_commit_its_branch_points_to(tmp_path, monke
     _save_model(repo / "snapshots" / new, scale_noise=0.5)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(old)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     cached = BertEmbedder("someorg/moving-cached", dtype="float32", cache_dir=tmp_path / "cache")
     before = cached.transform(TEXTS)
     (repo / "refs" / "main").write_text(new)

@@ -303,11 +303,11 @@ def test_the_embedding_cache_keeps_keying_by_the_files(encoder_folders, tmp_path
     np.testing.assert_array_equal(embedder.fit(TEXTS).transform(TEXTS), before)  # restored: the first entries
 
 
-def test_a_fitted_hub_model_stays_at_its_commit_when_the_branch_moves(encoder_folders, tmp_path, monkeypatch):
+def test_a_fitted_hub_model_stays_at_its_commit_when_the_branch_moves(encoder_folders, tmp_path, hub_cache):
     """Offline hub cache with two commits; refs/main moves after fit."""
     _, pristine = encoder_folders
     name = "someorg/moving-fitted"
-    repo = tmp_path / "hub" / "models--someorg--moving-fitted"
+    repo = hub_cache / "models--someorg--moving-fitted"
     old, new = "1" * 40, "2" * 40
     (repo / "snapshots" / old).mkdir(parents=True)
     for file in pristine.iterdir():
@@ -317,7 +317,6 @@ def test_a_fitted_hub_model_stays_at_its_commit_when_the_branch_moves(encoder_fo
     _save_noisy(repo / "snapshots" / new, pristine)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(old)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     fitted = BertEmbedder(name, dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
     before = fitted.fit(TEXTS).transform(TEXTS)
     saved = pickle.dumps(fitted)

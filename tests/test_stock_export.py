@@ -310,10 +310,10 @@ def test_an_export_refuses_an_encoder_folder_whose_weights_changed_since_fit(tmp
                     pipe.transform(texts[:8])).min() >= 0.9999
 
 
-def test_an_export_copies_the_hub_commit_of_fit_when_the_branch_has_moved(tmp_path, monkeypatch):
+def test_an_export_copies_the_hub_commit_of_fit_when_the_branch_has_moved(tmp_path, hub_cache):
     """Offline hub cache with two commits; refs/main moves between fit and export."""
     pristine = Path(resolve_model_source(DEFAULT_MODEL, None).path_or_id)
-    repo = tmp_path / "hub" / "models--someorg--moving-export"
+    repo = hub_cache / "models--someorg--moving-export"
     old, new = "1" * 40, "2" * 40
     for commit in (old, new):
         shutil.copytree(pristine, repo / "snapshots" / commit)
@@ -324,7 +324,6 @@ def test_an_export_copies_the_hub_commit_of_fit_when_the_branch_has_moved(tmp_pa
     model.save_pretrained(repo / "snapshots" / new)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(old)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     texts = ["A man is playing a guitar.", "Two dogs run in the snow.", "Stocks fell sharply today.", "A cat sleeps."]
     embedder = BertEmbedder("someorg/moving-export", pooling="cls", dtype="float32", device="cpu",
                             show_progress_bar=False)
