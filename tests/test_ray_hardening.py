@@ -421,6 +421,14 @@ def test_format_errors_name_the_file_and_the_row(ray_instance, tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
+def test_files_are_read_one_a_task_up_to_200_then_in_tasks_of_at_most_100():
+    """A read task and its block cost the driver ~16 KB and ~14 ms (benchmarks/many_files.py): 10**6 files read
+    one a task would hold 16 GB on it."""
+    from skflow.ray_jobs._corpus import file_groups
+
+    assert [file_groups(n) for n in (1, 7, 200, 201, 20_000, 20_001, 10**6)] == [1, 7, 200, 200, 200, 201, 10_000]
+
+
 def test_text_lines_end_at_newline_only():
     from skflow.ray_jobs._corpus import text_rows
 
@@ -561,8 +569,8 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "old"]
 
 
-def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path):
-    from skflow.ray_jobs import check_rows, read_dataset
+def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path, monkeypatch):
+    from skflow.ray_jobs import _corpus, check_rows, read_dataset
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)
@@ -584,10 +592,16 @@ def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_pa
     (csv / "b.csv.bz2").write_bytes(__import__("bz2").compress(b"id,text\n3,three\n"))
     expected = {texts: sorted(odd + SENTENCES[:15]), jsonl: sorted(SENTENCES[:20]),
                 dictionary: sorted(SENTENCES[:6] * 2), csv: ["1990", "three", "two, quoted"]}
-    for folder, rows in expected.items():
-        corpus = input_files([folder])
-        got = read_dataset(corpus, *check_rows(corpus, "text")[1:]).take_all()
-        assert sorted(str(row["text"]) for row in got) == rows, folder
+    for files_per_task in (100, 2):  # one file a read task; then two (one read task of many small files)
+        monkeypatch.setattr(_corpus, "MIN_READ_TASKS", 200 if files_per_task == 100 else 1)
+        monkeypatch.setattr(_corpus, "FILES_PER_READ_TASK", files_per_task)
+        for folder, rows in expected.items():
+            corpus = input_files([folder])
+            dataset = read_dataset(corpus, *check_rows(corpus, "text")[1:]).materialize()
+            assert sorted(str(row["text"]) for row in dataset.take_all()) == rows, folder
+            n = len(corpus.files)
+            assert dataset.num_blocks() == (n if files_per_task == 100 else -(-n // 2)), folder  # one a task
+    monkeypatch.undo()
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
     table = pq.read_table(tmp_path / "out")
     assert sorted(table.column("text").to_pylist()) == expected[texts] and table.num_rows == 20
