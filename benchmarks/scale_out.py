@@ -23,12 +23,23 @@ Ray instance is up before the clock starts and has run a Ray Data job
 cluster in use) or none (``--cluster fresh``: what ``skflow embed`` pays
 when it starts its own instance, less Ray's own start).
 
-    python benchmarks/scale_out.py [--part fit ray] [--sizes-gb 0.5 3] [--dim 384] [--dir /tmp] [--repeats 1]
+Part ``nodes``: ``skflow.distributed.embed`` on a Ray cluster of one, then
+two nodes of one CPU each on this machine (``ray start`` raylets, as the
+cluster test starts them), one actor of one torch thread per node, against
+the in-process encoder on one thread, on the same texts (``--ray-sentences``,
+8 Parquet shards). Reported: each run's throughput, its ratio to the
+in-process encoder times the nodes (the scaling efficiency), and the fixed
+costs: the cluster's start (``ray start`` until its CPUs are seen), a job of 8
+sentences (the actors' start and model load, the listing, the commit), the
+listing and the commit inside the timed job.
+
+    python benchmarks/scale_out.py [--part fit ray nodes] [--sizes-gb 0.5 3] [--dim 384] [--dir /tmp] [--repeats 1]
                                    [--ray-sentences 10000 20000] [--dtype auto] [--gpus-per-worker 0]
                                    [--cluster warm]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -107,7 +118,9 @@ def _ray_child(args) -> None:
     embedder = BertEmbedder(pooling="mean", dtype=args.dtype, batch_size=32, show_progress_bar=False)
     with tempfile.TemporaryDirectory() as tmp:
         # Both sides are timed cold: the model loads inside the clock (in the Ray actor, and here).
-        if args.child == "inprocess":
+        if args.child == "inprocess-1":
+            torch.set_num_threads(1)
+        if args.child.startswith("inprocess"):
             with PeakMemory(anonymous=True, interval=0.01) as memory:
                 start = time.perf_counter()
                 embedder.transform(texts)
@@ -155,10 +168,10 @@ def _child(args) -> None:
     }))
 
 
-def _run(args, child: str, path: str = "", n_sentences: int = 0) -> dict:
+def _run(args, child: str, path: str = "", n_sentences: int = 0, extra: list | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", child, "--path", path, "--dim", str(args.dim),
            "--n-sentences", str(n_sentences), "--dtype", args.dtype, "--gpus-per-worker", str(args.gpus_per_worker),
-           "--cluster", args.cluster]
+           "--cluster", args.cluster, *(extra or [])]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
@@ -203,9 +216,130 @@ def ray_part(args) -> None:
               f"(runs: {ratios}) | {distributed['driver_anon_increase_mb']:.0f} |")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_cluster(n_nodes: int, temp: str) -> tuple[str, list, float]:
+    """``n_nodes`` raylets of one CPU each on this machine; returns the address, the processes, the seconds until
+    the cluster's CPUs were seen."""
+    port, nodes = _free_port(), []
+    common = ["--block", "--num-cpus=1", f"--temp-dir={temp}", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+    start = time.perf_counter()
+    for i in range(n_nodes):
+        role = ["--head", f"--port={port}", "--include-dashboard=false"] if i == 0 else [f"--address=127.0.0.1:{port}"]
+        ports = [f"--{name}={_free_port()}" for name in ("node-manager-port", "object-manager-port",
+                 "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+                 "runtime-env-agent-port")]
+        nodes.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ray"), "start", *common, *role,
+                                       *ports], start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    wait = [sys.executable, "-c", "import ray, time, sys\nray.init(address=sys.argv[1], logging_level='ERROR')\n"
+            "while ray.cluster_resources().get('CPU', 0) < int(sys.argv[2]): time.sleep(0.1)",
+            f"127.0.0.1:{port}", str(n_nodes)]
+    subprocess.run(wait, timeout=300, check=True, capture_output=True)
+    return f"127.0.0.1:{port}", nodes, time.perf_counter() - start
+
+
+def _stop_cluster(nodes: list) -> None:
+    """SIGKILL every process of the nodes' sessions (``ray start`` daemons, workers), until none is left."""
+    import signal
+
+    for _ in range(100):
+        listed = subprocess.run(["ps", "-o", "pid=", "-s", ",".join(str(node.pid) for node in nodes)],
+                                capture_output=True, text=True).stdout.split()
+        if not listed:
+            break
+        for pid in map(int, listed):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    for node in nodes:
+        node.wait(timeout=30)
+
+
+def _nodes_child(args) -> None:
+    """One process joined to the cluster: a job of 8 sentences (fixed cost), then the timed job of all of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from skflow import BertEmbedder, distributed, ray_jobs
+
+    texts = _sts_sentences(args.n_sentences)
+    embedder = BertEmbedder(pooling="mean", dtype=args.dtype, batch_size=32, show_progress_bar=False)
+    phases = {"list": 0.0, "commit": 0.0}
+
+    def timed(owner, name, phase):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                phases[phase] += time.perf_counter() - start
+        setattr(owner, name, wrapper)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for shard, rows in enumerate(np.array_split(np.arange(len(texts)), 8)):
+            pq.write_table(pa.table({"id": rows, "text": [texts[i] for i in rows]}),
+                           os.path.join(tmp, f"in-{shard}.parquet"))
+        pq.write_table(pa.table({"text": texts[:8]}), os.path.join(tmp, "small.parquet"))
+        ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+        run = dict(embedder=embedder, workers=args.nodes, threads_per_worker=1, quiet=True)
+        start = time.perf_counter()
+        distributed.embed([os.path.join(tmp, "small.parquet")], os.path.join(tmp, "small-out"), **run)
+        small = time.perf_counter() - start
+        timed(ray_jobs, "input_files", "list")
+        sink = ray_jobs.OutputFolder.sink
+
+        def timed_sink(self, *a, **k):
+            made = sink(self, *a, **k)
+            timed(made, "on_write_complete", "commit")
+            return made
+
+        ray_jobs.OutputFolder.sink = timed_sink
+        start = time.perf_counter()
+        n = distributed.embed([os.path.join(tmp, f"in-{i}.parquet") for i in range(8)], os.path.join(tmp, "out"),
+                              **run)
+        seconds = time.perf_counter() - start
+        assert n == len(texts)
+        ray.shutdown()
+    print(json.dumps({"sentences": len(texts), "seconds": seconds, "per_s": len(texts) / seconds,
+                      "small_job_s": small, "list_s": phases["list"], "commit_s": phases["commit"]}))
+
+
+def nodes_part(args) -> None:
+    for n in args.ray_sentences:
+        local = _run(args, "inprocess-1", n_sentences=n)
+        rows = []
+        for n_nodes in (1, 2):
+            temp = tempfile.mkdtemp(prefix="skflow-ray-", dir="/tmp")  # short: Ray's socket paths must fit
+            address, nodes, started = _start_cluster(n_nodes, temp)
+            try:
+                result = _run(args, "nodes", n_sentences=n, extra=["--address", address, "--nodes", str(n_nodes)])
+            finally:
+                _stop_cluster(nodes)
+            rows.append((n_nodes, started, result))
+        print(f"\n{n:,} sentences; in-process BertEmbedder, 1 thread: {local['per_s']:,.0f} sentences / s\n")
+        print("| nodes (1 CPU, 1 actor of 1 thread each) | sentences / s | efficiency (vs nodes x in-process) | "
+              "cluster start (s) | job of 8 sentences (s) | listing (s) | commit (s) |")
+        print("|---|---|---|---|---|---|---|")
+        for n_nodes, started, r in rows:
+            steady = r["sentences"] / (r["seconds"] - r["small_job_s"])  # the job's fixed cost taken out
+            print(f"| {n_nodes} | {r['per_s']:,.0f} ({steady:,.0f} less the fixed cost) | "
+                  f"{r['per_s'] / (n_nodes * local['per_s']):.2f} ({steady / (n_nodes * local['per_s']):.2f}) | "
+                  f"{started:.1f} | {r['small_job_s']:.1f} | {r['list_s']:.2f} | {r['commit_s']:.3f} |")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", nargs="+", choices=["fit", "ray"], default=["fit", "ray"])
+    parser.add_argument("--part", nargs="+", choices=["fit", "ray", "nodes"], default=["fit", "ray"])
     parser.add_argument("--sizes-gb", type=float, nargs="+", default=[0.5, 3.0])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--dir", default=None, help="where the memmap files are written (default: a temp folder)")
@@ -217,12 +351,17 @@ def main(argv=None) -> None:
     parser.add_argument("--cluster", choices=["warm", "fresh"], default="warm",
                         help="warm: Ray Data has run a job on the instance before (its service actors are up); "
                              "fresh: the timed job is the instance's first")
-    parser.add_argument("--child", choices=["memory", "memmap", "inprocess", "ray"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["memory", "memmap", "inprocess", "inprocess-1", "ray", "nodes"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--n-sentences", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child in ("memory", "memmap"):
         return _child(args)
+    if args.child == "nodes":
+        return _nodes_child(args)
     if args.child:
         return _ray_child(args)
     import torch
@@ -235,6 +374,10 @@ def main(argv=None) -> None:
         print(f"\nEmbedding (all-MiniLM-L6-v2, mean pooling, dtype={args.dtype}, batch 32), both timed cold; "
               f"Ray instance: {args.cluster}\n")
         ray_part(args)
+    if "nodes" in args.part:
+        print("\nEmbedding on a cluster of 1 and 2 nodes of 1 CPU (all-MiniLM-L6-v2, mean pooling, "
+              f"dtype={args.dtype}, batch 32), each timed after a job of 8 sentences\n")
+        nodes_part(args)
 
 
 if __name__ == "__main__":
