@@ -19,6 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 import torch
+from _timing import accumulate_time
 
 import skflow.flow_estimator._trainer as trainer_module
 import skflow.gaussianizer as gaussianizer_module
@@ -31,16 +32,7 @@ TIMES: dict[str, float] = defaultdict(float)
 
 
 def _timed(owner, name: str, label: str) -> None:
-    original = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            TIMES[label] += time.perf_counter() - start
-
-    setattr(owner, name, wrapper)
+    accumulate_time(owner, name, TIMES, label)
 
 
 def _instrument() -> None:

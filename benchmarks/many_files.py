@@ -32,6 +32,7 @@ from pathlib import Path
 
 from _memory import PeakMemory
 from _study import environment
+from _timing import driver_phases
 
 from skflow import BertEmbedder, distributed, ray_jobs
 from skflow.datasets import load_sts
@@ -53,50 +54,12 @@ def write_corpus(folder: Path, n_files: int, lines: int, texts: list[str]) -> in
     return n_files * lines
 
 
-class Phases:
-    """Seconds the driver spends in listing, row checks and the commit, measured by wrapping them."""
-
-    def __init__(self):
-        self.seconds = {"list": 0.0, "check": 0.0, "commit": 0.0}
-
-    def wrap(self, owner, name: str, phase: str):
-        original = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds[phase] += time.perf_counter() - start
-
-        setattr(owner, name, timed)
-        return original
-
-
 def run(inputs: str, output: str, embedder: BertEmbedder) -> dict:
-    phases = Phases()
-    sink_class = ray_jobs.OutputFolder
-    originals = [(ray_jobs, "input_files", phases.wrap(ray_jobs, "input_files", "list")),
-                 (ray_jobs, "check_rows", phases.wrap(ray_jobs, "check_rows", "check"))]
-    original_sink = sink_class.sink
-
-    def sink(self, *args, **kwargs):
-        made = original_sink(self, *args, **kwargs)
-        phases.wrap(made, "on_write_complete", "commit")
-        return made
-
-    sink_class.sink = sink
-    try:
-        with PeakMemory(anonymous=True) as memory:
-            start = time.perf_counter()
-            rows = distributed.embed([inputs], output, embedder=embedder, quiet=True)
-            seconds = time.perf_counter() - start
-    finally:
-        sink_class.sink = original_sink
-        for owner, name, original in originals:
-            setattr(owner, name, original)
-    return {"rows": int(rows), "job_s": seconds, **{f"{k}_s": v for k, v in phases.seconds.items()},
-            "driver_mb": memory.mb}
+    with driver_phases() as phases, PeakMemory(anonymous=True) as memory:
+        start = time.perf_counter()
+        rows = distributed.embed([inputs], output, embedder=embedder, quiet=True)
+        seconds = time.perf_counter() - start
+    return {"rows": int(rows), "job_s": seconds, **{f"{k}_s": v for k, v in phases.items()}, "driver_mb": memory.mb}
 
 
 def local_output_facts(output: Path) -> dict:

@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 from _memory import PeakMemory
+from _timing import driver_phases
 
 CHUNK = 65_536
 
@@ -268,23 +269,10 @@ def _nodes_child(args) -> None:
     import pyarrow.parquet as pq
     import ray
 
-    from skflow import BertEmbedder, distributed, ray_jobs
+    from skflow import BertEmbedder, distributed
 
     texts = _sts_sentences(args.n_sentences)
     embedder = BertEmbedder(pooling="mean", dtype=args.dtype, batch_size=32, show_progress_bar=False)
-    phases = {"list": 0.0, "commit": 0.0}
-
-    def timed(owner, name, phase):
-        original = getattr(owner, name)
-
-        def wrapper(*a, **k):
-            start = time.perf_counter()
-            try:
-                return original(*a, **k)
-            finally:
-                phases[phase] += time.perf_counter() - start
-        setattr(owner, name, wrapper)
-
     with tempfile.TemporaryDirectory() as tmp:
         for shard, rows in enumerate(np.array_split(np.arange(len(texts)), 8)):
             pq.write_table(pa.table({"id": rows, "text": [texts[i] for i in rows]}),
@@ -295,19 +283,11 @@ def _nodes_child(args) -> None:
         start = time.perf_counter()
         distributed.embed([os.path.join(tmp, "small.parquet")], os.path.join(tmp, "small-out"), **run)
         small = time.perf_counter() - start
-        timed(ray_jobs, "input_files", "list")
-        sink = ray_jobs.OutputFolder.sink
-
-        def timed_sink(self, *a, **k):
-            made = sink(self, *a, **k)
-            timed(made, "on_write_complete", "commit")
-            return made
-
-        ray_jobs.OutputFolder.sink = timed_sink
-        start = time.perf_counter()
-        n = distributed.embed([os.path.join(tmp, f"in-{i}.parquet") for i in range(8)], os.path.join(tmp, "out"),
-                              **run)
-        seconds = time.perf_counter() - start
+        with driver_phases() as phases:
+            start = time.perf_counter()
+            n = distributed.embed([os.path.join(tmp, f"in-{i}.parquet") for i in range(8)], os.path.join(tmp, "out"),
+                                  **run)
+            seconds = time.perf_counter() - start
         assert n == len(texts)
         ray.shutdown()
     print(json.dumps({"sentences": len(texts), "seconds": seconds, "per_s": len(texts) / seconds,
