@@ -570,7 +570,7 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process_and_the_old_output(t
 
 
 def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_path, monkeypatch):
-    from skflow.ray_jobs import _corpus, check_rows, read_dataset
+    from skflow.ray_jobs import _corpus, check_rows, job_failure, read_dataset
 
     texts = tmp_path / "texts"
     (texts / "sub").mkdir(parents=True)
@@ -601,6 +601,21 @@ def test_ray_reads_and_writes_exactly_the_rows_of_each_file(ray_instance, tmp_pa
             assert sorted(str(row["text"]) for row in dataset.take_all()) == rows, folder
             n = len(corpus.files)
             assert dataset.num_blocks() == (n if files_per_task == 100 else -(-n // 2)), folder  # one a task
+    # files of one read task whose columns cannot join in one block: one line naming the file, not Ray's
+    # "Failed to unify schemas" naming none (a dictionary-encoded Parquet column in one file only, the same)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "a.csv").write_text("id,text\n,blank id\n")  # null: joins the next file's numbers
+    (mixed / "b.csv").write_text("id,text\n1,one\n")
+    (mixed / "c.csv").write_text("id,text\nc3,three\n")  # words: joins neither
+    monkeypatch.setattr(_corpus, "FILES_PER_READ_TASK", 3)
+    corpus = input_files([mixed])
+    with pytest.raises(Exception) as failed:
+        read_dataset(corpus, *check_rows(corpus, "text")[1:]).materialize()
+    assert str(job_failure(failed.value)) == (
+        f"{mixed / 'c.csv'}: its columns do not match those of the files before it (from {mixed / 'a.csv'}: Unable "
+        "to merge: Field id has incompatible types: int64 vs string); give files whose columns hold the same types; "
+        "nothing was written")
     monkeypatch.undo()
     assert distributed.embed([texts], tmp_path / "out", embedder=_embedder(), quiet=True) == 20
     table = pq.read_table(tmp_path / "out")

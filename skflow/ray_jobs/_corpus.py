@@ -261,12 +261,30 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict):
     files = ray.data.from_items(items, override_num_blocks=groups)
 
     def read_group(batch):
+        first = None
         for path, count in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
-            yield read(path, count)
+            table = read(path, count)
+            first = _same_columns(path, table.schema, first)
+            yield table
 
     # ray_remote_args_fn keeps the read tasks of their own: fused into the actors that follow, one actor's call
     # would take every file (the bundle of the actors' batch size) and read them one after another
     return files.map_batches(read_group, batch_format="pyarrow", batch_size=None, ray_remote_args_fn=dict)
+
+
+def _same_columns(path: str, schema, first: tuple | None) -> tuple:
+    """``(path, schema)``: the group's first file and the schema of its files so far; InputError naming ``path`` if
+    its columns cannot join theirs in one block (Ray's output buffer would fail naming no file: a CSV column of
+    numbers in one file and words in another, a dictionary-encoded Parquet column in one only)."""
+    import pyarrow as pa
+
+    if first is None:
+        return path, schema
+    try:  # the schema the group's files so far joined into, as Ray's buffer joins them
+        return first[0], pa.unify_schemas([first[1], schema], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(f"{path}: its columns do not match those of the files before it (from {first[0]}: "
+                         f"{one_line(exc)}); give files whose columns hold the same types") from None
 
 
 def file_groups(n_files: int) -> int:
