@@ -422,8 +422,8 @@ def test_format_errors_name_the_file_and_the_row(ray_instance, tmp_path, capsys)
 
 
 def test_files_are_read_one_a_task_up_to_200_then_in_tasks_of_at_most_100():
-    """A read task and its block cost the driver ~16 KB and ~14 ms (benchmarks/many_files.py): 10**6 files read
-    one a task would hold 16 GB on it."""
+    """A read task and its block cost the driver ~5 KB and ~14 ms (benchmarks/many_files.py): 10**6 files read
+    one a task would hold some 5 GB on it."""
     from skflow.ray_jobs._corpus import file_groups
 
     assert [file_groups(n) for n in (1, 7, 200, 201, 20_000, 20_001, 10**6)] == [1, 7, 200, 200, 200, 201, 10_000]

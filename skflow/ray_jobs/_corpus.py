@@ -289,9 +289,9 @@ def _same_columns(path: str, schema, first: tuple | None) -> tuple:
 
 def file_groups(n_files: int) -> int:
     """How many read tasks the files are read in: one a file up to ``MIN_READ_TASKS`` files (every file read in
-    parallel), else at most ``FILES_PER_READ_TASK`` files each. A task and its block cost the driver about 16 KB
+    parallel), else at most ``FILES_PER_READ_TASK`` files each. A task and its block cost the driver about 5 KB
     and 14 ms whatever their rows (measured, ``benchmarks/many_files.py``): 10**6 files read one a task would
-    hold 16 GB on the driver."""
+    hold some 5 GB on the driver and take hours."""
     return min(n_files, max(MIN_READ_TASKS, -(-n_files // FILES_PER_READ_TASK)))
 
 
