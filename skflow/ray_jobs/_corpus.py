@@ -5,6 +5,7 @@ import functools
 import os
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,6 +31,7 @@ _KNOWN = ".parquet, .csv, .jsonl (JSON lines) or .txt (one text a line), the las
          ".lz4 or .br compressed"
 INPUT_LIMIT = 2**34  # bytes of an input file, read whole by the Ray task that reads it
 MIN_READ_TASKS, FILES_PER_READ_TASK = 200, 100
+FOOTER_READS = 32  # Parquet footers the driver reads at a time
 _NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}
 
 
@@ -177,22 +179,23 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     manifest's) and fixed vector length. Returns that length (else ``length``), the reader for :func:`read_dataset`,
     which checks every row of ``column`` (a string, or a vector of finite numbers; ``only_column``: the other
     columns are not read), and each Parquet file's rows, which its read must find again."""
-    import pyarrow as pa
-
     if vectors and corpus.kind != "parquet":
         raise InputError(f"{corpus.files[0]}: vectors are read from Parquet shards (as written by skflow embed)")
     rows = {}
-    for path in corpus.files if corpus.kind == "parquet" else ():
-        try:  # the footer: a few KiB read
-            metadata = parquet_metadata(locate(path, InputError))
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
-        schema = metadata.schema.to_arrow_schema()
-        _check_columns(path, schema.names, column, new_column)
-        _check_type(path, column, t := schema.field(column).type, vectors)
-        if getattr(t, "list_size", None) is not None and metadata.num_rows:
-            length = _one_length(path, column, {t.list_size}, length)
-        rows[path] = metadata.num_rows
+    paths = corpus.files if corpus.kind == "parquet" else ()
+    # the footers read FOOTER_READS at a time (each a round trip to object storage, one after another 3.8 ms a
+    # file on moto's local server), checked in the files' order: the first bad file in that order is the one named
+    pool = ThreadPoolExecutor(min(FOOTER_READS, max(1, len(paths))), thread_name_prefix="skflow-footers")
+    try:
+        for path, metadata in zip(paths, pool.map(_footer, paths)):
+            schema = metadata.schema.to_arrow_schema()
+            _check_columns(path, schema.names, column, new_column)
+            _check_type(path, column, t := schema.field(column).type, vectors)
+            if getattr(t, "list_size", None) is not None and metadata.num_rows:
+                length = _one_length(path, column, {t.list_size}, length)
+            rows[path] = metadata.num_rows
+    finally:  # a bad file ends the check at once, not after every other footer
+        pool.shutdown(cancel_futures=True)
     for folder, counts in corpus.listed:
         for path, count in counts.items():
             if path is not None and count not in (None, rows.get(path, count)):
@@ -205,6 +208,15 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
         raise corpus.no_rows
     return length, functools.partial(read_checked, column=column, vectors=vectors, new_column=new_column,
                                      length=length, only_column=only_column), rows
+
+
+def _footer(path: str):
+    import pyarrow as pa
+
+    try:  # the footer: a few KiB read
+        return parquet_metadata(locate(path, InputError))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot be read as Parquet ({one_line(exc)})") from None
 
 
 def read_checked(path: str, rows: int | None = None, *, column: str, vectors: bool = False,
@@ -261,19 +273,37 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict):
     files = ray.data.from_items(items, override_num_blocks=groups)
 
     def read_group(batch):
+        first = None
         for path, count in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
-            yield read(path, count)
+            table = read(path, count)
+            first = _same_columns(path, table.schema, first)
+            yield table
 
     # ray_remote_args_fn keeps the read tasks of their own: fused into the actors that follow, one actor's call
     # would take every file (the bundle of the actors' batch size) and read them one after another
     return files.map_batches(read_group, batch_format="pyarrow", batch_size=None, ray_remote_args_fn=dict)
 
 
+def _same_columns(path: str, schema, first: tuple | None) -> tuple:
+    """``(path, schema)``: the group's first file and the schema of its files so far; InputError naming ``path`` if
+    its columns cannot join theirs in one block (Ray's output buffer would fail naming no file: a CSV column of
+    numbers in one file and words in another, a dictionary-encoded Parquet column in one only)."""
+    import pyarrow as pa
+
+    if first is None:
+        return path, schema
+    try:  # the schema the group's files so far joined into, as Ray's buffer joins them
+        return first[0], pa.unify_schemas([first[1], schema], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(f"{path}: its columns do not match those of the files before it (from {first[0]}: "
+                         f"{one_line(exc)}); give files whose columns hold the same types") from None
+
+
 def file_groups(n_files: int) -> int:
     """How many read tasks the files are read in: one a file up to ``MIN_READ_TASKS`` files (every file read in
-    parallel), else at most ``FILES_PER_READ_TASK`` files each. A task and its block cost the driver about 16 KB
+    parallel), else at most ``FILES_PER_READ_TASK`` files each. A task and its block cost the driver about 5 KB
     and 14 ms whatever their rows (measured, ``benchmarks/many_files.py``): 10**6 files read one a task would
-    hold 16 GB on the driver."""
+    hold some 5 GB on the driver and take hours."""
     return min(n_files, max(MIN_READ_TASKS, -(-n_files // FILES_PER_READ_TASK)))
 
 
