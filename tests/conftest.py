@@ -255,6 +255,20 @@ def session_processes(sid: int) -> list[str]:
     return found
 
 
+def parse_python(source: str):
+    """``ast.parse``, once more after CPython 3.11's spurious "AST constructor recursion depth mismatch" SystemError
+    (python/cpython#106905: its AST constructor's depth is the interpreter's, which a long session of threads can
+    upset; seen once in a full run, parsing a test file)."""
+    import ast
+
+    try:
+        return ast.parse(source)
+    except SystemError as exc:
+        if "recursion depth mismatch" not in str(exc):
+            raise
+        return ast.parse(source)
+
+
 def kill_sessions(sids) -> None:
     """SIGKILL every process of the sessions ``sids``, by its pid, until none is left (20 s at most)."""
     import signal

@@ -6,6 +6,8 @@ import functools
 import warnings
 from pathlib import Path
 
+from conftest import parse_python
+
 import skflow
 
 PACKAGE = Path(skflow.__file__).parent
@@ -72,7 +74,7 @@ def analyse(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
     modules = set(sources)
     graph = {name: set() for name in sources}
     problems = []
-    trees = {name: ast.parse(source) for name, source in sources.items()}
+    trees = {name: parse_python(source) for name, source in sources.items()}
     defined = {name: _defined_names(tree) for name, tree in trees.items()}
     package_names = set().union(*defined.values())  # a private name no skflow module defines is a library's
     for name, tree in trees.items():
@@ -186,7 +188,7 @@ def test_the_top_of_the_package_holds_few_modules_and_each_subpackage_has_a_fron
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
     for name in SUBPACKAGES:
-        door = ast.parse((PACKAGE / name / "__init__.py").read_text(encoding="utf-8"))
+        door = parse_python((PACKAGE / name / "__init__.py").read_text(encoding="utf-8"))
         exported = [n for n in door.body if isinstance(n, ast.Assign) and n.targets[0].id == "__all__"]
         assert exported and ast.get_docstring(door), f"skflow.{name}: a docstring and __all__"
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST_LOOP
+from conftest import FAST_LOOP, parse_python
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_TESTS = 150
@@ -24,7 +24,7 @@ def _modules_with_functions() -> set[str]:
     return {
         str(path)
         for path in (ROOT / "skflow").rglob("*.py")
-        if any(isinstance(node, ast.FunctionDef) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+        if any(isinstance(node, ast.FunctionDef) for node in ast.walk(parse_python(path.read_text(encoding="utf-8"))))
     }
 
 

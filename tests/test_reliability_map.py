@@ -5,13 +5,15 @@ import functools
 import re
 from pathlib import Path
 
+from conftest import parse_python
+
 ROOT = Path(__file__).resolve().parents[1]
 _REFERENCE = re.compile(r"`((?:tests/)?(?:test_\w+\.py)?(?:::\w+)?)(?:\[[^`]*\])?`")
 
 
 @functools.cache
 def _tests_in(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_python(path.read_text(encoding="utf-8"))
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
 
 
