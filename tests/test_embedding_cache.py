@@ -351,7 +351,7 @@ def _killed_writer(folder: Path, step: int, kill_after_rows: int = 0, kill_at_st
                 break
         while kill_at_stored and _stored(store) < kill_at_stored:
             assert writer.poll() is None, "the writer ended before it was killed"
-            time.sleep(0.005)
+            time.sleep(0.02)
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=30)
     finally:
@@ -361,12 +361,13 @@ def _killed_writer(folder: Path, step: int, kill_after_rows: int = 0, kill_at_st
 
 
 def _stored(store: Path) -> int:
-    """Rows committed in a store, read only (never creating it); 0 until its table is there."""
+    """Rows committed in a store (its last rowid: rows are only added, and a count would scan them all while the
+    writer writes), read only, never creating it; 0 until its table is there."""
     if not store.exists():
         return 0
     try:
         with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
-            return db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+            return db.execute("SELECT coalesce(max(rowid), 0) FROM embeddings").fetchone()[0]
     except sqlite3.OperationalError:  # no table yet, or the store being set up
         return 0
 
