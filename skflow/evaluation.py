@@ -309,7 +309,8 @@ class _Fits:
     where ``codes`` are fitted on it (a large corpus is not held again for each method)."""
 
     def __init__(self, estimators: dict, corpora: dict, log, codes: bool = True):
-        self.estimators, self.corpora, self.log, self.codes, self.kept = estimators, corpora, log, codes, {}
+        self.estimators, self.corpora, self.log, self.codes = estimators, corpora, log, codes
+        self.embedded, self.fits = {}, {}  # (corpus, settings) -> its vectors; (corpus, method, settings) -> fit
 
     def each(self, embedder: BertEmbedder, target: np.ndarray, name: str):
         """``(corpus, method, (fitted estimator or None, fit seconds, the corpus mapped through it))`` for the set
@@ -319,7 +320,7 @@ class _Fits:
         if "none" in self.estimators:
             yield TARGET, "none", _fitted(None, target)
         if name in self.corpora:
-            self.kept.setdefault((name, repr(embedder.get_params())), target)
+            self.embedded.setdefault((name, repr(embedder.get_params())), target)
         for corpus in self.corpora:
             for method, estimator in self.estimators.items():
                 if estimator is None:
@@ -328,17 +329,17 @@ class _Fits:
                     yield corpus, method, _fitted(estimator, target)
                 else:
                     key = (name if corpus == TARGET else corpus), method, repr(embedder.get_params())
-                    if key not in self.kept:
-                        self.kept[key] = _fitted(estimator, self._embedded(key[0], embedder), mapped=self.codes)
-                    yield corpus, method, self.kept[key]
+                    if key not in self.fits:
+                        self.fits[key] = _fitted(estimator, self._embedded(key[0], embedder), mapped=self.codes)
+                    yield corpus, method, self.fits[key]
 
     def _embedded(self, corpus: str, embedder: BertEmbedder) -> np.ndarray:
         key = corpus, repr(embedder.get_params())
-        if key not in self.kept:
+        if key not in self.embedded:
             self.log(f"[fit on {corpus}] embedding {len(self.corpora[corpus]):,} texts (pooling {embedder.pooling}, "
                      f"max_length {embedder.max_length})")
-            self.kept[key] = embedder.transform(self.corpora[corpus])
-        return self.kept[key]
+            self.embedded[key] = embedder.transform(self.corpora[corpus])
+        return self.embedded[key]
 
 
 def _fitted(estimator, corpus: np.ndarray, mapped: bool = True) -> tuple:
