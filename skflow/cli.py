@@ -134,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
             shown="this machine's cores shared among the workers")
     actors.add_argument("--output", required=True, metavar="DIR", help="the folder (or s3:// prefix) of the Parquet "
                         "shards written: absent or empty, or pass --overwrite")
+    actors.add_argument("--restart", action="store_true", help="discard an unfinished run in --output (killed, or "
+                        "failed) instead of resuming it; by default the same command resumes it")
     actors.add_argument("--text-column", default="text",
                         help="the column of texts in Parquet, CSV or JSON lines input (default: %(default)s)")
     shards = argparse.ArgumentParser(add_help=False)
@@ -274,7 +276,8 @@ def _scale_step(args) -> str:  # what it did, in words
                                 random_state=args.seed)
         flow = distributed.fit(args.input_dir, args.output, flow=flow, column=args.column, epochs=args.epochs, **ray)
         return f"fitted on {flow.n_samples_seen_:,} rows ({flow.n_steps_:,} steps); wrote {args.output}"
-    ray.update(workers=args.workers, gpus_per_worker=args.gpus_per_worker, threads_per_worker=args.threads_per_worker)
+    ray.update(workers=args.workers, gpus_per_worker=args.gpus_per_worker, threads_per_worker=args.threads_per_worker,
+               restart=args.restart)
     if args.command == "embed":
         embedder = BertEmbedder(args.model, **{param: vars(args)[param] for param in _ENCODER_OPTIONS},
                                 show_progress_bar=False)

@@ -13,6 +13,7 @@ from sklearn.utils._param_validation import Interval, validate_parameter_constra
 
 from skflow import ray_jobs
 from skflow.embedder import BertEmbedder
+from skflow.embedding import pinned_model_source
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
 from skflow.utils import OutputPathError, check_given_name, resolve_device, torch_threads
@@ -22,6 +23,9 @@ __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "l
 EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
 SHUFFLE_BUFFER_ROWS = 32768
+# BertEmbedder parameters that leave its vectors as they are: not part of an embed job's fingerprint
+_SAME_VECTORS = ("model_name_or_path", "revision", "batch_size", "device", "show_progress_bar", "cache_dir", "token",
+                 "trust_remote_code")
 # The actors' options, checked by sklearn before any work (a ValueError); the command line reads their ranges here.
 ACTOR_OPTIONS = {
     "workers": [Interval(Integral, 1, None, closed="left")],
@@ -50,39 +54,50 @@ class _MapBatches:
 
 
 def _apply(model, inputs: list, output, *, column: str, text_column: str, output_column: str, protected=(),
-           workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, address, quiet: bool,
-           command: str) -> int:
+           workers: int, gpus_per_worker: float, threads_per_worker: int | None, overwrite: bool, restart: bool,
+           address, quiet: bool, command: str, fingerprint: dict) -> int:
     """Make ``output`` hold every row of ``inputs``, checked for ``model`` as Ray reads it (a FlowGaussianizer reads
     ``column``, any other model texts), with ``output_column`` added, computed in ``workers`` actors; returns the
-    count."""
+    count. ``fingerprint`` (the model's part) names the job: an unfinished run of it in ``output`` is resumed."""
     ray_jobs.check_actors_before_ray(address, workers, gpus_per_worker, threads_per_worker)
     corpus = ray_jobs.input_files(inputs)
     vectors = isinstance(model, FlowGaussianizer)
     input_column = column if vectors else "text" if corpus.kind == "text" else text_column
     _, read, rows = ray_jobs.check_rows(corpus, input_column, vectors=vectors, new_column=output_column,
                                         length=model.n_features_in_ if vectors else None)
-    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files])
+    fingerprint = ray_jobs.job_fingerprint(fingerprint | {
+        "command": command, "inputs": [len(corpus.files), corpus.listing], "column": input_column,
+        "output_column": output_column})
+    target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files],
+                                   fingerprint=fingerprint, restart=restart)
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
+    expected = sum(rows.values()) if rows else None
     with ray_session(address, quiet=quiet):
         from ray.data import ActorPoolStrategy
         options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
         # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
         # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
         options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        # committed when the write completes (all the footers' rows, where they gave them), else its files deleted
-        sink = target.sink(command, empty=corpus.no_rows, rows=sum(rows.values()) if rows else None)
+        # committed when the write completes (all the footers' rows, where they gave them)
+        sink = target.sink(command, empty=corpus.no_rows, rows=expected)
         try:
-            ray_jobs.read_dataset(corpus, read, rows).map_batches(_MapBatches, fn_constructor_kwargs=actor,
-                                                            batch_size=ROWS_PER_CALL, batch_format="pyarrow",
-                                                            **options).write_datasink(sink)
+            dataset = ray_jobs.read_dataset(corpus, read, rows, written=target.written())
+            if dataset is None:  # an earlier run wrote every row: commit them
+                target.begin()
+                return target.commit([], rows=expected, command=command)
+            dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
+                                batch_format="pyarrow", **options).write_datasink(sink)
             failure = None
         except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below
             failure = ray_jobs.job_failure(exc)
-        except BaseException as exc:  # Ctrl-C: Ray Data tells the sink of an Exception only
-            sink.on_write_failed(exc)
+        except BaseException:  # Ctrl-C, SIGTERM: the parts written so far are kept for a resume
+            target.failed(keep=True)
             raise
         if failure is not None:
+            if target.failed(keep=not isinstance(failure, InputError)):  # a bad input must change: no resume
+                failure = type(failure)(f"{failure}; the rows written so far are kept in {target.out.shown} (not "
+                                        "an output yet): run the same command to resume, or pass --restart")
             gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
             raise failure
     return sink.rows
@@ -90,8 +105,8 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
 
 def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
           text_column: str = "text", workers: int = 1, gpus_per_worker: float = 0,
-          threads_per_worker: int | None = None, overwrite: bool = False, address: str | None = None,
-          quiet: bool = False) -> int:
+          threads_per_worker: int | None = None, overwrite: bool = False, restart: bool = False,
+          address: str | None = None, quiet: bool = False) -> int:
     """Embed the texts of ``inputs`` into Parquet shards in ``output``; returns the row count.
 
     Parameters
@@ -113,13 +128,19 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     overwrite, address, quiet : bool, str or None, bool, default=False, None, False
         Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in);
         the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bars.
+    restart : bool, default=False
+        Discard an unfinished run found in ``output`` instead of resuming it. A run that was killed or failed
+        (but for a bad input) keeps the parts it wrote and a checkpoint; the same call resumes it, reading and
+        embedding only the rows not yet written. Another encoder, setting, column or input listing is refused,
+        naming what differs (``docs/scale.md``, "Runs that resume").
 
     Raises
     ------
     InputError, OutputPathError, EncoderNotFoundError, RayClusterError, ValueError
         Found before any work; nothing is written.
     JobFailedError
-        The Ray job failed or wrote another number of rows; nothing is written.
+        The Ray job failed or wrote another number of rows; nothing is committed (the parts written so far are
+        kept for a resume, as the message says).
     """
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)
@@ -129,9 +150,12 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
         raise InputError(f"--model {shown}: an encoder on object storage is not supported; copy the model folder to "
                          "a local path (or give a Hugging Face hub id)")
     embedder.transform([])  # the embedder's own checks, on the driver: it reads the model's config, loads no weights
+    settings = {k: v for k, v in embedder.get_params().items() if k not in _SAME_VECTORS}
+    encoder = {"encoder": pinned_model_source(embedder).identity, "settings": settings}  # the weights, by content
     return _apply(embedder, list(inputs), output, column="", text_column=text_column, output_column=EMBEDDING_COLUMN,
                   workers=workers, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
-                  overwrite=overwrite, address=address, quiet=quiet, command="embed")
+                  overwrite=overwrite, restart=restart, address=address, quiet=quiet, command="embed",
+                  fingerprint=encoder)
 
 
 def read_texts(inputs: Sequence[str | os.PathLike], *, text_column: str = "text") -> list[str]:
@@ -228,12 +252,13 @@ def fit(input_dir: str | os.PathLike, output: str | os.PathLike, *, flow: FlowGa
 def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: str | os.PathLike, *,
               column: str = EMBEDDING_COLUMN, text_column: str = "text", output_column: str = "z", workers: int = 1,
               gpus_per_worker: float = 0, threads_per_worker: int | None = None, overwrite: bool = False,
-              address: str | None = None, quiet: bool = False) -> int:
+              restart: bool = False, address: str | None = None, quiet: bool = False) -> int:
     """Apply a fitted model to every row of ``input_dir`` and write Parquet shards with ``output_column`` added.
 
     ``model`` is a ``.skops`` (read with :func:`skflow.load`) or joblib file of a fitted FlowGaussianizer (reads
     ``column``) or of a fitted pipeline that starts with a BertEmbedder (reads ``text_column`` of any input format).
-    ``output`` is written as in :func:`embed`: complete or not at all, replacing only skflow's own output.
+    ``output`` is written as in :func:`embed`: complete or not at all, replacing only skflow's own output; a
+    killed run resumes (``restart`` discards it), the job named by the model file's content (SHA-256).
     """
     validate_parameter_constraints(ACTOR_OPTIONS | {"output_column": [str]}, locals(), caller_name="transform")
     check_given_name("--output", output, OutputPathError)
@@ -242,4 +267,5 @@ def transform(input_dir: str | os.PathLike, model: str | os.PathLike, output: st
     return _apply(load_model(model), [input_dir], output, column=column, text_column=text_column,
                   output_column=output_column, protected=[model], workers=workers,
                   gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker, overwrite=overwrite,
-                  address=address, quiet=quiet, command="transform")
+                  restart=restart, address=address, quiet=quiet, command="transform",
+                  fingerprint={"model": ray_jobs.model_digest(model)})

@@ -41,8 +41,8 @@ def write_like_ray(target: OutputFolder, *tables: pa.Table, command: str = "embe
         written = sink.write(iter(tables), types.SimpleNamespace(task_idx=0))
         sink.on_write_complete(types.SimpleNamespace(write_returns=[written],
                                                      num_rows=sum(table.num_rows for table in tables)))
-    except Exception as exc:
-        sink.on_write_failed(exc)
+    except Exception:
+        target.failed(keep=True)  # as the commands do: parts kept for a resume, unless the commit refused
         raise
 
 
@@ -117,7 +117,7 @@ def test_a_file_that_appears_during_the_run_is_never_deleted_and_the_run_deletes
     sink = failed.sink("embed", empty=ValueError("no rows"))
     sink.on_write_start()
     sink.write(iter([pa.table({"id": [1]})]), types.SimpleNamespace(task_idx=0))
-    sink.on_write_failed(ValueError("boom"))  # what Ray Data calls when the job fails
+    assert not failed.failed(keep=True)  # what the command calls when the job fails: no checkpoint, none kept
     assert not (tmp_path / "failed").exists()  # the folder it made, and its files, are gone
 
 

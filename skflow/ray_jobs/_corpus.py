@@ -2,6 +2,8 @@
 the driver reads listings and Parquet footers only; each file's rows are checked in the Ray task that reads it."""
 
 import functools
+import hashlib
+import json
 import os
 import re
 from collections.abc import Callable
@@ -11,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from skflow.ray_jobs._checkpoint import PROVENANCE, is_complete
 from skflow.ray_jobs._outputs import MARKER, read_as_listed
 from skflow.ray_jobs._storage import (
     Location,
@@ -21,6 +24,7 @@ from skflow.ray_jobs._storage import (
     parquet_metadata,
     read_bytes,
     read_parquet,
+    stamp,
 )
 from skflow.utils import check_name, printable, some_names
 
@@ -46,6 +50,7 @@ class Corpus(NamedTuple):
     files: tuple[str, ...]
     kind: str
     listed: tuple = ()
+    listing: str = ""  # a digest of the files' names, sizes and modification times, as listed
 
     @property
     def no_rows(self) -> "InputError":
@@ -66,15 +71,17 @@ def file_format(path: str | os.PathLike) -> tuple[str, str | None] | None:
 
 def input_files(inputs) -> Corpus:
     """The files of ``inputs`` (files, or folders of them) and their one format; InputError naming what is wrong."""
-    files, skipped, manifests = [], [], []
+    files, skipped, manifests, stamps = [], [], [], {}
     for item in inputs:
         check_name(os.fspath(item), InputError)
         where = locate(item, InputError)
         kind = file_type(where, InputError, must_exist=True)
         if kind == "file" and file_format(where.shown) is None:
             raise InputError(f"{where.shown}: unknown format; skflow reads {_KNOWN}")
-        listed, counts = ([("", True)], {}) if kind == "file" else read_as_listed(where, list_files(where, InputError),
-                                                                                InputError)
+        if kind == "file":
+            listed, counts = [("", stamp(where.filesystem.get_file_info(where.path)))], {}
+        else:
+            listed, counts = read_as_listed(where, list_files(where, InputError), InputError)
         if counts:
             manifests.append((where.shown, {name and _name(where.child(name)): rows for name, rows in counts.items()}))
         if not listed:
@@ -88,6 +95,7 @@ def input_files(inputs) -> Corpus:
                 skipped.append(path)
             else:
                 files.append(_name(where.child(name) if name else where))
+                stamps[files[-1]] = regular
     if skipped:
         raise InputError(f"{len(skipped)} file(s) in the input folders would not be read: {some_names(skipped)}. "
                          f"skflow reads {_KNOWN} (hidden names, starting with '.' or '_', are skipped); move the "
@@ -100,7 +108,8 @@ def input_files(inputs) -> Corpus:
         raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
     if not unique:
         raise InputError("no input files")
-    return Corpus(tuple(unique), kinds[0], tuple(manifests))
+    listing = hashlib.sha256(json.dumps([[f, *stamps[f]] for f in unique]).encode()).hexdigest()[:32]
+    return Corpus(tuple(unique), kinds[0], tuple(manifests), listing)
 
 
 def _utf8(data: bytes, path: str) -> str:
@@ -262,26 +271,59 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-def read_dataset(corpus: Corpus, read: Callable, rows: dict):
+def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | None = None):
     """A Ray dataset of every row of ``corpus``: Ray tasks read the files, each file's rows checked by ``read`` (and
     each Parquet file's ``rows``, from :func:`check_rows`); the driver reads none. Each task reads one group of
-    :func:`file_groups`, yielding each file's table, which Ray's output buffer joins into blocks."""
+    :func:`file_groups`, yielding each file's table, which Ray's output buffer joins into blocks.
+
+    With ``written`` (a resumable job: ``{file index: (row ranges, its rows)}`` already in the output), each row
+    carries its file and row number in the provenance columns, and the rows ``written`` holds are left out (a file
+    they all are, unread); None if that leaves no file to read."""
     import ray
 
-    groups = file_groups(len(corpus.files))
-    items = [{"path": file, "rows": rows.get(file)} for file in corpus.files]
-    files = ray.data.from_items(items, override_num_blocks=groups)
+    tracked = written is not None
+    if not (items := read_items(corpus, rows, written or {})):
+        return None
+    files = ray.data.from_items(items, override_num_blocks=file_groups(len(items)))
 
     def read_group(batch):
         first = None
-        for path, count in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
+        for path, count, index, done in zip(*(batch.column(c).to_pylist() for c in ("path", "rows", "index",
+                                                                                  "written"))):
             table = read(path, count)
             first = _same_columns(path, table.schema, first)
+            if tracked:
+                table = _with_provenance(path, table, index, done)
             yield table
 
     # ray_remote_args_fn keeps the read tasks of their own: fused into the actors that follow, one actor's call
     # would take every file (the bundle of the actors' batch size) and read them one after another
     return files.map_batches(read_group, batch_format="pyarrow", batch_size=None, ray_remote_args_fn=dict)
+
+
+def read_items(corpus: Corpus, rows: dict, written: dict) -> list[dict]:
+    """What the driver hands Ray for each file to read: its path, its rows (from its footer, else None), its index,
+    and the row ranges of it that ``written`` holds; none for a file that ``written`` holds whole."""
+    return [{"path": file, "rows": rows.get(file), "index": i, "written": [list(r) for r in written.get(i, ([],))[0]]}
+            for i, file in enumerate(corpus.files) if not (i in written and is_complete(*written[i]))]
+
+
+def _with_provenance(path: str, table, index: int, done: list):
+    """``table`` with each row's file and row number (and the file's rows), less the rows in the ``done`` ranges."""
+    import pyarrow as pa
+
+    if clash := [name for name in PROVENANCE if name in table.column_names]:
+        raise InputError(f"{path}: has a column {clash[0]!r}, a name skflow keeps for its own bookkeeping; rename it")
+    n = table.num_rows
+    for name, values in zip(PROVENANCE, (np.full(n, index, np.int64), np.arange(n, dtype=np.int64),
+                                         np.full(n, n, np.int64))):
+        table = table.append_column(name, pa.array(values))
+    if done:
+        keep = np.ones(n, bool)
+        for start, stop in done:
+            keep[start:stop] = False
+        table = table.filter(pa.array(keep))
+    return table
 
 
 def _same_columns(path: str, schema, first: tuple | None) -> tuple:

@@ -1,6 +1,7 @@
 """Model files of the Ray commands, local or on object storage: ``.skops`` with skops (:func:`skflow.load` reads
 them safely), any other name with joblib (only for files you made); written whole, recognised by content."""
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -83,6 +84,14 @@ def _copied(where: Location, folder: str) -> Path:  # a local file too: what is 
     except Exception as exc:  # noqa: BLE001 - a FIFO, a device, too large, access denied, network: one line
         raise InputError(f"{where.shown}: cannot be read ({one_line(exc)})") from None
     return local
+
+
+def model_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a model file's bytes (what a transform job's fingerprint names)."""
+    try:
+        return hashlib.sha256(read_bytes(locate(path, InputError), MODEL_FILE_LIMIT)).hexdigest()
+    except Exception as exc:  # noqa: BLE001 - load_model read it a moment ago: it changed
+        raise InputError(f"{path}: cannot be read ({one_line(exc)})") from None
 
 
 def load_model(path: str | os.PathLike):

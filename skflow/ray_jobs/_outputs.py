@@ -10,14 +10,35 @@ import warnings
 
 from skflow import utils
 from skflow.ray_jobs import _storage as storage
+from skflow.ray_jobs._checkpoint import (
+    CHECKPOINT,
+    PROVENANCE,
+    RUN_NAME,
+    DamagedCheckpointError,
+    Part,
+    checkpoint_text,
+    coverage,
+    differences,
+    earlier_parts,
+    is_complete,
+    job_id,
+    read_checkpoint,
+    row_ranges,
+    with_ranges,
+)
 from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
 
 MARKER = ".skflow-output"
 MANIFEST_LIMIT = 2**26  # bytes: a manifest lists a few thousand names
-# [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
-_RUN_FILE = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}-[0-9]+-[0-9]+\.parquet$")
+RUN_FILE = re.compile(RUN_NAME.pattern[:-1] + r"-[0-9]+-[0-9]+\.parquet$")
+PART_TEMPORARY = ".skflow-part-"  # a part being written to a local disk, renamed when whole
 HIDDEN = (".", "_")  # the first characters of names that readers skip
+
+
+def _prefixes(runs: list[str]) -> tuple[str, ...]:
+    """The names that ``runs`` write: their parts, and their parts' local temporaries."""
+    return (*runs, *(f"{PART_TEMPORARY}{run}" for run in runs))
 
 
 class JobFailedError(RuntimeError):
@@ -60,25 +81,97 @@ def output_location(path, inputs, what: str) -> tuple[Location, str]:
 
 class OutputFolder:
     """A folder of Parquet files for one run, checked now; one that holds files is refused unless ``overwrite``
-    is given and skflow wrote every file in it (those its manifest lists, and run files)."""
+    is given and skflow wrote every file in it (those its manifest lists, and run files).
 
-    def __init__(self, path, *, overwrite: bool, inputs=()) -> None:
+    With a ``fingerprint`` (a job that resumes), a folder holding the checkpoint of an unfinished run of the same
+    job is resumed: its parts are kept and their rows not read again (``restart``: discarded); of another job, or
+    damaged, it is refused naming what differs."""
+
+    def __init__(self, path, *, overwrite: bool, inputs=(), fingerprint: dict | None = None,
+                 restart: bool = False) -> None:
         out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
         self.out, self.overwrite, self.created, self.committed = out, overwrite, kind == "missing", False
+        self.committing = False
+        self.run = f"skflow-{run_tag()}"
+        self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
         found = self._listing() if kind == "folder" else []
-        if found and not overwrite:
+        if fingerprint is not None and CHECKPOINT in found:
+            found = self._resume(found, restart)
+        others = [name for name in found if not self._is_ours(name)]
+        if others and not overwrite:
             raise OutputPathError(f"{out.shown}: the output folder exists and is not empty; pass --overwrite to "
                                   "replace it (only a folder that skflow wrote is replaced)")
-        if found:
+        if others:
             self._replaced(found)
         folder = out if kind == "folder" or out.is_remote else out.parent
         storage.check_writable(folder, "the output folder" if folder is out else "the folder of the output")
-        self.run = f"skflow-{run_tag()}"
+
+    def _is_ours(self, name: str) -> bool:
+        """A file of this job's runs, its checkpoint, or its own commit's manifest (killed before it was done)."""
+        return name.startswith(_prefixes(self.runs)) or (name == CHECKPOINT and len(self.runs) > 1) or (
+            name == MARKER and self.ours_listed)
+
+    def _resume(self, found: list[str], restart: bool) -> list[str]:
+        """Read the checkpoint: resume it (the same job), or discard it (``restart``); the listing after that."""
+        where = self.out.child(CHECKPOINT)
+        try:
+            fingerprint, runs = read_checkpoint(where)
+        except DamagedCheckpointError as exc:
+            if not restart:
+                raise OutputPathError(f"{printable(where.shown)}: a damaged or foreign checkpoint ({exc}); it is not "
+                                      "trusted: pass --restart to discard it and start afresh") from None
+            listed = set()
+            with contextlib.suppress(OSError, ValueError):
+                listed = set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+            self._delete([name for name in found if name not in listed and (
+                RUN_FILE.match(name) or name.startswith(PART_TEMPORARY))] + [CHECKPOINT])  # whose runs are unknown
+            return self._listing()
+        if restart:
+            self._delete([name for name in found if name.startswith(_prefixes(runs))] + [CHECKPOINT])
+            return self._listing()
+        if fingerprint != self.fingerprint:
+            raise OutputPathError(f"{self.out.shown}: holds an unfinished run of another job: "
+                                  f"{differences(fingerprint, self.fingerprint)}. Run that job's command to resume it, "
+                                  "or pass --restart to discard it and start afresh")
+        self.runs = [*runs, self.run]
+        names = [name for name in found if name.startswith(tuple(runs)) and RUN_FILE.match(name)]
+        try:
+            self.parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
+            coverage(self.parts.values(), self.out.shown)
+        except DamagedCheckpointError as exc:
+            raise OutputPathError(f"{self.out.shown}: its unfinished run is damaged ({exc}); it is not trusted: pass "
+                                  "--restart to discard it and start afresh") from None
+        if MARKER in found:
+            with contextlib.suppress(OSError, ValueError):
+                self.ours_listed = set(manifest_files(self.out.child(MARKER))) - {None} <= set(self.parts)
+        return found
+
+    def written(self) -> dict:
+        """``{input file: (row ranges, its rows)}`` that earlier runs of this job wrote."""
+        return coverage(self.parts.values(), self.out.shown)
+
+    def begin(self) -> None:
+        """Make the folder and write the checkpoint naming this run, before the job writes any part."""
+        if not self.out.is_remote:
+            self.out.filesystem.create_dir(self.out.path)
+        if self.fingerprint is None:
+            return
+        text = checkpoint_text(self.fingerprint, self.runs)
+        where = self.out.child(CHECKPOINT)
+        if where.is_remote:
+            write_bytes(where, text.encode())
+        else:
+            utils.write_text_atomically(where.path, text, kind=utils.CHECKPOINT)
 
     def _listing(self) -> list[str]:
         return [name for name, _ in storage.list_files(self.out, OutputPathError)]
+
+    def _delete(self, names) -> None:
+        for name in names:
+            with contextlib.suppress(Exception):
+                self.out.filesystem.delete_file(self.out.child(name).path)
 
     def _replaced(self, found: list[str]) -> list[str]:
         """What ``--overwrite`` deletes after its commit; OutputPathError unless skflow wrote every file found."""
@@ -87,67 +180,91 @@ class OutputFolder:
             listed = [name for name in manifest_files(manifest) if name] if MARKER in found else None
         except (OSError, ValueError) as exc:
             why = f"; {printable(manifest.shown)}: {storage.one_line(exc)}"
-        if listed is None and (why or not any(_RUN_FILE.match(name) for name in found)):
+        if listed is None and (why or not any(RUN_FILE.match(name) for name in found)):
             raise OutputPathError(
                 f"{self.out.shown}: is not a folder skflow wrote (no valid {MARKER} manifest in it{why}); --overwrite "
                 "replaces only skflow's own output folders: remove it yourself or choose another output")
-        runs = [name for name in found if _RUN_FILE.match(name)]
+        runs = [name for name in found if RUN_FILE.match(name) and not name.startswith(tuple(self.runs))]
         listed = listed or []
-        foreign = [name for name in found if name not in listed and not _RUN_FILE.match(name)
+        foreign = [name for name in found if name not in listed and not RUN_FILE.match(name)
                    and not name.startswith(".skflow-")]  # its manifest, a temporary one, a write probe
         if foreign:
             raise OutputPathError(
                 f"{self.out.shown}: holds files that skflow did not write ({printable(some_names(foreign))}); "
                 "--overwrite would delete them: move them away or choose another output")
-        return listed + [name for name in runs if left_by_a_dead_process(_RUN_FILE.match(name))]
+        return listed + [name for name in runs if left_by_a_dead_process(RUN_FILE.match(name))]
 
     def sink(self, command: str, *, empty: Exception, rows: int | None = None):
-        """A Ray Data sink for this run's files. Its ``on_write_complete`` commits them: the manifest, written last,
-        then the files it replaces deleted; ``on_write_failed`` (a failed job, or a commit that refuses) deletes the
-        run's files, leaving the output as it was. ``empty`` is raised instead of committing no rows; ``rows``, if
-        known, is what the files must hold (else the rows that reached the write)."""
+        """A Ray Data sink for this run's files. Its ``on_write_complete`` commits them with the earlier runs' parts:
+        the manifest, written last, then the files it replaces deleted. After a failure the command calls
+        :meth:`failed`. ``empty`` is raised instead of committing no rows; ``rows``, if known, is what the files
+        must hold (else the rows that reached the write, and the earlier runs' parts)."""
         return _parquet_files_class()(self, command, empty, rows)
 
-    def _failed(self) -> None:
+    def failed(self, keep: bool) -> bool:
+        """After a failed job: whether parts are kept for a resume (``keep``, and there are some, and the failure was
+        not the commit's refusal); else this run's files are deleted, and the checkpoint if no earlier run left a
+        part."""
         if self.committed:  # the manifest lists this run's files: a failure after it (Ctrl-C) leaves them
-            return
+            return False
+        # not after a commit that refused (rows that do not add up, a file of yours), nor without a checkpoint
+        keep = keep and not self.committing and self.fingerprint is not None
         with contextlib.suppress(Exception):
-            for name in self._listing():
-                if name.startswith(self.run):
-                    self.out.filesystem.delete_file(self.out.child(name).path)
+            found = self._listing()
+            mine = [name for name in found if name.startswith((self.run, f"{PART_TEMPORARY}{self.run}"))]
+            if keep and (self.parts or any(RUN_FILE.match(name) for name in mine)):
+                return True
+            self._delete(mine + ([CHECKPOINT] if not self.parts and CHECKPOINT in found else []))
             if self.created and not self.out.is_remote:
                 os.rmdir(self.out.path)  # a folder this run made, if empty
+        return False
 
-    def _commit(self, written: list, *, rows: int, command: str) -> None:
-        """Write the manifest of the ``written`` files, then delete the files it replaces; JobFailedError if they hold
-        another number of ``rows`` than reached the write or the manifest could not be written, OutputPathError if
-        the folder was filled during the run."""
-        if (total := sum(n for _, n in written)) != rows:
+    def commit(self, written: list, *, rows: int | None, command: str) -> int:
+        """Write the manifest of this run's ``written`` parts and the earlier runs' (checked: each input row in one
+        part once, every file's rows all there), then delete the checkpoint and the files it replaces; returns the
+        rows. JobFailedError if the parts hold another number of ``rows`` or the manifest could not be written,
+        OutputPathError if the folder was filled during the run."""
+        self.committing = True
+        parts = dict(self.parts) | {name: Part(n, ranges) for name, n, ranges in written}
+        total = sum(part.rows for part in parts.values())
+        if rows is not None and total != rows:
             raise JobFailedError(f"the Ray job wrote {total:,} rows of {rows:,}; nothing was written")
-        files = sorted(name for name, _ in written)
+        if self.fingerprint is not None:
+            try:
+                cover = coverage(parts.values(), self.out.shown)
+            except DamagedCheckpointError as exc:
+                raise JobFailedError(f"the Ray job's parts do not add up ({exc}); nothing was written") from None
+            if short := [file for file, (ranges, n) in cover.items() if not is_complete(ranges, n)]:
+                raise JobFailedError(f"the Ray job wrote part of the rows of input file {short[0] + 1} only; nothing "
+                                     "was written")
+        files = sorted(parts)
         found = self._listing()
-        filled = [name for name in found if not _RUN_FILE.match(name)
+        if gone := sorted(set(self.parts) - set(found)):
+            raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part that an earlier run wrote was "
+                                 "deleted during this run (another command with --restart?); run the command again")
+        filled = [name for name in found if not RUN_FILE.match(name) and not self._is_ours(name)
                   and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
         if filled and not self.overwrite:
             raise OutputPathError(
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
-        text = json.dumps({"files": files, "file_rows": [n for _, n in sorted(written)], "rows": total,
+        text = json.dumps({"files": files, "file_rows": [parts[name].rows for name in files], "rows": total,
                            "command": command}, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
             if manifest.is_remote:
                 write_bytes(manifest, text.encode())
             else:
-                utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST, overwrite=self.overwrite)
+                utils.write_text_atomically(manifest.path, text, kind=utils.MANIFEST,
+                                            overwrite=self.overwrite or self.ours_listed)
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
         self.committed = True
-        for name in old:  # one that cannot be deleted lies outside the new manifest: never read
-            with contextlib.suppress(Exception):
-                self.out.filesystem.delete_file(self.out.child(name).path)
+        leftovers = [name for name in found if self._is_ours(name) and name not in files and name != MARKER]
+        self._delete([CHECKPOINT] + [name for name in leftovers if name != CHECKPOINT] + old)
+        return total
 
 
 @functools.cache
@@ -157,35 +274,48 @@ def _parquet_files_class():
     from ray.data.block import BlockAccessor
 
     class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), as it reports;
-        committed by the output folder when Ray reports the write complete, deleted if it reports it failed."""
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), its rows' input
+        ranges in its footer (locally through a hidden temporary, renamed: a part is whole or absent); committed
+        by the output folder when Ray reports the write complete."""
 
         def __init__(self, target: OutputFolder, command: str, empty: Exception, expected: int | None) -> None:
             self.target, self.command, self.empty, self.expected, self.rows = target, command, empty, expected, None
 
         def on_write_start(self, *args) -> None:
-            if not self.target.out.is_remote:  # an object store has no folders to make
-                self.target.out.filesystem.create_dir(self.target.out.path)
+            self.target.begin()
 
-        def write(self, blocks, ctx) -> list[tuple[str, int]]:
+        def write(self, blocks, ctx) -> list[tuple[str, int, list]]:
             written, folder = [], self.target.out
+            job = job_id(self.target.fingerprint) if self.target.fingerprint is not None else ""
             for i, block in enumerate(blocks):
                 table = BlockAccessor.for_block(block).to_arrow()
-                if table.num_rows:
-                    name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
-                    pq.write_table(table, folder.child(name).path, filesystem=folder.filesystem)
-                    written.append((name, table.num_rows))
+                if not table.num_rows:
+                    continue
+                ranges = []
+                if PROVENANCE[0] in table.column_names:
+                    table, ranges = row_ranges(table)
+                    table = with_ranges(table, job, ranges)
+                name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
+                final = folder.child(name)
+                if folder.is_remote:  # one upload: the object appears whole, or not at all
+                    pq.write_table(table, final.path, filesystem=folder.filesystem)
+                else:
+                    temporary = folder.child(f"{PART_TEMPORARY}{name}")
+                    pq.write_table(table, temporary.path, filesystem=folder.filesystem)
+                    os.replace(temporary.path, final.path)
+                written.append((name, table.num_rows, ranges))
             return written
 
         def on_write_complete(self, result) -> None:  # result.num_rows: the rows that reached the write tasks
-            if not result.num_rows:
+            written = [file for returned in result.write_returns for file in returned]
+            if not result.num_rows and not self.target.parts:
                 raise self.empty
-            self.target._commit([file for returned in result.write_returns for file in returned],
-                                rows=result.num_rows if self.expected is None else self.expected, command=self.command)
-            self.rows = result.num_rows
+            self.rows = self.target.commit(written, command=self.command, rows=self.expected if self.expected
+                                           is not None else result.num_rows + sum(p.rows for p in
+                                                                                  self.target.parts.values()))
 
         def on_write_failed(self, error: Exception) -> None:
-            self.target._failed()
+            pass  # the command decides: a resumable failure keeps the parts (OutputFolder.failed)
 
     return ParquetFiles
 
@@ -208,7 +338,7 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
             visible.append((name, regular))
     names = {name for name, _ in visible}
     if not any(name == MARKER for name, _ in listed):
-        if runs := [name for name in sorted(names) if _RUN_FILE.match(name.rsplit("/", 1)[-1])]:
+        if runs := [name for name in sorted(names) if RUN_FILE.match(name.rsplit("/", 1)[-1])]:
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
                         f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
                         "wait for it")

@@ -154,20 +154,27 @@ def file_type(where: Location, error: type[Exception] = ValueError, *, must_exis
     return kind
 
 
-def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, bool]]:
-    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, whether it is a regular file)``."""
+def list_files(folder: Location, error: type[Exception] = ValueError) -> list[tuple[str, tuple | bool]]:
+    """Every entry under ``folder`` but folders, sorted: ``(path relative to it, stamp)``, the stamp of a regular
+    file its ``(size, modification time in ns)`` as listed, False for anything else."""
     import pyarrow.fs as pafs
 
     try:
         infos = folder.filesystem.get_file_info(pafs.FileSelector(folder.path, recursive=True, allow_not_found=True))
         start = len(folder.path.rstrip("/")) + 1
-        return sorted((info.path[start:], info.type == pafs.FileType.File) for info in infos
-                      if info.type != pafs.FileType.Directory)
+        return sorted((info.path[start:], stamp(info)) for info in infos if info.type != pafs.FileType.Directory)
     except UnicodeDecodeError as exc:  # a local name that is not UTF-8: the bytes of its path, in pyarrow's error
         check_name(folder.shown + os.fsdecode(exc.object)[len(folder.path):], error)
         raise error(f"{folder.shown}: cannot be listed (a name in it is not valid UTF-8)") from None
     except Exception as exc:  # noqa: BLE001
         raise error(f"{folder.shown}: cannot be listed ({one_line(exc)}){_hint(exc)}") from None
+
+
+def stamp(info) -> tuple | bool:
+    """A listed file's ``(size, modification time in ns)``; False if it is not a regular file."""
+    import pyarrow.fs as pafs
+
+    return info.type == pafs.FileType.File and (info.size, info.mtime_ns)
 
 
 def check_writable(folder: Location, what: str) -> None:

