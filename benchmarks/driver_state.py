@@ -7,7 +7,7 @@
   ranges merged per input file.
 
 Each N runs in a process of its own, which reports its time and its peak resident memory above what it held
-before (``ru_maxrss``).
+before (``VmHWM`` less ``VmRSS`` at the start).
 
     python benchmarks/driver_state.py --files 10000 100000 1000000 --parts 1000 10000 100000
 """
@@ -15,7 +15,6 @@ before (``ru_maxrss``).
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def _resident(field: str) -> int:
+    """KiB of this process's resident memory now (``VmRSS``) or at its peak (``VmHWM``; ``ru_maxrss`` would keep
+    the peak of the process it was forked from)."""
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(f"{field}:")))
 
 
 def _make_files(folder: Path, n: int) -> None:
@@ -61,7 +67,7 @@ def _measure(kind: str, folder: str, n: int) -> dict:
     import skflow.ray_jobs as ray_jobs  # imported before the baseline
     from skflow.ray_jobs._corpus import read_items
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _resident("VmRSS")
     start = time.perf_counter()
     if kind == "files":
         corpus = ray_jobs.input_files([folder])
@@ -76,7 +82,7 @@ def _measure(kind: str, folder: str, n: int) -> dict:
         assert len(target.parts) == len(written) == n
         result = {}
     result |= {"seconds": round(time.perf_counter() - start, 2),
-               "peak_mb": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024, 1)}
+               "peak_mb": round((_resident("VmHWM") - base) / 1024, 1)}
     return result
 
 

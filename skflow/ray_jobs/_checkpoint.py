@@ -108,28 +108,30 @@ def earlier_parts(out: Location, names: list[str], job: str, n_files: int) -> di
     """The parts among ``names`` (run files of this job's earlier runs) whose footers say they hold rows of ``job``;
     a part that cannot be read is left out (a write cut short: its rows are written again). DamagedCheckpointError
     for a part of this job whose ranges do not add up."""
-    def footer(name):
+    def footer(name):  # the little that is kept of it: a footer object is some 8 KB
         try:
-            return name, storage.parquet_metadata(out.child(name))
+            metadata = storage.parquet_metadata(out.child(name))
         except Exception:  # noqa: BLE001 - a part cut short (no footer yet), gone since the listing
-            return name, None
+            return name, None, {}
+        kv = metadata.metadata or {}
+        return name, metadata.num_rows, {k: kv[k] for k in (JOB_KEY, ROWS_KEY) if k in kv}
 
     parts = {}
     with ThreadPoolExecutor(FOOTER_READS, thread_name_prefix="skflow-parts") as pool:
-        for name, metadata in pool.map(footer, names):
-            kv = (metadata.metadata or {}) if metadata is not None else {}
-            if kv.get(JOB_KEY) != job.encode():
-                continue
-            try:
-                ranges = json.loads(kv[ROWS_KEY])
-                sound = all(len(r) == 4 and all(type(v) is int for v in r) and 0 <= r[0] < n_files
-                            and 0 <= r[1] < r[2] <= r[3] for r in ranges)
-            except (KeyError, ValueError, TypeError):
-                sound = False
-            if not sound or sum(r[2] - r[1] for r in ranges) != metadata.num_rows:
-                raise DamagedCheckpointError(f"{printable(out.child(name).shown)}: its footer's record of the rows it "
-                                             "holds does not add up")
-            parts[name] = Part(metadata.num_rows, ranges)
+        for start in range(0, len(names), 1024):  # a bounded number in flight, not a future per part at once
+            for name, rows, kv in pool.map(footer, names[start:start + 1024]):
+                if kv.get(JOB_KEY) != job.encode():
+                    continue
+                try:
+                    ranges = json.loads(kv[ROWS_KEY])
+                    sound = all(len(r) == 4 and all(type(v) is int for v in r) and 0 <= r[0] < n_files
+                                and 0 <= r[1] < r[2] <= r[3] for r in ranges)
+                except (KeyError, ValueError, TypeError):
+                    sound = False
+                if not sound or sum(r[2] - r[1] for r in ranges) != rows:
+                    raise DamagedCheckpointError(f"{printable(out.child(name).shown)}: its footer's record of the "
+                                                 "rows it holds does not add up")
+                parts[name] = Part(rows, ranges)
     return parts
 
 

@@ -108,8 +108,10 @@ def input_files(inputs) -> Corpus:
         raise InputError(f"the inputs mix formats ({', '.join(kinds)}: {examples}); give files of one format")
     if not unique:
         raise InputError("no input files")
-    listing = hashlib.sha256(json.dumps([[f, *stamps[f]] for f in unique]).encode()).hexdigest()[:32]
-    return Corpus(tuple(unique), kinds[0], tuple(manifests), listing)
+    listing = hashlib.sha256()
+    for f in unique:  # one file at a time: a listing of 10**6 files is never held as one text
+        listing.update(json.dumps([f, *stamps[f]]).encode())
+    return Corpus(tuple(unique), kinds[0], tuple(manifests), listing.hexdigest()[:32])
 
 
 def _utf8(data: bytes, path: str) -> str:
@@ -284,7 +286,9 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | 
     tracked = written is not None
     if not (items := read_items(corpus, rows, written or {})):
         return None
-    files = ray.data.from_items(items, override_num_blocks=file_groups(len(items)))
+    n = file_groups(len(items))
+    files = ray.data.from_arrow([items.slice(i * len(items) // n, (i + 1) * len(items) // n - i * len(items) // n)
+                                 for i in range(n)])  # a block, and a read task, per group
 
     def read_group(batch):
         first = None
@@ -301,11 +305,18 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | 
     return files.map_batches(read_group, batch_format="pyarrow", batch_size=None, ray_remote_args_fn=dict)
 
 
-def read_items(corpus: Corpus, rows: dict, written: dict) -> list[dict]:
-    """What the driver hands Ray for each file to read: its path, its rows (from its footer, else None), its index,
-    and the row ranges of it that ``written`` holds; none for a file that ``written`` holds whole."""
-    return [{"path": file, "rows": rows.get(file), "index": i, "written": [list(r) for r in written.get(i, ([],))[0]]}
-            for i, file in enumerate(corpus.files) if not (i in written and is_complete(*written[i]))]
+def read_items(corpus: Corpus, rows: dict, written: dict):
+    """What the driver hands Ray for each file to read, as one Arrow table (some 100 bytes a file): its path, its
+    rows (from its footer, else null), its index, and the row ranges of it that ``written`` holds; no row for a file
+    that ``written`` holds whole."""
+    import pyarrow as pa
+
+    left = [i for i, _ in enumerate(corpus.files) if not (i in written and is_complete(*written[i]))]
+    return pa.table({"path": pa.array([corpus.files[i] for i in left], pa.string()),
+                     "rows": pa.array([rows.get(corpus.files[i]) for i in left], pa.int64()),
+                     "index": pa.array(left, pa.int64()),
+                     "written": pa.array([[list(r) for r in written.get(i, ([],))[0]] for i in left],
+                                         pa.list_(pa.list_(pa.int64())))})
 
 
 def _with_provenance(path: str, table, index: int, done: list):
