@@ -1,7 +1,7 @@
 """What the driver of ``skflow embed | transform`` holds and spends as a corpus grows, without Ray or an encoder.
 
 - ``files``: a folder of N empty text files (1,000 a subfolder) listed and checked as ``embed`` does
-  (``input_files``, ``check_rows``) and turned into the read items that Ray's ``from_items`` takes.
+  (``input_files``, ``check_rows``) and turned into the table of read items that Ray's ``from_arrow`` takes.
 - ``parts``: an output folder holding the checkpoint and N parts of an unfinished run (one row each, its range in
   its footer), resumed as ``embed`` resumes it: the checkpoint read, the parts' footers read 32 at a time, their
   ranges merged per input file.

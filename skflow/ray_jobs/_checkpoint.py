@@ -23,7 +23,6 @@ FILE_COLUMN, ROW_COLUMN, FILE_ROWS_COLUMN = "__skflow_file", "__skflow_row", "__
 PROVENANCE = (FILE_COLUMN, ROW_COLUMN, FILE_ROWS_COLUMN)
 JOB_KEY, ROWS_KEY = b"skflow.job", b"skflow.rows"
 LAYOUT = 1  # how parts record their rows: a checkpoint of another layout is another job
-FOOTER_READS = 32
 _LABELS = {"command": "the command", "layout": "skflow's checkpoint layout", "encoder": "the encoder's weights",
            "settings": "the encoder's settings", "model": "the model file", "inputs": "the input files (names, "
            "sizes, modification times)", "column": "the input column", "output_column": "the output column"}
@@ -117,21 +116,23 @@ def earlier_parts(out: Location, names: list[str], job: str, n_files: int) -> di
         return name, metadata.num_rows, {k: kv[k] for k in (JOB_KEY, ROWS_KEY) if k in kv}
 
     parts = {}
-    with ThreadPoolExecutor(FOOTER_READS, thread_name_prefix="skflow-parts") as pool:
-        for start in range(0, len(names), 1024):  # a bounded number in flight, not a future per part at once
-            for name, rows, kv in pool.map(footer, names[start:start + 1024]):
-                if kv.get(JOB_KEY) != job.encode():
-                    continue
-                try:
-                    ranges = json.loads(kv[ROWS_KEY])
-                    sound = all(len(r) == 4 and all(type(v) is int for v in r) and 0 <= r[0] < n_files
-                                and 0 <= r[1] < r[2] <= r[3] for r in ranges)
-                except (KeyError, ValueError, TypeError):
-                    sound = False
-                if not sound or sum(r[2] - r[1] for r in ranges) != rows:
-                    raise DamagedCheckpointError(f"{printable(out.child(name).shown)}: its footer's record of the "
-                                                 "rows it holds does not add up")
-                parts[name] = Part(rows, ranges)
+    pool = ThreadPoolExecutor(storage.FOOTER_READS, thread_name_prefix="skflow-parts")
+    try:
+        for name, rows, kv in storage.in_order(pool, footer, names):
+            if kv.get(JOB_KEY) != job.encode():
+                continue
+            try:
+                ranges = json.loads(kv[ROWS_KEY])
+                sound = all(len(r) == 4 and all(type(v) is int for v in r) and 0 <= r[0] < n_files
+                            and 0 <= r[1] < r[2] <= r[3] for r in ranges)
+            except (KeyError, ValueError, TypeError):
+                sound = False
+            if not sound or sum(r[2] - r[1] for r in ranges) != rows:
+                raise DamagedCheckpointError(f"{printable(out.child(name).shown)}: its footer's record of the rows "
+                                             "it holds does not add up")
+            parts[name] = Part(rows, ranges)
+    finally:  # a damaged part ends the reading at once
+        pool.shutdown(cancel_futures=True)
     return parts
 
 

@@ -16,8 +16,10 @@ import numpy as np
 from skflow.ray_jobs._checkpoint import PROVENANCE, is_complete
 from skflow.ray_jobs._outputs import MARKER, read_as_listed
 from skflow.ray_jobs._storage import (
+    FOOTER_READS,
     Location,
     file_type,
+    in_order,
     list_files,
     locate,
     one_line,
@@ -35,7 +37,6 @@ _KNOWN = ".parquet, .csv, .jsonl (JSON lines) or .txt (one text a line), the las
          ".lz4 or .br compressed"
 INPUT_LIMIT = 2**34  # bytes of an input file, read whole by the Ray task that reads it
 MIN_READ_TASKS, FILES_PER_READ_TASK = 200, 100
-FOOTER_READS = 32  # Parquet footers the driver reads at a time
 _NAMES = {"parquet": "Parquet", "csv": "CSV", "json": "JSON lines (one object a line)", "text": "text"}
 
 
@@ -198,7 +199,7 @@ def check_rows(corpus: Corpus, column: str, *, vectors: bool = False, new_column
     # file on moto's local server), checked in the files' order: the first bad file in that order is the one named
     pool = ThreadPoolExecutor(min(FOOTER_READS, max(1, len(paths))), thread_name_prefix="skflow-footers")
     try:
-        for path, metadata in zip(paths, pool.map(_footer, paths)):
+        for path, metadata in zip(paths, in_order(pool, _footer, paths)):
             schema = metadata.schema.to_arrow_schema()
             _check_columns(path, schema.names, column, new_column)
             _check_type(path, column, t := schema.field(column).type, vectors)

@@ -212,6 +212,16 @@ def read_parquet(where: Location, columns: list[str] | None = None):
         return pq.read_table(file, columns=columns)
 
 
+FOOTER_READS = 32  # Parquet footers read at a time: each a round trip to object storage
+
+
+def in_order(pool, read, items, window: int = 1024):
+    """``pool.map(read, items)``, at most ``window`` reads submitted ahead of the caller: a future and its result
+    for each of 10**6 files at once would hold gigabytes."""
+    for start in range(0, len(items), window):
+        yield from pool.map(read, items[start:start + window])
+
+
 def _random_access(where: Location):
     return where.filesystem.open_input_file(where.path) if where.is_remote else open_regular_file(where.path)
 
