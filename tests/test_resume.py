@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,10 @@ import pytest
 from skflow import BertEmbedder, distributed
 from skflow.cli import main
 from skflow.datasets import load_sts
-from skflow.ray_jobs import CHECKPOINT, MARKER, _checkpoint, input_files
+from skflow.ray_jobs import CHECKPOINT, MARKER, OutputFolder, _checkpoint, input_files, job_fingerprint
 from skflow.ray_jobs._checkpoint import DamagedCheckpointError, coverage, differences, row_ranges
 from skflow.ray_jobs._outputs import RUN_FILE, manifest_files
+from skflow.utils import OutputPathError
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ROWS = 600
@@ -417,3 +419,113 @@ def test_what_differs_between_two_jobs_is_said_in_words():
     new = old | {"settings": {"pooling": "mean", "max_length": 32}, "inputs": [4, "abd"]}
     assert differences(old, new) == ("the encoder's settings (pooling: 'cls' then, 'mean' now); the input files "
                                      "(names, sizes, modification times) (3 files then, 4 now)")
+
+
+# ------------------------------------------------------------------------------------ the output folder, no Ray
+def _job(**changes) -> dict:
+    return job_fingerprint({"command": "embed", "inputs": [2, "a listing"], "column": "text",
+                            "output_column": "embedding"} | changes)
+
+
+def _block(file: int, start: int, stop: int, of: int = 10) -> pa.Table:
+    """Rows ``start:stop`` of input file ``file`` as a write receives them: ids ``100 * file + row``, provenance."""
+    rows = np.arange(start, stop)
+    return pa.table({"id": 100 * file + rows, "__skflow_file": np.full(len(rows), file), "__skflow_row": rows,
+                     "__skflow_file_rows": np.full(len(rows), of)})
+
+
+def _write(target, *blocks, task: int = 0) -> list:
+    """``blocks`` written by ``target``'s sink as one Ray write task does (the checkpoint first): what it returns."""
+    sink = target.sink("embed", empty=ValueError("no rows"))
+    sink.on_write_start()
+    return sink.write(iter(blocks), types.SimpleNamespace(task_idx=task))
+
+
+def _ids(folder) -> list[int]:
+    return sorted(pq.read_table(list(input_files([folder]).files)).column("id").to_pylist())
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+ALL_IDS = [*range(10), *range(100, 110)]
+
+
+def test_restart_after_a_commit_killed_before_it_deleted_the_checkpoint_keeps_that_output(tmp_path, monkeypatch):
+    """The manifest written, the checkpoint not yet deleted (killed): that is an output. ``--restart`` (another job)
+    deleted every part the manifest lists, then refused the folder as not empty: the output was gone."""
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    with monkeypatch.context() as m:
+        m.setattr(OutputFolder, "_delete", lambda self, names: None)  # killed right after the manifest
+        assert target.commit(written, rows=20, command="embed") == 20
+    assert (out / CHECKPOINT).exists() and _ids(out) == ALL_IDS
+    parts = sorted(name for name, _, _ in written)
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty; pass --overwrite"):
+        OutputFolder(out, overwrite=False, fingerprint=_job(column="title"), restart=True)
+    assert _ids(out) == ALL_IDS and not (out / CHECKPOINT).exists()  # only the checkpoint discarded
+    other = OutputFolder(out, overwrite=True, fingerprint=_job(column="title"), restart=True)
+    assert _ids(out) == ALL_IDS  # readable until the new commit
+    new = _write(other, _block(0, 0, 10), _block(1, 0, 10))
+    assert other.commit(new, rows=20, command="embed") == 20
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in new)}  # the old deleted
+    assert not set(parts) & set(_names(out))
+
+
+def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_commits_again(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    with monkeypatch.context() as m:
+        m.setattr(OutputFolder, "_delete", lambda self, names: None)
+        target.commit(written, rows=20, command="embed")
+    again = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert again.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # nothing to read: no Ray job
+    again.begin()
+    assert again.commit([], rows=20, command="embed") == 20
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}
+
+
+def test_ctrl_c_during_the_commit_keeps_the_runs_parts_for_a_resume(tmp_path, monkeypatch):
+    """A KeyboardInterrupt in the commit (listing a large folder of parts) was taken for the commit's refusal: the
+    run's parts were deleted, all its work lost."""
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    listing, calls = OutputFolder._listing, []
+
+    def interrupted(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return listing(self)
+
+    monkeypatch.setattr(OutputFolder, "_listing", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        target.commit(written, rows=None, command="embed")
+    target.failed(keep=True)  # as the command does on a BaseException
+    monkeypatch.undo()
+    assert (out / CHECKPOINT).exists() and all((out / name).exists() for name, _, _ in written)
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # no row written again
+    resumed.begin()
+    assert resumed.commit([], rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+
+
+def test_restart_while_another_run_writes_fails_that_run_not_its_output(tmp_path):
+    """``--restart`` deleted a running run's parts; that run (no earlier parts) then committed a manifest listing
+    files that were gone, and deleted the new run's checkpoint when it failed."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(first, _block(0, 0, 10), _block(1, 0, 10))
+    second = OutputFolder(out, overwrite=False, fingerprint=_job(), restart=True)
+    assert not any(RUN_FILE.match(name) for name in _names(out))
+    second.begin()
+    with pytest.raises(distributed.JobFailedError, match="a part of this job was deleted during the run"):
+        first.commit(written, rows=20, command="embed")
+    assert not first.failed(keep=True) and not (out / MARKER).exists()
+    assert second.run in json.loads((out / CHECKPOINT).read_text())["runs"]  # the second run's: kept
+    new = _write(second, _block(0, 0, 10), _block(1, 0, 10))
+    assert second.commit(new, rows=20, command="embed") == 20 and _ids(out) == ALL_IDS

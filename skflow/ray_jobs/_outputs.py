@@ -93,7 +93,7 @@ class OutputFolder:
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
         self.out, self.overwrite, self.created, self.committed = out, overwrite, kind == "missing", False
-        self.committing = False
+        self.refused = False  # the commit refused (its own error): the run's parts are not kept
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
         found = self._listing() if kind == "folder" else []
@@ -128,8 +128,12 @@ class OutputFolder:
             self._delete([name for name in found if name not in listed and (
                 RUN_FILE.match(name) or name.startswith(PART_TEMPORARY))] + [CHECKPOINT])  # whose runs are unknown
             return self._listing()
-        if restart:
-            self._delete([name for name in found if name.startswith(_prefixes(runs))] + [CHECKPOINT])
+        if restart:  # but what a manifest lists: a commit killed before it deleted the checkpoint made an output
+            listed = set()
+            with contextlib.suppress(OSError, ValueError):
+                listed = set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+            self._delete([name for name in found if name.startswith(_prefixes(runs)) and name not in listed]
+                         + [CHECKPOINT])
             return self._listing()
         if fingerprint != self.fingerprint:
             raise OutputPathError(f"{self.out.shown}: holds an unfinished run of another job: "
@@ -207,24 +211,38 @@ class OutputFolder:
         part."""
         if self.committed:  # the manifest lists this run's files: a failure after it (Ctrl-C) leaves them
             return False
-        # not after a commit that refused (rows that do not add up, a file of yours), nor without a checkpoint
-        keep = keep and not self.committing and self.fingerprint is not None
+        # not after a commit that refused (rows that do not add up, a file of yours), nor without a checkpoint; a
+        # Ctrl-C or SIGTERM during the commit is no refusal
+        keep = keep and not self.refused and self.fingerprint is not None
         with contextlib.suppress(Exception):
             found = self._listing()
             mine = [name for name in found if name.startswith((self.run, f"{PART_TEMPORARY}{self.run}"))]
             if keep and (self.parts or any(RUN_FILE.match(name) for name in mine)):
                 return True
-            self._delete(mine + ([CHECKPOINT] if not self.parts and CHECKPOINT in found else []))
+            self._delete(mine + ([CHECKPOINT] if not self.parts and self._checkpoint_is_mine(found) else []))
             if self.created and not self.out.is_remote:
                 os.rmdir(self.out.path)  # a folder this run made, if empty
         return False
 
+    def _checkpoint_is_mine(self, found: list[str]) -> bool:
+        """Whether the checkpoint in the folder names this run (not another's, that a --restart wrote since)."""
+        try:
+            return CHECKPOINT in found and self.run in read_checkpoint(self.out.child(CHECKPOINT))[1]
+        except DamagedCheckpointError:
+            return False
+
     def commit(self, written: list, *, rows: int | None, command: str) -> int:
         """Write the manifest of this run's ``written`` parts and the earlier runs' (checked: each input row in one
-        part once, every file's rows all there), then delete the checkpoint and the files it replaces; returns the
-        rows. JobFailedError if the parts hold another number of ``rows`` or the manifest could not be written,
-        OutputPathError if the folder was filled during the run."""
-        self.committing = True
+        part once, every file's rows all there, every part still in the folder), then delete the checkpoint and the
+        files it replaces; returns the rows. JobFailedError if the parts hold another number of ``rows`` or the
+        manifest could not be written, OutputPathError if the folder was filled during the run."""
+        try:
+            return self._commit(written, rows=rows, command=command)
+        except Exception:
+            self.refused = True
+            raise
+
+    def _commit(self, written: list, *, rows: int | None, command: str) -> int:
         parts = dict(self.parts) | {name: Part(n, ranges) for name, n, ranges in written}
         total = sum(part.rows for part in parts.values())
         if rows is not None and total != rows:
@@ -239,9 +257,9 @@ class OutputFolder:
                                      "was written")
         files = sorted(parts)
         found = self._listing()
-        if gone := sorted(set(self.parts) - set(found)):
-            raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part that an earlier run wrote was "
-                                 "deleted during this run (another command with --restart?); run the command again")
+        if gone := sorted(set(parts) - set(found)):  # an earlier run's, or this run's own
+            raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part of this job was deleted during "
+                                 "the run (another command with --restart?); nothing was written")
         filled = [name for name in found if not RUN_FILE.match(name) and not self._is_ours(name)
                   and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
         if filled and not self.overwrite:
