@@ -23,7 +23,7 @@ from skflow.datasets import load_sts
 from skflow.ray_jobs import CHECKPOINT, MARKER, OutputFolder, _checkpoint, input_files, job_fingerprint
 from skflow.ray_jobs._checkpoint import DamagedCheckpointError, coverage, differences, row_ranges
 from skflow.ray_jobs._outputs import RUN_FILE, manifest_files
-from skflow.utils import OutputPathError
+from skflow.utils import OutputPathError, run_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ROWS = 600
@@ -529,3 +529,20 @@ def test_restart_while_another_run_writes_fails_that_run_not_its_output(tmp_path
     assert second.run in json.loads((out / CHECKPOINT).read_text())["runs"]  # the second run's: kept
     new = _write(second, _block(0, 0, 10), _block(1, 0, 10))
     assert second.commit(new, rows=20, command="embed") == 20 and _ids(out) == ALL_IDS
+
+
+@pytest.mark.parametrize("leftover", ["tmp-{dead}-.skflow-output", "tmp-{dead}-.skflow-checkpoint", "probe-0123abcd"],
+                         ids=["manifest", "checkpoint", "probe"])
+def test_a_kill_while_skflow_writes_a_hidden_file_still_lets_the_same_command_resume(tmp_path, leftover):
+    """SIGKILL while the commit wrote its manifest, a resume rewrote its checkpoint, or the write probe was in the
+    folder left a hidden temporary of skflow's: the same command was refused ("exists and is not empty")."""
+    out = tmp_path / "out"
+    _write(OutputFolder(out, overwrite=False, fingerprint=_job()), _block(0, 0, 10), _block(1, 0, 5))
+    host = run_tag().split("@", 1)[1].rsplit("-", 1)[0]
+    (out / (".skflow-" + leftover.format(dead=f"999999999@{host}-0123abcd"))).write_text("{")
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 5)], 10)}
+    more = _write(resumed, _block(1, 5, 10))
+    assert resumed.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty"):
+        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job())  # once committed, an output as before

@@ -99,7 +99,9 @@ class OutputFolder:
         found = self._listing() if kind == "folder" else []
         if fingerprint is not None and CHECKPOINT in found:
             found = self._resume(found, restart)
-        others = [name for name in found if not self._is_ours(name)]
+        # resuming, skflow's own hidden files (a temporary or write probe that a kill left) are not the user's
+        others = [name for name in found if not self._is_ours(name) and not (
+            len(self.runs) > 1 and name.startswith(".skflow-") and name != MARKER)]
         if others and not overwrite:
             raise OutputPathError(f"{out.shown}: the output folder exists and is not empty; pass --overwrite to "
                                   "replace it (only a folder that skflow wrote is replaced)")
