@@ -69,7 +69,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         "command": command, "inputs": [len(corpus.files), corpus.listing], "column": input_column,
         "output_column": output_column})
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files],
-                                   fingerprint=fingerprint, restart=restart)
+                                   fingerprint=fingerprint, restart=restart, sources=corpus.files)
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     expected = sum(rows.values()) if rows else None

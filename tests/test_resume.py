@@ -546,3 +546,22 @@ def test_a_kill_while_skflow_writes_a_hidden_file_still_lets_the_same_command_re
     assert resumed.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
     with pytest.raises(OutputPathError, match="the output folder exists and is not empty"):
         OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job())  # once committed, an output as before
+
+
+def test_an_input_rewritten_with_its_size_and_time_is_named_at_the_commit_with_the_way_out(tmp_path):
+    """The listing cannot see a file rewritten with its size and modification time (``cp -p``, ``rsync -t``, an
+    object stored again within its second): a changed row count shows at the commit, which named 'input file 2'
+    and said nothing of --restart, so the same command failed the same way after redoing the work, every time."""
+    out, sources = tmp_path / "out", ("/data/a.parquet", "/data/b.parquet")
+    first = OutputFolder(out, overwrite=False, fingerprint=_job(), sources=sources)
+    _write(first, _block(0, 0, 10), _block(1, 0, 5))
+    first.failed(keep=True)  # killed: b.parquet half written
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job(), sources=sources)
+    more = _write(resumed, _block(1, 5, 12, of=12))  # b.parquet holds 12 rows now
+    with pytest.raises(distributed.JobFailedError, match=r"two parts disagree on the rows of /data/b.parquet \(10, "
+                                                         r"12\): it changed since an earlier run.*pass --restart"):
+        resumed.commit(more, rows=None, command="embed")
+    short = OutputFolder(tmp_path / "short", overwrite=False, fingerprint=_job(), sources=sources)
+    written = _write(short, _block(0, 0, 10), _block(1, 0, 5))
+    with pytest.raises(distributed.JobFailedError, match="wrote part of the rows of /data/b.parquet only"):
+        short.commit(written, rows=None, command="embed")

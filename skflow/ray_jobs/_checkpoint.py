@@ -133,9 +133,14 @@ def earlier_parts(out: Location, names: list[str], job: str, n_files: int) -> di
     return parts
 
 
-def coverage(parts, shown: str) -> dict[int, tuple[list[tuple[int, int]], int]]:
+def input_name(file: int, files=()) -> str:
+    """How an error names input file ``file``: its path among ``files`` (the job's inputs, in order), else a number."""
+    return printable(files[file]) if 0 <= file < len(files) else f"input file {file + 1}"
+
+
+def coverage(parts, shown: str, files=()) -> dict[int, tuple[list[tuple[int, int]], int]]:
     """Each input file's rows that ``parts`` hold, ``{file: (merged ranges, its rows)}``; DamagedCheckpointError
-    naming the file if two parts hold one row, or disagree on its rows."""
+    naming the file (its path among ``files``) if two parts hold one row, or disagree on its rows."""
     spans: dict[int, list] = {}
     for part in parts:
         for file, start, stop, of in part.ranges:
@@ -144,11 +149,14 @@ def coverage(parts, shown: str) -> dict[int, tuple[list[tuple[int, int]], int]]:
     for file, found in spans.items():
         found.sort()
         if len({of for _, _, of in found}) > 1:
-            raise DamagedCheckpointError(f"{shown}: two parts disagree on the rows of input file {file + 1}")
+            raise DamagedCheckpointError(f"{shown}: two parts disagree on the rows of {input_name(file, files)} "
+                                         f"({', '.join(f'{n:,}' for n in sorted({of for _, _, of in found}))}): it "
+                                         "changed since an earlier run, keeping its size and modification time")
         ranges = []
         for start, stop, _ in found:
             if ranges and start < ranges[-1][1]:
-                raise DamagedCheckpointError(f"{shown}: two parts hold row {start + 1} of input file {file + 1}")
+                raise DamagedCheckpointError(f"{shown}: two parts hold row {start + 1} of "
+                                             f"{input_name(file, files)}")
             if ranges and start == ranges[-1][1]:
                 ranges[-1] = (ranges[-1][0], stop)
             else:

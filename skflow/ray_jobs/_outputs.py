@@ -20,6 +20,7 @@ from skflow.ray_jobs._checkpoint import (
     coverage,
     differences,
     earlier_parts,
+    input_name,
     is_complete,
     job_id,
     read_checkpoint,
@@ -88,11 +89,12 @@ class OutputFolder:
     damaged, it is refused naming what differs."""
 
     def __init__(self, path, *, overwrite: bool, inputs=(), fingerprint: dict | None = None,
-                 restart: bool = False) -> None:
+                 restart: bool = False, sources=()) -> None:
         out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
         self.out, self.overwrite, self.created, self.committed = out, overwrite, kind == "missing", False
+        self.sources = tuple(sources)  # the job's input files, in order: what its parts' ranges number
         self.refused = False  # the commit refused (its own error): the run's parts are not kept
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
@@ -145,7 +147,7 @@ class OutputFolder:
         names = [name for name in found if name.startswith(tuple(runs)) and RUN_FILE.match(name)]
         try:
             self.parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
-            coverage(self.parts.values(), self.out.shown)
+            coverage(self.parts.values(), self.out.shown, self.sources)
         except DamagedCheckpointError as exc:
             raise OutputPathError(f"{self.out.shown}: its unfinished run is damaged ({exc}); it is not trusted: pass "
                                   "--restart to discard it and start afresh") from None
@@ -156,7 +158,7 @@ class OutputFolder:
 
     def written(self) -> dict:
         """``{input file: (row ranges, its rows)}`` that earlier runs of this job wrote."""
-        return coverage(self.parts.values(), self.out.shown)
+        return coverage(self.parts.values(), self.out.shown, self.sources)
 
     def begin(self) -> None:
         """Make the folder and write the checkpoint naming this run, before the job writes any part."""
@@ -251,12 +253,13 @@ class OutputFolder:
             raise JobFailedError(f"the Ray job wrote {total:,} rows of {rows:,}; nothing was written")
         if self.fingerprint is not None:
             try:
-                cover = coverage(parts.values(), self.out.shown)
+                cover = coverage(parts.values(), self.out.shown, self.sources)
             except DamagedCheckpointError as exc:
-                raise JobFailedError(f"the Ray job's parts do not add up ({exc}); nothing was written") from None
+                raise JobFailedError(f"the Ray job's parts do not add up ({exc}); nothing was written: pass --restart "
+                                     "to start afresh") from None
             if short := [file for file, (ranges, n) in cover.items() if not is_complete(ranges, n)]:
-                raise JobFailedError(f"the Ray job wrote part of the rows of input file {short[0] + 1} only; nothing "
-                                     "was written")
+                raise JobFailedError(f"the Ray job wrote part of the rows of {input_name(short[0], self.sources)} "
+                                     "only; nothing was written")
         files = sorted(parts)
         found = self._listing()
         if gone := sorted(set(parts) - set(found)):  # an earlier run's, or this run's own
