@@ -565,3 +565,22 @@ def test_an_input_rewritten_with_its_size_and_time_is_named_at_the_commit_with_t
     written = _write(short, _block(0, 0, 10), _block(1, 0, 5))
     with pytest.raises(distributed.JobFailedError, match="wrote part of the rows of /data/b.parquet only"):
         short.commit(written, rows=None, command="embed")
+
+
+def test_a_resume_with_every_row_written_reads_no_file_not_even_an_empty_one(tmp_path):
+    """An input file of no rows is in no part: a resume read it again, so a run killed after writing every row
+    started a Ray job (actors, the model) to commit, where it needs none."""
+    from skflow.ray_jobs._corpus import read_items
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, n in [("a", 10), ("b", 0), ("c", 10)]:
+        pq.write_table(pa.table({"text": [f"t{i}" for i in range(n)]}, schema=pa.schema([("text", pa.string())])),
+                       folder / f"{name}.parquet")
+    corpus = input_files([folder])
+    rows = dict(zip(corpus.files, [10, 0, 10]))
+    assert [item["index"] for item in read_items(corpus, rows, {})] == [0, 1, 2]  # a first run reads them all
+    assert read_items(corpus, rows, {0: ([(0, 10)], 10), 2: ([(0, 10)], 10)}) == []
+    assert read_items(corpus, rows, {0: ([(0, 4)], 10)}) == [
+        {"path": corpus.files[0], "rows": 10, "index": 0, "written": [[0, 4]]},
+        {"path": corpus.files[2], "rows": 10, "index": 2, "written": []}]

@@ -303,9 +303,12 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | 
 
 def read_items(corpus: Corpus, rows: dict, written: dict) -> list[dict]:
     """What the driver hands Ray for each file to read: its path, its rows (from its footer, else None), its index,
-    and the row ranges of it that ``written`` holds; none for a file that ``written`` holds whole."""
+    and the row ranges of it that ``written`` holds; none for a file that ``written`` holds whole, nor, resuming,
+    for one whose footer says it has no rows (no part holds them: read again, it kept a resume from committing
+    without a Ray job)."""
     return [{"path": file, "rows": rows.get(file), "index": i, "written": [list(r) for r in written.get(i, ([],))[0]]}
-            for i, file in enumerate(corpus.files) if not (i in written and is_complete(*written[i]))]
+            for i, file in enumerate(corpus.files)
+            if not (i in written and is_complete(*written[i])) and not (written and rows.get(file) == 0)]
 
 
 def _with_provenance(path: str, table, index: int, done: list):
