@@ -73,6 +73,14 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     expected = sum(rows.values()) if rows else None
+    written = target.written()
+    if not ray_jobs.read_items(corpus, rows, written):  # an earlier run wrote every row: committed, Ray not started
+        try:
+            target.begin()
+            return target.commit([], rows=expected, command=command)
+        except BaseException:
+            target.failed(keep=True)  # but after a refusal: the earlier runs' parts, and the checkpoint, stay
+            raise
     with ray_session(address, quiet=quiet):
         from ray.data import ActorPoolStrategy
         options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
@@ -82,10 +90,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # committed when the write completes (all the footers' rows, where they gave them)
         sink = target.sink(command, empty=corpus.no_rows, rows=expected)
         try:
-            dataset = ray_jobs.read_dataset(corpus, read, rows, written=target.written())
-            if dataset is None:  # an earlier run wrote every row: commit them
-                target.begin()
-                return target.commit([], rows=expected, command=command)
+            dataset = ray_jobs.read_dataset(corpus, read, rows, written=written)
             dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
                                 batch_format="pyarrow", **options).write_datasink(sink)
             failure = None

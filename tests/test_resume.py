@@ -584,3 +584,33 @@ def test_a_resume_with_every_row_written_reads_no_file_not_even_an_empty_one(tmp
     assert read_items(corpus, rows, {0: ([(0, 4)], 10)}) == [
         {"path": corpus.files[0], "rows": 10, "index": 0, "written": [[0, 4]]},
         {"path": corpus.files[2], "rows": 10, "index": 2, "written": []}]
+
+
+@pytest.mark.slow  # the encoder's checks and digest, twice: 2 s
+def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, monkeypatch):
+    """Killed after its last part (an empty input file among the others): the same call commits the parts, Ray not
+    started (it started a Ray instance, and read the empty file with actors and the model, to commit)."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name, n in [("a", 10), ("b", 0), ("c", 10)]:
+        pq.write_table(pa.table({"text": [f"t{i}" for i in range(n)]}, schema=pa.schema([("text", pa.string())])),
+                       folder / f"{name}.parquet")
+    made = []
+
+    def folder_of_the_job(*args, **kwargs):
+        made.append(target := OutputFolder(*args, **kwargs))
+        return target
+
+    monkeypatch.setattr(distributed.ray_jobs, "OutputFolder", folder_of_the_job)
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.setattr(OutputFolder, "written", lambda self: pytest.fail("the job's fingerprint was found"))
+    with pytest.raises(pytest.fail.Exception, match="fingerprint was found"):
+        distributed.embed([folder], out, embedder=_embedder(), quiet=True)
+    first = made[0]  # the run as the command starts it: its parts written, killed before the commit
+    _write(first, _block(0, 0, 10), _block(2, 0, 10))
+    first.failed(keep=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
+    assert distributed.embed([folder], out, embedder=_embedder(), quiet=True) == 20
+    assert manifest_files(_location(out / MARKER))[None] == 20 and not (out / CHECKPOINT).exists()
+    assert _ids(out) == ALL_IDS[:10] + [200 + i for i in range(10)]
