@@ -614,3 +614,18 @@ def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, 
     assert distributed.embed([folder], out, embedder=_embedder(), quiet=True) == 20
     assert manifest_files(_location(out / MARKER))[None] == 20 and not (out / CHECKPOINT).exists()
     assert _ids(out) == ALL_IDS[:10] + [200 + i for i in range(10)]
+
+
+def test_a_bad_input_row_in_a_resumed_run_discards_that_runs_parts_only(tmp_path):
+    """As docs/scale.md says: the earlier runs' parts and the checkpoint stay; ``--restart`` discards them."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    kept = _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    mine = _write(resumed, _block(1, 0, 4))
+    assert not resumed.failed(keep=False)  # what the command calls after an InputError
+    assert _names(out) == sorted([CHECKPOINT, *(name for name, _, _ in kept)])
+    assert not any((out / name).exists() for name, _, _ in mine)
+    OutputFolder(out, overwrite=False, fingerprint=_job(inputs=[2, "changed"]), restart=True)
+    assert _names(out) == []
