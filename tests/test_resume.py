@@ -136,7 +136,9 @@ def test_a_failed_run_keeps_its_parts_and_the_same_call_resumes_them_exactly_onc
     before = _parts(out)
     assert before and sum(n for _, n in before.values()) < N_ROWS and (out / CHECKPOINT).is_file()
     assert not (out / MARKER).exists()
-    with pytest.raises(ValueError, match="holds the files of an skflow run without a .skflow-output manifest"):
+    with pytest.raises(ValueError, match="holds the files of an skflow run without a .skflow-output manifest "
+                                         r"\(a write under way, or killed: the command that wrote it, run again, "
+                                         r"resumes it\); wait for it, or write it again with --overwrite$"):
         input_files([out])  # not an output yet
     checkpoint = json.loads((out / CHECKPOINT).read_text())
     assert checkpoint["fingerprint"]["encoder"].startswith("sentence-transformers/all-MiniLM-L6-v2@local:")
@@ -629,3 +631,16 @@ def test_a_bad_input_row_in_a_resumed_run_discards_that_runs_parts_only(tmp_path
     assert not any((out / name).exists() for name, _, _ in mine)
     OutputFolder(out, overwrite=False, fingerprint=_job(inputs=[2, "changed"]), restart=True)
     assert _names(out) == []
+
+
+def test_a_reader_of_an_unfinished_run_is_told_that_its_command_resumes_it(tmp_path):
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    with pytest.raises(ValueError, match=r"\(a write under way, or killed: the command that wrote it, run again, "
+                                         r"resumes it\); wait for it, or write it again with --overwrite$"):
+        input_files([out])
+    (out / CHECKPOINT).unlink()  # no checkpoint (a run of skflow before 0.2.0): nothing to resume
+    with pytest.raises(ValueError, match=r"\(a write under way, or killed\); wait for it, or write it again"):
+        input_files([out])

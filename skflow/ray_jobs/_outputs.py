@@ -362,9 +362,11 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
     names = {name for name, _ in visible}
     if not any(name == MARKER for name, _ in listed):
         if runs := [name for name in sorted(names) if RUN_FILE.match(name.rsplit("/", 1)[-1])]:
+            resumable = any(name.rsplit("/", 1)[-1] == CHECKPOINT for name, _ in listed)
+            hint = ": the command that wrote it, run again, resumes it" if resumable else ""
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
-                        f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
-                        "wait for it")
+                        f"a {MARKER} manifest (a write under way, or killed{hint}); wait for it, or write it again "
+                        "with --overwrite")
         return visible, {}
     try:
         counts = manifest_files(folder.child(MARKER))
