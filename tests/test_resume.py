@@ -644,3 +644,30 @@ def test_a_reader_of_an_unfinished_run_is_told_that_its_command_resumes_it(tmp_p
     (out / CHECKPOINT).unlink()  # no checkpoint (a run of skflow before 0.2.0): nothing to resume
     with pytest.raises(ValueError, match=r"\(a write under way, or killed\); wait for it, or write it again"):
         input_files([out])
+
+
+def test_a_part_a_killed_runs_worker_finished_after_the_resume_began_is_left_out_not_a_damage(tmp_path):
+    """Ray ends a killed driver's workers within about a minute: a part of run 1 can land after run 2 listed the
+    folder, and run 2 writes its rows again. Run 2 killed too, run 3 found two parts holding one row and refused
+    the folder as damaged: every row had to be embedded again (--restart)."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    early = _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    second = OutputFolder(out, overwrite=False, fingerprint=_job())
+    late = first.sink("embed", empty=ValueError("no rows")).write(iter([_block(1, 0, 6)]),
+                                                                  types.SimpleNamespace(task_idx=1))
+    again = _write(second, _block(1, 0, 4), _block(1, 4, 10))  # written again: run 2 did not see the late part
+    second.failed(keep=True)
+    third = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert set(third.parts) == {name for name, _, _ in early + late}
+    assert third.written() == {0: ([(0, 10)], 10), 1: ([(0, 6)], 10)}  # run 1's kept, both of run 2's left out
+    more = _write(third, _block(1, 6, 10))
+    assert third.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    assert not any((out / name).exists() for name, _, _ in again)  # deleted at the commit
+    same_run = tmp_path / "same"  # but two parts of one run holding one row: damaged
+    one = OutputFolder(same_run, overwrite=False, fingerprint=_job())
+    _write(one, _block(0, 0, 10), _block(0, 5, 6))
+    one.failed(keep=True)
+    with pytest.raises(OutputPathError, match=r"two parts of one run hold row 6 of input file 1\); it is not trusted"):
+        OutputFolder(same_run, overwrite=False, fingerprint=_job())

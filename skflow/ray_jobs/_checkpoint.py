@@ -2,6 +2,7 @@
 and, in each Parquet part the job writes, the input rows it holds (``[file, start, stop, file's rows]`` ranges in its
 footer). The parts are the progress: the state grows with the files written and read, never with the rows."""
 
+import bisect
 import hashlib
 import json
 import re
@@ -131,6 +132,39 @@ def earlier_parts(out: Location, names: list[str], job: str, n_files: int) -> di
                                              "holds does not add up")
             parts[name] = Part(metadata.num_rows, ranges)
     return parts
+
+
+def one_part_a_row(parts: dict[str, Part], runs: list[str], shown: str, files=()) -> dict[str, Part]:
+    """``parts`` less each part that holds a row a part of an earlier run holds: a part that a killed run's Ray
+    worker finished after the next run had listed the folder, whose rows that run wrote again. Parts taken in the
+    runs' order (then by name), so the earlier run's part is kept and the later one's left out (its rows written
+    again, the file deleted at the commit); DamagedCheckpointError naming the file if two parts of one run hold
+    one row (a run never writes a row twice)."""
+    taken: dict[int, list[tuple[int, int, str]]] = {}  # file: sorted (start, stop, run) of the parts kept
+    kept = {}
+    for name in sorted(parts, key=lambda name: (runs.index(run_of(name)) if run_of(name) in runs else len(runs),
+                                                name)):
+        clash = None
+        for file, start, stop, _ in parts[name].ranges:
+            spans = taken.get(file, [])
+            i = bisect.bisect_left(spans, (start,))
+            near = spans[max(i - 1, 0):i + 1]
+            if found := next((span for span in near if span[0] < stop and start < span[1]), None):
+                clash = (file, max(start, found[0]), found[2])
+                break
+        if clash is None:
+            kept[name] = parts[name]
+            for file, start, stop, _ in parts[name].ranges:
+                bisect.insort(taken.setdefault(file, []), (start, stop, run_of(name)))
+        elif clash[2] == run_of(name):
+            raise DamagedCheckpointError(f"{shown}: two parts of one run hold row {clash[1] + 1} of "
+                                         f"{input_name(clash[0], files)}")
+    return kept
+
+
+def run_of(name: str) -> str:
+    """The run that wrote part ``name`` (``RUN-TASK-BLOCK.parquet``)."""
+    return name.rsplit("-", 2)[0]
 
 
 def input_name(file: int, files=()) -> str:

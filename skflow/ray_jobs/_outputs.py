@@ -23,6 +23,7 @@ from skflow.ray_jobs._checkpoint import (
     input_name,
     is_complete,
     job_id,
+    one_part_a_row,
     read_checkpoint,
     row_ranges,
     with_ranges,
@@ -146,7 +147,8 @@ class OutputFolder:
         self.runs = [*runs, self.run]
         names = [name for name in found if name.startswith(tuple(runs)) and RUN_FILE.match(name)]
         try:
-            self.parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
+            found_parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
+            self.parts = one_part_a_row(found_parts, runs, self.out.shown, self.sources)
             coverage(self.parts.values(), self.out.shown, self.sources)
         except DamagedCheckpointError as exc:
             raise OutputPathError(f"{self.out.shown}: its unfinished run is damaged ({exc}); it is not trusted: pass "
