@@ -101,8 +101,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
             raise
         if failure is not None:
             if target.failed(keep=not isinstance(failure, InputError)):  # a bad input must change: no resume
-                failure = type(failure)(f"{failure}; the rows written so far are kept in {target.out.shown} (not "
-                                        "an output yet): run the same command to resume, or pass --restart")
+                said = str(failure).replace("nothing was written", "nothing was committed", 1)  # but parts were
+                failure = type(failure)(f"{said}; the rows written so far are kept in {target.out.shown} (not an "
+                                        "output yet): run the same command to resume, or pass --restart")
             gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
             raise failure
     return sink.rows

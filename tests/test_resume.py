@@ -116,7 +116,8 @@ def interrupted(ray_instance, corpus, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
         mp.setattr(distributed, "_MapBatches", _failing_actor(str(work / "calls"), str(work / "out"), after=6))
-        with pytest.raises(distributed.JobFailedError, match=r"the encoder broke; the rows written so far are kept"):
+        said = r"^the Ray job failed, nothing was committed: RuntimeError: the encoder broke; the rows written so far"
+        with pytest.raises(distributed.JobFailedError, match=said + " are kept"):
             distributed.embed([corpus], work / "out", embedder=_embedder(), quiet=True)
     return work / "out"
 
