@@ -672,3 +672,18 @@ def test_a_part_a_killed_runs_worker_finished_after_the_resume_began_is_left_out
     one.failed(keep=True)
     with pytest.raises(OutputPathError, match=r"two parts of one run hold row 6 of input file 1\); it is not trusted"):
         OutputFolder(same_run, overwrite=False, fingerprint=_job())
+
+
+def test_a_column_named_as_skflows_provenance_is_refused_from_the_footer_before_ray(tmp_path):
+    """It was refused only by the Ray task that read the file, after Ray started and other files were embedded."""
+    from skflow.ray_jobs import check_rows
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"]}), folder / "a.parquet")
+    pq.write_table(pa.table({"text": ["c"], "__skflow_row": [7]}), folder / "b.parquet")
+    corpus = input_files([folder])
+    with pytest.raises(ValueError, match=r"b.parquet: has a column '__skflow_row', a name skflow keeps for its own "
+                                         "bookkeeping; rename it$"):
+        check_rows(corpus, "text", new_column="embedding")
+    assert check_rows(corpus, "text", only_column=True)[2] == dict(zip(corpus.files, [2, 1]))  # fit reads it

@@ -175,6 +175,13 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
     if new_column is not None and new_column in names:
         raise InputError(f"{path}: has a column {new_column!r} already, which the output would add again; choose "
                          "another output column (or input)")
+    if new_column is not None:  # a job that writes the rows: each carries its provenance under these names
+        _check_no_provenance(path, names)
+
+
+def _check_no_provenance(path: str, names) -> None:
+    if clash := [name for name in PROVENANCE if name in names]:
+        raise InputError(f"{path}: has a column {clash[0]!r}, a name skflow keeps for its own bookkeeping; rename it")
 
 
 def _name(file: Location) -> str:
@@ -315,8 +322,7 @@ def _with_provenance(path: str, table, index: int, done: list):
     """``table`` with each row's file and row number (and the file's rows), less the rows in the ``done`` ranges."""
     import pyarrow as pa
 
-    if clash := [name for name in PROVENANCE if name in table.column_names]:
-        raise InputError(f"{path}: has a column {clash[0]!r}, a name skflow keeps for its own bookkeeping; rename it")
+    _check_no_provenance(path, table.column_names)
     n = table.num_rows
     for name, values in zip(PROVENANCE, (np.full(n, index, np.int64), np.arange(n, dtype=np.int64),
                                          np.full(n, n, np.int64))):
