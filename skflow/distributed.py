@@ -69,10 +69,18 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         "command": command, "inputs": [len(corpus.files), corpus.listing], "column": input_column,
         "output_column": output_column})
     target = ray_jobs.OutputFolder(output, overwrite=overwrite, inputs=[*inputs, *protected, *corpus.files],
-                                   fingerprint=fingerprint, restart=restart)
+                                   fingerprint=fingerprint, restart=restart, sources=corpus.files)
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     expected = sum(rows.values()) if rows else None
+    written = target.written()
+    if not (items := ray_jobs.read_items(corpus, rows, written)):  # an earlier run wrote every row: Ray not started
+        try:
+            target.begin()
+            return target.commit([], rows=expected, command=command)
+        except BaseException:
+            target.failed(keep=True)  # but after a refusal: the earlier runs' parts, and the checkpoint, stay
+            raise
     with ray_session(address, quiet=quiet):
         from ray.data import ActorPoolStrategy
         options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
@@ -82,10 +90,7 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
         # committed when the write completes (all the footers' rows, where they gave them)
         sink = target.sink(command, empty=corpus.no_rows, rows=expected)
         try:
-            dataset = ray_jobs.read_dataset(corpus, read, rows, written=target.written())
-            if dataset is None:  # an earlier run wrote every row: commit them
-                target.begin()
-                return target.commit([], rows=expected, command=command)
+            dataset = ray_jobs.read_dataset(corpus, read, rows, items=items)
             dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
                                 batch_format="pyarrow", **options).write_datasink(sink)
             failure = None
@@ -96,8 +101,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
             raise
         if failure is not None:
             if target.failed(keep=not isinstance(failure, InputError)):  # a bad input must change: no resume
-                failure = type(failure)(f"{failure}; the rows written so far are kept in {target.out.shown} (not "
-                                        "an output yet): run the same command to resume, or pass --restart")
+                said = str(failure).replace("nothing was written", "nothing was committed", 1)  # but parts were
+                failure = type(failure)(f"{said}; the rows written so far are kept in {target.out.shown} (not an "
+                                        "output yet): run the same command to resume, or pass --restart")
             gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
             raise failure
     return sink.rows

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,10 @@ import pytest
 from skflow import BertEmbedder, distributed
 from skflow.cli import main
 from skflow.datasets import load_sts
-from skflow.ray_jobs import CHECKPOINT, MARKER, _checkpoint, input_files
+from skflow.ray_jobs import CHECKPOINT, MARKER, OutputFolder, _checkpoint, input_files, job_fingerprint
 from skflow.ray_jobs._checkpoint import DamagedCheckpointError, coverage, differences, row_ranges
 from skflow.ray_jobs._outputs import RUN_FILE, manifest_files
+from skflow.utils import OutputPathError, run_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ROWS = 600
@@ -114,7 +116,8 @@ def interrupted(ray_instance, corpus, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
         mp.setattr(distributed, "_MapBatches", _failing_actor(str(work / "calls"), str(work / "out"), after=6))
-        with pytest.raises(distributed.JobFailedError, match=r"the encoder broke; the rows written so far are kept"):
+        said = r"^the Ray job failed, nothing was committed: RuntimeError: the encoder broke; the rows written so far"
+        with pytest.raises(distributed.JobFailedError, match=said + " are kept"):
             distributed.embed([corpus], work / "out", embedder=_embedder(), quiet=True)
     return work / "out"
 
@@ -134,7 +137,9 @@ def test_a_failed_run_keeps_its_parts_and_the_same_call_resumes_them_exactly_onc
     before = _parts(out)
     assert before and sum(n for _, n in before.values()) < N_ROWS and (out / CHECKPOINT).is_file()
     assert not (out / MARKER).exists()
-    with pytest.raises(ValueError, match="holds the files of an skflow run without a .skflow-output manifest"):
+    with pytest.raises(ValueError, match="holds the files of an skflow run without a .skflow-output manifest "
+                                         r"\(a write under way, or killed: the command that wrote it, run again, "
+                                         r"resumes it\); wait for it, or write it again with --overwrite$"):
         input_files([out])  # not an output yet
     checkpoint = json.loads((out / CHECKPOINT).read_text())
     assert checkpoint["fingerprint"]["encoder"].startswith("sentence-transformers/all-MiniLM-L6-v2@local:")
@@ -417,3 +422,268 @@ def test_what_differs_between_two_jobs_is_said_in_words():
     new = old | {"settings": {"pooling": "mean", "max_length": 32}, "inputs": [4, "abd"]}
     assert differences(old, new) == ("the encoder's settings (pooling: 'cls' then, 'mean' now); the input files "
                                      "(names, sizes, modification times) (3 files then, 4 now)")
+
+
+# ------------------------------------------------------------------------------------ the output folder, no Ray
+def _job(**changes) -> dict:
+    return job_fingerprint({"command": "embed", "inputs": [2, "a listing"], "column": "text",
+                            "output_column": "embedding"} | changes)
+
+
+def _block(file: int, start: int, stop: int, of: int = 10) -> pa.Table:
+    """Rows ``start:stop`` of input file ``file`` as a write receives them: ids ``100 * file + row``, provenance."""
+    rows = np.arange(start, stop)
+    return pa.table({"id": 100 * file + rows, "__skflow_file": np.full(len(rows), file), "__skflow_row": rows,
+                     "__skflow_file_rows": np.full(len(rows), of)})
+
+
+def _write(target, *blocks, task: int = 0) -> list:
+    """``blocks`` written by ``target``'s sink as one Ray write task does (the checkpoint first): what it returns."""
+    sink = target.sink("embed", empty=ValueError("no rows"))
+    sink.on_write_start()
+    return sink.write(iter(blocks), types.SimpleNamespace(task_idx=task))
+
+
+def _ids(folder) -> list[int]:
+    return sorted(pq.read_table(list(input_files([folder]).files)).column("id").to_pylist())
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+ALL_IDS = [*range(10), *range(100, 110)]
+
+
+def test_restart_after_a_commit_killed_before_it_deleted_the_checkpoint_keeps_that_output(tmp_path, monkeypatch):
+    """The manifest written, the checkpoint not yet deleted (killed): that is an output. ``--restart`` (another job)
+    deleted every part the manifest lists, then refused the folder as not empty: the output was gone."""
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    with monkeypatch.context() as m:
+        m.setattr(OutputFolder, "_delete", lambda self, names: None)  # killed right after the manifest
+        assert target.commit(written, rows=20, command="embed") == 20
+    assert (out / CHECKPOINT).exists() and _ids(out) == ALL_IDS
+    parts = sorted(name for name, _, _ in written)
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty; pass --overwrite"):
+        OutputFolder(out, overwrite=False, fingerprint=_job(column="title"), restart=True)
+    assert _ids(out) == ALL_IDS and not (out / CHECKPOINT).exists()  # only the checkpoint discarded
+    other = OutputFolder(out, overwrite=True, fingerprint=_job(column="title"), restart=True)
+    assert _ids(out) == ALL_IDS  # readable until the new commit
+    new = _write(other, _block(0, 0, 10), _block(1, 0, 10))
+    assert other.commit(new, rows=20, command="embed") == 20
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in new)}  # the old deleted
+    assert not set(parts) & set(_names(out))
+
+
+def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_commits_again(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    with monkeypatch.context() as m:
+        m.setattr(OutputFolder, "_delete", lambda self, names: None)
+        target.commit(written, rows=20, command="embed")
+    again = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert again.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # nothing to read: no Ray job
+    again.begin()
+    assert again.commit([], rows=20, command="embed") == 20
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}
+
+
+def test_ctrl_c_during_the_commit_keeps_the_runs_parts_for_a_resume(tmp_path, monkeypatch):
+    """A KeyboardInterrupt in the commit (listing a large folder of parts) was taken for the commit's refusal: the
+    run's parts were deleted, all its work lost."""
+    out = tmp_path / "out"
+    target = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    listing, calls = OutputFolder._listing, []
+
+    def interrupted(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return listing(self)
+
+    monkeypatch.setattr(OutputFolder, "_listing", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        target.commit(written, rows=None, command="embed")
+    target.failed(keep=True)  # as the command does on a BaseException
+    monkeypatch.undo()
+    assert (out / CHECKPOINT).exists() and all((out / name).exists() for name, _, _ in written)
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # no row written again
+    resumed.begin()
+    assert resumed.commit([], rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+
+
+def test_restart_while_another_run_writes_fails_that_run_not_its_output(tmp_path):
+    """``--restart`` deleted a running run's parts; that run (no earlier parts) then committed a manifest listing
+    files that were gone, and deleted the new run's checkpoint when it failed."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    written = _write(first, _block(0, 0, 10), _block(1, 0, 10))
+    second = OutputFolder(out, overwrite=False, fingerprint=_job(), restart=True)
+    assert not any(RUN_FILE.match(name) for name in _names(out))
+    second.begin()
+    with pytest.raises(distributed.JobFailedError, match="a part of this job was deleted during the run"):
+        first.commit(written, rows=20, command="embed")
+    assert not first.failed(keep=True) and not (out / MARKER).exists()
+    assert second.run in json.loads((out / CHECKPOINT).read_text())["runs"]  # the second run's: kept
+    new = _write(second, _block(0, 0, 10), _block(1, 0, 10))
+    assert second.commit(new, rows=20, command="embed") == 20 and _ids(out) == ALL_IDS
+
+
+@pytest.mark.parametrize("leftover", ["tmp-{dead}-.skflow-output", "tmp-{dead}-.skflow-checkpoint", "probe-0123abcd"],
+                         ids=["manifest", "checkpoint", "probe"])
+def test_a_kill_while_skflow_writes_a_hidden_file_still_lets_the_same_command_resume(tmp_path, leftover):
+    """SIGKILL while the commit wrote its manifest, a resume rewrote its checkpoint, or the write probe was in the
+    folder left a hidden temporary of skflow's: the same command was refused ("exists and is not empty")."""
+    out = tmp_path / "out"
+    _write(OutputFolder(out, overwrite=False, fingerprint=_job()), _block(0, 0, 10), _block(1, 0, 5))
+    host = run_tag().split("@", 1)[1].rsplit("-", 1)[0]
+    (out / (".skflow-" + leftover.format(dead=f"999999999@{host}-0123abcd"))).write_text("{")
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 5)], 10)}
+    more = _write(resumed, _block(1, 5, 10))
+    assert resumed.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty"):
+        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job())  # once committed, an output as before
+
+
+def test_an_input_rewritten_with_its_size_and_time_is_named_at_the_commit_with_the_way_out(tmp_path):
+    """The listing cannot see a file rewritten with its size and modification time (``cp -p``, ``rsync -t``, an
+    object stored again within its second): a changed row count shows at the commit, which named 'input file 2'
+    and said nothing of --restart, so the same command failed the same way after redoing the work, every time."""
+    out, sources = tmp_path / "out", ("/data/a.parquet", "/data/b.parquet")
+    first = OutputFolder(out, overwrite=False, fingerprint=_job(), sources=sources)
+    _write(first, _block(0, 0, 10), _block(1, 0, 5))
+    first.failed(keep=True)  # killed: b.parquet half written
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job(), sources=sources)
+    more = _write(resumed, _block(1, 5, 12, of=12))  # b.parquet holds 12 rows now
+    with pytest.raises(distributed.JobFailedError, match=r"two parts disagree on the rows of /data/b.parquet \(10, "
+                                                         r"12\): it changed since an earlier run.*pass --restart"):
+        resumed.commit(more, rows=None, command="embed")
+    short = OutputFolder(tmp_path / "short", overwrite=False, fingerprint=_job(), sources=sources)
+    written = _write(short, _block(0, 0, 10), _block(1, 0, 5))
+    with pytest.raises(distributed.JobFailedError, match="wrote part of the rows of /data/b.parquet only"):
+        short.commit(written, rows=None, command="embed")
+
+
+def test_a_resume_with_every_row_written_reads_no_file_not_even_an_empty_one(tmp_path):
+    """An input file of no rows is in no part: a resume read it again, so a run killed after writing every row
+    started a Ray job (actors, the model) to commit, where it needs none."""
+    from skflow.ray_jobs._corpus import read_items
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, n in [("a", 10), ("b", 0), ("c", 10)]:
+        pq.write_table(pa.table({"text": [f"t{i}" for i in range(n)]}, schema=pa.schema([("text", pa.string())])),
+                       folder / f"{name}.parquet")
+    corpus = input_files([folder])
+    rows = dict(zip(corpus.files, [10, 0, 10]))
+    assert read_items(corpus, rows, {}).column("index").to_pylist() == [0, 1, 2]  # a first run reads them all
+    assert read_items(corpus, rows, {0: ([(0, 10)], 10), 2: ([(0, 10)], 10)}).to_pylist() == []
+    assert read_items(corpus, rows, {0: ([(0, 4)], 10)}).to_pylist() == [
+        {"path": corpus.files[0], "rows": 10, "index": 0, "written": [[0, 4]]},
+        {"path": corpus.files[2], "rows": 10, "index": 2, "written": []}]
+
+
+@pytest.mark.slow  # the encoder's checks and digest, twice: 2 s
+def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, monkeypatch):
+    """Killed after its last part (an empty input file among the others): the same call commits the parts, Ray not
+    started (it started a Ray instance, and read the empty file with actors and the model, to commit)."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name, n in [("a", 10), ("b", 0), ("c", 10)]:
+        pq.write_table(pa.table({"text": [f"t{i}" for i in range(n)]}, schema=pa.schema([("text", pa.string())])),
+                       folder / f"{name}.parquet")
+    made = []
+
+    def folder_of_the_job(*args, **kwargs):
+        made.append(target := OutputFolder(*args, **kwargs))
+        return target
+
+    monkeypatch.setattr(distributed.ray_jobs, "OutputFolder", folder_of_the_job)
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.setattr(OutputFolder, "written", lambda self: pytest.fail("the job's fingerprint was found"))
+    with pytest.raises(pytest.fail.Exception, match="fingerprint was found"):
+        distributed.embed([folder], out, embedder=_embedder(), quiet=True)
+    first = made[0]  # the run as the command starts it: its parts written, killed before the commit
+    _write(first, _block(0, 0, 10), _block(2, 0, 10))
+    first.failed(keep=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
+    assert distributed.embed([folder], out, embedder=_embedder(), quiet=True) == 20
+    assert manifest_files(_location(out / MARKER))[None] == 20 and not (out / CHECKPOINT).exists()
+    assert _ids(out) == ALL_IDS[:10] + [200 + i for i in range(10)]
+
+
+def test_a_bad_input_row_in_a_resumed_run_discards_that_runs_parts_only(tmp_path):
+    """As docs/scale.md says: the earlier runs' parts and the checkpoint stay; ``--restart`` discards them."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    kept = _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    resumed = OutputFolder(out, overwrite=False, fingerprint=_job())
+    mine = _write(resumed, _block(1, 0, 4))
+    assert not resumed.failed(keep=False)  # what the command calls after an InputError
+    assert _names(out) == sorted([CHECKPOINT, *(name for name, _, _ in kept)])
+    assert not any((out / name).exists() for name, _, _ in mine)
+    OutputFolder(out, overwrite=False, fingerprint=_job(inputs=[2, "changed"]), restart=True)
+    assert _names(out) == []
+
+
+def test_a_reader_of_an_unfinished_run_is_told_that_its_command_resumes_it(tmp_path):
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    with pytest.raises(ValueError, match=r"\(a write under way, or killed: the command that wrote it, run again, "
+                                         r"resumes it\); wait for it, or write it again with --overwrite$"):
+        input_files([out])
+    (out / CHECKPOINT).unlink()  # no checkpoint (a run of skflow before 0.2.0): nothing to resume
+    with pytest.raises(ValueError, match=r"\(a write under way, or killed\); wait for it, or write it again"):
+        input_files([out])
+
+
+def test_a_part_a_killed_runs_worker_finished_after_the_resume_began_is_left_out_not_a_damage(tmp_path):
+    """Ray ends a killed driver's workers within about a minute: a part of run 1 can land after run 2 listed the
+    folder, and run 2 writes its rows again. Run 2 killed too, run 3 found two parts holding one row and refused
+    the folder as damaged: every row had to be embedded again (--restart)."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    early = _write(first, _block(0, 0, 10))
+    first.failed(keep=True)
+    second = OutputFolder(out, overwrite=False, fingerprint=_job())
+    late = first.sink("embed", empty=ValueError("no rows")).write(iter([_block(1, 0, 6)]),
+                                                                  types.SimpleNamespace(task_idx=1))
+    again = _write(second, _block(1, 0, 4), _block(1, 4, 10))  # written again: run 2 did not see the late part
+    second.failed(keep=True)
+    third = OutputFolder(out, overwrite=False, fingerprint=_job())
+    assert set(third.parts) == {name for name, _, _ in early + late}
+    assert third.written() == {0: ([(0, 10)], 10), 1: ([(0, 6)], 10)}  # run 1's kept, both of run 2's left out
+    more = _write(third, _block(1, 6, 10))
+    assert third.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    assert not any((out / name).exists() for name, _, _ in again)  # deleted at the commit
+    same_run = tmp_path / "same"  # but two parts of one run holding one row: damaged
+    one = OutputFolder(same_run, overwrite=False, fingerprint=_job())
+    _write(one, _block(0, 0, 10), _block(0, 5, 6))
+    one.failed(keep=True)
+    with pytest.raises(OutputPathError, match=r"two parts of one run hold row 6 of input file 1\); it is not trusted"):
+        OutputFolder(same_run, overwrite=False, fingerprint=_job())
+
+
+def test_a_column_named_as_skflows_provenance_is_refused_from_the_footer_before_ray(tmp_path):
+    """It was refused only by the Ray task that read the file, after Ray started and other files were embedded."""
+    from skflow.ray_jobs import check_rows
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"]}), folder / "a.parquet")
+    pq.write_table(pa.table({"text": ["c"], "__skflow_row": [7]}), folder / "b.parquet")
+    corpus = input_files([folder])
+    with pytest.raises(ValueError, match=r"b.parquet: has a column '__skflow_row', a name skflow keeps for its own "
+                                         "bookkeeping; rename it$"):
+        check_rows(corpus, "text", new_column="embedding")
+    assert check_rows(corpus, "text", only_column=True)[2] == dict(zip(corpus.files, [2, 1]))  # fit reads it

@@ -2,6 +2,7 @@
 and, in each Parquet part the job writes, the input rows it holds (``[file, start, stop, file's rows]`` ranges in its
 footer). The parts are the progress: the state grows with the files written and read, never with the rows."""
 
+import bisect
 import hashlib
 import json
 import re
@@ -136,9 +137,47 @@ def earlier_parts(out: Location, names: list[str], job: str, n_files: int) -> di
     return parts
 
 
-def coverage(parts, shown: str) -> dict[int, tuple[list[tuple[int, int]], int]]:
+def one_part_a_row(parts: dict[str, Part], runs: list[str], shown: str, files=()) -> dict[str, Part]:
+    """``parts`` less each part that holds a row a part of an earlier run holds: a part that a killed run's Ray
+    worker finished after the next run had listed the folder, whose rows that run wrote again. Parts taken in the
+    runs' order (then by name), so the earlier run's part is kept and the later one's left out (its rows written
+    again, the file deleted at the commit); DamagedCheckpointError naming the file if two parts of one run hold
+    one row (a run never writes a row twice)."""
+    taken: dict[int, list[tuple[int, int, str]]] = {}  # file: sorted (start, stop, run) of the parts kept
+    kept = {}
+    for name in sorted(parts, key=lambda name: (runs.index(run_of(name)) if run_of(name) in runs else len(runs),
+                                                name)):
+        clash = None
+        for file, start, stop, _ in parts[name].ranges:
+            spans = taken.get(file, [])
+            i = bisect.bisect_left(spans, (start,))
+            near = spans[max(i - 1, 0):i + 1]
+            if found := next((span for span in near if span[0] < stop and start < span[1]), None):
+                clash = (file, max(start, found[0]), found[2])
+                break
+        if clash is None:
+            kept[name] = parts[name]
+            for file, start, stop, _ in parts[name].ranges:
+                bisect.insort(taken.setdefault(file, []), (start, stop, run_of(name)))
+        elif clash[2] == run_of(name):
+            raise DamagedCheckpointError(f"{shown}: two parts of one run hold row {clash[1] + 1} of "
+                                         f"{input_name(clash[0], files)}")
+    return kept
+
+
+def run_of(name: str) -> str:
+    """The run that wrote part ``name`` (``RUN-TASK-BLOCK.parquet``)."""
+    return name.rsplit("-", 2)[0]
+
+
+def input_name(file: int, files=()) -> str:
+    """How an error names input file ``file``: its path among ``files`` (the job's inputs, in order), else a number."""
+    return printable(files[file]) if 0 <= file < len(files) else f"input file {file + 1}"
+
+
+def coverage(parts, shown: str, files=()) -> dict[int, tuple[list[tuple[int, int]], int]]:
     """Each input file's rows that ``parts`` hold, ``{file: (merged ranges, its rows)}``; DamagedCheckpointError
-    naming the file if two parts hold one row, or disagree on its rows."""
+    naming the file (its path among ``files``) if two parts hold one row, or disagree on its rows."""
     spans: dict[int, list] = {}
     for part in parts:
         for file, start, stop, of in part.ranges:
@@ -147,11 +186,14 @@ def coverage(parts, shown: str) -> dict[int, tuple[list[tuple[int, int]], int]]:
     for file, found in spans.items():
         found.sort()
         if len({of for _, _, of in found}) > 1:
-            raise DamagedCheckpointError(f"{shown}: two parts disagree on the rows of input file {file + 1}")
+            raise DamagedCheckpointError(f"{shown}: two parts disagree on the rows of {input_name(file, files)} "
+                                         f"({', '.join(f'{n:,}' for n in sorted({of for _, _, of in found}))}): it "
+                                         "changed since an earlier run, keeping its size and modification time")
         ranges = []
         for start, stop, _ in found:
             if ranges and start < ranges[-1][1]:
-                raise DamagedCheckpointError(f"{shown}: two parts hold row {start + 1} of input file {file + 1}")
+                raise DamagedCheckpointError(f"{shown}: two parts hold row {start + 1} of "
+                                             f"{input_name(file, files)}")
             if ranges and start == ranges[-1][1]:
                 ranges[-1] = (ranges[-1][0], stop)
             else:

@@ -178,6 +178,13 @@ def _check_columns(path: str, names: list[str], column: str, new_column: str | N
     if new_column is not None and new_column in names:
         raise InputError(f"{path}: has a column {new_column!r} already, which the output would add again; choose "
                          "another output column (or input)")
+    if new_column is not None:  # a job that writes the rows: each carries its provenance under these names
+        _check_no_provenance(path, names)
+
+
+def _check_no_provenance(path: str, names) -> None:
+    if clash := [name for name in PROVENANCE if name in names]:
+        raise InputError(f"{path}: has a column {clash[0]!r}, a name skflow keeps for its own bookkeeping; rename it")
 
 
 def _name(file: Location) -> str:
@@ -274,19 +281,17 @@ def _one_length(path: str, column: str, lengths: set, length: int | None) -> int
     return lengths.pop() if lengths else length
 
 
-def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | None = None):
+def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, items=None):
     """A Ray dataset of every row of ``corpus``: Ray tasks read the files, each file's rows checked by ``read`` (and
     each Parquet file's ``rows``, from :func:`check_rows`); the driver reads none. Each task reads one group of
     :func:`file_groups`, yielding each file's table, which Ray's output buffer joins into blocks.
 
-    With ``written`` (a resumable job: ``{file index: (row ranges, its rows)}`` already in the output), each row
-    carries its file and row number in the provenance columns, and the rows ``written`` holds are left out (a file
-    they all are, unread); None if that leaves no file to read."""
+    With ``items`` (a resumable job: :func:`read_items`, never empty), only those files are read, each row carries
+    its file and row number in the provenance columns, and the rows already written are left out."""
     import ray
 
-    tracked = written is not None
-    if not (items := read_items(corpus, rows, written or {})):
-        return None
+    tracked = items is not None
+    items = read_items(corpus, rows, {}) if items is None else items
     n = file_groups(len(items))
     files = ray.data.from_arrow([items.slice(i * len(items) // n, (i + 1) * len(items) // n - i * len(items) // n)
                                  for i in range(n)])  # a block, and a read task, per group
@@ -309,10 +314,12 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, written: dict | 
 def read_items(corpus: Corpus, rows: dict, written: dict):
     """What the driver hands Ray for each file to read, as one Arrow table (some 100 bytes a file): its path, its
     rows (from its footer, else null), its index, and the row ranges of it that ``written`` holds; no row for a file
-    that ``written`` holds whole."""
+    that ``written`` holds whole, nor, resuming, for one whose footer says it has no rows (no part holds them: read
+    again, it kept a resume from committing without a Ray job)."""
     import pyarrow as pa
 
-    left = [i for i, _ in enumerate(corpus.files) if not (i in written and is_complete(*written[i]))]
+    left = [i for i, file in enumerate(corpus.files)
+            if not (i in written and is_complete(*written[i])) and not (written and rows.get(file) == 0)]
     return pa.table({"path": pa.array([corpus.files[i] for i in left], pa.string()),
                      "rows": pa.array([rows.get(corpus.files[i]) for i in left], pa.int64()),
                      "index": pa.array(left, pa.int64()),
@@ -324,8 +331,7 @@ def _with_provenance(path: str, table, index: int, done: list):
     """``table`` with each row's file and row number (and the file's rows), less the rows in the ``done`` ranges."""
     import pyarrow as pa
 
-    if clash := [name for name in PROVENANCE if name in table.column_names]:
-        raise InputError(f"{path}: has a column {clash[0]!r}, a name skflow keeps for its own bookkeeping; rename it")
+    _check_no_provenance(path, table.column_names)
     n = table.num_rows
     for name, values in zip(PROVENANCE, (np.full(n, index, np.int64), np.arange(n, dtype=np.int64),
                                          np.full(n, n, np.int64))):

@@ -20,8 +20,10 @@ from skflow.ray_jobs._checkpoint import (
     coverage,
     differences,
     earlier_parts,
+    input_name,
     is_complete,
     job_id,
+    one_part_a_row,
     read_checkpoint,
     row_ranges,
     with_ranges,
@@ -88,18 +90,21 @@ class OutputFolder:
     damaged, it is refused naming what differs."""
 
     def __init__(self, path, *, overwrite: bool, inputs=(), fingerprint: dict | None = None,
-                 restart: bool = False) -> None:
+                 restart: bool = False, sources=()) -> None:
         out, kind = output_location(path, inputs, "output folder")
         if kind in ("file", "other"):
             raise OutputPathError(f"{out.shown}: exists and is not a folder")
         self.out, self.overwrite, self.created, self.committed = out, overwrite, kind == "missing", False
-        self.committing = False
+        self.sources = tuple(sources)  # the job's input files, in order: what its parts' ranges number
+        self.refused = False  # the commit refused (its own error): the run's parts are not kept
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
         found = self._listing() if kind == "folder" else []
         if fingerprint is not None and CHECKPOINT in found:
             found = self._resume(found, restart)
-        others = [name for name in found if not self._is_ours(name)]
+        # resuming, skflow's own hidden files (a temporary or write probe that a kill left) are not the user's
+        others = [name for name in found if not self._is_ours(name) and not (
+            len(self.runs) > 1 and name.startswith(".skflow-") and name != MARKER)]
         if others and not overwrite:
             raise OutputPathError(f"{out.shown}: the output folder exists and is not empty; pass --overwrite to "
                                   "replace it (only a folder that skflow wrote is replaced)")
@@ -128,8 +133,12 @@ class OutputFolder:
             self._delete([name for name in found if name not in listed and (
                 RUN_FILE.match(name) or name.startswith(PART_TEMPORARY))] + [CHECKPOINT])  # whose runs are unknown
             return self._listing()
-        if restart:
-            self._delete([name for name in found if name.startswith(_prefixes(runs))] + [CHECKPOINT])
+        if restart:  # but what a manifest lists: a commit killed before it deleted the checkpoint made an output
+            listed = set()
+            with contextlib.suppress(OSError, ValueError):
+                listed = set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+            self._delete([name for name in found if name.startswith(_prefixes(runs)) and name not in listed]
+                         + [CHECKPOINT])
             return self._listing()
         if fingerprint != self.fingerprint:
             raise OutputPathError(f"{self.out.shown}: holds an unfinished run of another job: "
@@ -138,8 +147,9 @@ class OutputFolder:
         self.runs = [*runs, self.run]
         names = [name for name in found if name.startswith(tuple(runs)) and RUN_FILE.match(name)]
         try:
-            self.parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
-            coverage(self.parts.values(), self.out.shown)
+            found_parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
+            self.parts = one_part_a_row(found_parts, runs, self.out.shown, self.sources)
+            coverage(self.parts.values(), self.out.shown, self.sources)
         except DamagedCheckpointError as exc:
             raise OutputPathError(f"{self.out.shown}: its unfinished run is damaged ({exc}); it is not trusted: pass "
                                   "--restart to discard it and start afresh") from None
@@ -150,7 +160,7 @@ class OutputFolder:
 
     def written(self) -> dict:
         """``{input file: (row ranges, its rows)}`` that earlier runs of this job wrote."""
-        return coverage(self.parts.values(), self.out.shown)
+        return coverage(self.parts.values(), self.out.shown, self.sources)
 
     def begin(self) -> None:
         """Make the folder and write the checkpoint naming this run, before the job writes any part."""
@@ -207,41 +217,56 @@ class OutputFolder:
         part."""
         if self.committed:  # the manifest lists this run's files: a failure after it (Ctrl-C) leaves them
             return False
-        # not after a commit that refused (rows that do not add up, a file of yours), nor without a checkpoint
-        keep = keep and not self.committing and self.fingerprint is not None
+        # not after a commit that refused (rows that do not add up, a file of yours), nor without a checkpoint; a
+        # Ctrl-C or SIGTERM during the commit is no refusal
+        keep = keep and not self.refused and self.fingerprint is not None
         with contextlib.suppress(Exception):
             found = self._listing()
             mine = [name for name in found if name.startswith((self.run, f"{PART_TEMPORARY}{self.run}"))]
             if keep and (self.parts or any(RUN_FILE.match(name) for name in mine)):
                 return True
-            self._delete(mine + ([CHECKPOINT] if not self.parts and CHECKPOINT in found else []))
+            self._delete(mine + ([CHECKPOINT] if not self.parts and self._checkpoint_is_mine(found) else []))
             if self.created and not self.out.is_remote:
                 os.rmdir(self.out.path)  # a folder this run made, if empty
         return False
 
+    def _checkpoint_is_mine(self, found: list[str]) -> bool:
+        """Whether the checkpoint in the folder names this run (not another's, that a --restart wrote since)."""
+        try:
+            return CHECKPOINT in found and self.run in read_checkpoint(self.out.child(CHECKPOINT))[1]
+        except DamagedCheckpointError:
+            return False
+
     def commit(self, written: list, *, rows: int | None, command: str) -> int:
         """Write the manifest of this run's ``written`` parts and the earlier runs' (checked: each input row in one
-        part once, every file's rows all there), then delete the checkpoint and the files it replaces; returns the
-        rows. JobFailedError if the parts hold another number of ``rows`` or the manifest could not be written,
-        OutputPathError if the folder was filled during the run."""
-        self.committing = True
+        part once, every file's rows all there, every part still in the folder), then delete the checkpoint and the
+        files it replaces; returns the rows. JobFailedError if the parts hold another number of ``rows`` or the
+        manifest could not be written, OutputPathError if the folder was filled during the run."""
+        try:
+            return self._commit(written, rows=rows, command=command)
+        except Exception:
+            self.refused = True
+            raise
+
+    def _commit(self, written: list, *, rows: int | None, command: str) -> int:
         parts = dict(self.parts) | {name: Part(n, ranges) for name, n, ranges in written}
         total = sum(part.rows for part in parts.values())
         if rows is not None and total != rows:
             raise JobFailedError(f"the Ray job wrote {total:,} rows of {rows:,}; nothing was written")
         if self.fingerprint is not None:
             try:
-                cover = coverage(parts.values(), self.out.shown)
+                cover = coverage(parts.values(), self.out.shown, self.sources)
             except DamagedCheckpointError as exc:
-                raise JobFailedError(f"the Ray job's parts do not add up ({exc}); nothing was written") from None
+                raise JobFailedError(f"the Ray job's parts do not add up ({exc}); nothing was written: pass --restart "
+                                     "to start afresh") from None
             if short := [file for file, (ranges, n) in cover.items() if not is_complete(ranges, n)]:
-                raise JobFailedError(f"the Ray job wrote part of the rows of input file {short[0] + 1} only; nothing "
-                                     "was written")
+                raise JobFailedError(f"the Ray job wrote part of the rows of {input_name(short[0], self.sources)} "
+                                     "only; nothing was written")
         files = sorted(parts)
         found = self._listing()
-        if gone := sorted(set(self.parts) - set(found)):
-            raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part that an earlier run wrote was "
-                                 "deleted during this run (another command with --restart?); run the command again")
+        if gone := sorted(set(parts) - set(found)):  # an earlier run's, or this run's own
+            raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part of this job was deleted during "
+                                 "the run (another command with --restart?); nothing was written")
         filled = [name for name in found if not RUN_FILE.match(name) and not self._is_ours(name)
                   and (name == MARKER or not name.startswith(".skflow-"))]  # but run files and skflow's temporaries
         if filled and not self.overwrite:
@@ -339,9 +364,11 @@ def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type
     names = {name for name, _ in visible}
     if not any(name == MARKER for name, _ in listed):
         if runs := [name for name in sorted(names) if RUN_FILE.match(name.rsplit("/", 1)[-1])]:
+            resumable = any(name.rsplit("/", 1)[-1] == CHECKPOINT for name, _ in listed)
+            hint = ": the command that wrote it, run again, resumes it" if resumable else ""
             raise error(f"{printable(folder.child(runs[0]).parent.shown)}: holds the files of an skflow run without "
-                        f"a {MARKER} manifest (a write under way, or killed); write it again with --overwrite, or "
-                        "wait for it")
+                        f"a {MARKER} manifest (a write under way, or killed{hint}); wait for it, or write it again "
+                        "with --overwrite")
         return visible, {}
     try:
         counts = manifest_files(folder.child(MARKER))
