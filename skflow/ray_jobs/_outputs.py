@@ -99,6 +99,7 @@ class OutputFolder:
         self.refused = False  # the commit refused (its own error): the run's parts are not kept
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
+        self._written = {}  # what self.parts hold, by input file
         found = self._listing() if kind == "folder" else []
         if fingerprint is not None and CHECKPOINT in found:
             found = self._resume(found, restart)
@@ -127,16 +128,12 @@ class OutputFolder:
             if not restart:
                 raise OutputPathError(f"{printable(where.shown)}: a damaged or foreign checkpoint ({exc}); it is not "
                                       "trusted: pass --restart to discard it and start afresh") from None
-            listed = set()
-            with contextlib.suppress(OSError, ValueError):
-                listed = set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+            listed = self._listed(found)
             self._delete([name for name in found if name not in listed and (
                 RUN_FILE.match(name) or name.startswith(PART_TEMPORARY))] + [CHECKPOINT])  # whose runs are unknown
             return self._listing()
         if restart:  # but what a manifest lists: a commit killed before it deleted the checkpoint made an output
-            listed = set()
-            with contextlib.suppress(OSError, ValueError):
-                listed = set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+            listed = self._listed(found)
             self._delete([name for name in found if name.startswith(_prefixes(runs)) and name not in listed]
                          + [CHECKPOINT])
             return self._listing()
@@ -149,18 +146,24 @@ class OutputFolder:
         try:
             found_parts = earlier_parts(self.out, names, job_id(self.fingerprint), self.fingerprint["inputs"][0])
             self.parts = one_part_a_row(found_parts, runs, self.out.shown, self.sources)
-            coverage(self.parts.values(), self.out.shown, self.sources)
+            self._written = coverage(self.parts.values(), self.out.shown, self.sources)
         except DamagedCheckpointError as exc:
             raise OutputPathError(f"{self.out.shown}: its unfinished run is damaged ({exc}); it is not trusted: pass "
                                   "--restart to discard it and start afresh") from None
-        if MARKER in found:
+        if MARKER in found:  # a manifest that cannot be read is not this job's
             with contextlib.suppress(OSError, ValueError):
                 self.ours_listed = set(manifest_files(self.out.child(MARKER))) - {None} <= set(self.parts)
         return found
 
+    def _listed(self, found: list[str]) -> set:
+        """The names the folder's manifest lists (empty without one, or with one that cannot be read)."""
+        with contextlib.suppress(OSError, ValueError):
+            return set(manifest_files(self.out.child(MARKER))) if MARKER in found else set()
+        return set()
+
     def written(self) -> dict:
         """``{input file: (row ranges, its rows)}`` that earlier runs of this job wrote."""
-        return coverage(self.parts.values(), self.out.shown, self.sources)
+        return self._written
 
     def begin(self) -> None:
         """Make the folder and write the checkpoint naming this run, before the job writes any part."""
@@ -222,7 +225,7 @@ class OutputFolder:
         keep = keep and not self.refused and self.fingerprint is not None
         with contextlib.suppress(Exception):
             found = self._listing()
-            mine = [name for name in found if name.startswith((self.run, f"{PART_TEMPORARY}{self.run}"))]
+            mine = [name for name in found if name.startswith(_prefixes([self.run]))]
             if keep and (self.parts or any(RUN_FILE.match(name) for name in mine)):
                 return True
             self._delete(mine + ([CHECKPOINT] if not self.parts and self._checkpoint_is_mine(found) else []))
