@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow import __version__, distributed, utils
-from skflow.datasets import BEIR_SETS, STS_SETS
+from skflow.datasets import BEIR_SETS, STS_SETS, command_line_words
 from skflow.embedder import BertEmbedder
 from skflow.evaluation import (
     EVALUATION_SETS,
@@ -302,12 +302,13 @@ def _evaluate_command(args) -> int:
             raise ValueError(f"--fit-on {labels[label]} and {corpus} would both give rows METHOD@{label} (a file's "
                              "rows are named by its file name): rename one")
     fit_on = [_fitting_corpus(corpus, args.text_column) for corpus in args.fit_on]
-    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
-                       data_home=args.data_home,
-                       download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
-                       skip_missing=args.sets is None, random_state=args.seed,
-                       flow_params={"max_epochs": args.epochs, "device": args.device},
-                       retrieval_params=given, precisions=args.precision, log=None if args.quiet else stderr_log)
+    with command_line_words():  # the data's messages name --no-download, not download_if_missing=False
+        results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
+                           data_home=args.data_home,
+                           download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
+                           skip_missing=args.sets is None, random_state=args.seed,
+                           flow_params={"max_epochs": args.epochs, "device": args.device},
+                           retrieval_params=given, precisions=args.precision, log=None if args.quiet else stderr_log)
     if not results["sets"] and not results.get("retrieval"):
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
