@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from skflow import __version__, distributed, utils
-from skflow.datasets import BEIR_SETS, STS_SETS
+from skflow.datasets import BEIR_SETS, STS_SETS, beir_folder, command_line_words
 from skflow.embedder import BertEmbedder
 from skflow.evaluation import (
     EVALUATION_SETS,
@@ -50,6 +50,14 @@ def _name(text: str, file: bool = False) -> str:
     if (problem := utils.name_problem(text, file=file)) is not None:
         raise argparse.ArgumentTypeError(problem)
     return text
+
+
+def _set(text: str) -> str:
+    """An argparse type: a set's name, or the path of a folder in BEIR's layout (checked when it is read)."""
+    if text in EVALUATION_SETS or beir_folder(text) is not None:
+        return _name(text)
+    raise argparse.ArgumentTypeError(f"unknown set {text!r}: give one of {', '.join(EVALUATION_SETS)}, or the path "
+                                     "of a folder in BEIR's layout (with a '/', e.g. ./mydata)")
 
 
 def _within(interval: Interval, text: str):
@@ -148,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
                              description="For each STS set, embed its sentences, fit each post-processing on them "
                              "without labels (BERT-flow's 'target' setting), and report the Spearman correlation x100 "
                              "of cosine similarities with the gold scores (STS-B and SICK-R: test split). For a "
-                             "retrieval set (scifact), embed its corpus (title + ' ' + text) and test queries, fit "
+                             "retrieval set (scifact, or a folder in BEIR's layout), embed its corpus (title + ' ' + "
+                             "text) and test queries, fit "
                              "each post-processing on the corpus only, rank the corpus by cosine similarity and report "
                              "nDCG@10 and recall@100 x100, in a table of their own.")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
@@ -158,15 +167,17 @@ def _parser() -> argparse.ArgumentParser:
                     "renorm (the mean direction projected out, without centring), flow, itq (a rotation fitted for "
                     "binary codes), itq-K (on K principal directions), rotation (a random one: itq's baseline) "
                     "(default: %(default)s)")
-    ev.add_argument("--sets", nargs="+", choices=EVALUATION_SETS, metavar="SET",
-                    help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)} "
-                    "(default: the seven STS sets, skipping those whose data is missing; a set named here must be "
-                    "there)")
+    ev.add_argument("--sets", nargs="+", type=_set, metavar="SET",
+                    help=f"STS sets among {', '.join(STS_SETS)}, retrieval sets among {', '.join(BEIR_SETS)}, or the "
+                    "path of a folder in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/test.tsv; named by the "
+                    "folder's name, not verified) (default: the seven STS sets, skipping those whose data is "
+                    "missing; a set named here must be there)")
     ev.add_argument("--fit-on", nargs="+", default=["target"], type=_name, metavar="CORPUS",
                     help="what each method is fitted on, each giving its own rows: target (each set's own "
                     "sentences, rows METHOD), or for every set alike (rows METHOD@NAME) a set's sentences (sts12, "
-                    "..., stsb, sickr; scifact: its documents), stsb-train or sickr-train (a train split), or your "
-                    "own texts: a file or folder as embed reads them, named by its file name (default: target)")
+                    "..., stsb, sickr; scifact, or a folder in BEIR's layout: its documents), stsb-train or "
+                    "sickr-train (a train split), or your own texts: a file or folder as embed reads them, named by "
+                    "its file name (default: target)")
     ev.add_argument("--text-column", default="text", help="the column of texts in a --fit-on file of Parquet, CSV "
                     "or JSON lines (default: %(default)s)")
     ev.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS, metavar="PRECISION",
@@ -302,12 +313,13 @@ def _evaluate_command(args) -> int:
             raise ValueError(f"--fit-on {labels[label]} and {corpus} would both give rows METHOD@{label} (a file's "
                              "rows are named by its file name): rename one")
     fit_on = [_fitting_corpus(corpus, args.text_column) for corpus in args.fit_on]
-    results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
-                       data_home=args.data_home,
-                       download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
-                       skip_missing=args.sets is None, random_state=args.seed,
-                       flow_params={"max_epochs": args.epochs, "device": args.device},
-                       retrieval_params=given, precisions=args.precision, log=None if args.quiet else stderr_log)
+    with command_line_words():  # the data's messages name --no-download, not download_if_missing=False
+        results = evaluate(embedder, methods=args.method, sets=args.sets or STS_SETS, fit_on=fit_on,
+                           data_home=args.data_home,
+                           download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
+                           skip_missing=args.sets is None, random_state=args.seed,
+                           flow_params={"max_epochs": args.epochs, "device": args.device},
+                           retrieval_params=given, precisions=args.precision, log=None if args.quiet else stderr_log)
     if not results["sets"] and not results.get("retrieval"):
         print("No STS data found; nothing evaluated. " + " ".join(results["skipped"].values()), file=sys.stderr)
         return 1
@@ -338,9 +350,10 @@ def _evaluate_command(args) -> int:
 
 
 def _fitting_corpus(corpus: str, text_column: str) -> str | tuple[str, list[str]]:
-    """A ``--fit-on`` value as `evaluate` takes it: a corpus's name, or a file's (or folder's) name and texts; a
-    value that is neither a corpus nor a file says both."""
-    if corpus in FIT_CORPORA:
+    """A ``--fit-on`` value as `evaluate` takes it: a corpus's name, a folder in BEIR's layout (its path: evaluate
+    reads its documents), or a file's (or folder's) name and texts; a value that is neither a corpus nor a file says
+    both."""
+    if corpus in FIT_CORPORA or os.path.lexists(os.path.join(os.path.expanduser(corpus), "corpus.jsonl")):
         return corpus
     try:
         return _fitting_label(corpus), distributed.read_texts([corpus], text_column=text_column)

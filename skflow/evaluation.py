@@ -6,13 +6,15 @@ train, dev and test) are embedded once; each method is fitted on them
 similarities with the gold scores is computed on the evaluation pairs (the
 test split of STS-B and SICK-R; every pair of STS12-16).
 
-For a retrieval set (BEIR's SciFact), every document is embedded as
+For a retrieval set (BEIR's SciFact, or any folder in BEIR's layout given by
+its path, named by the folder), every document is embedded as
 ``title + " " + text`` and every test query as it is; each method is fitted on
 the corpus only and applied to queries and documents alike, the corpus is
 ranked by cosine similarity, and nDCG@10 and recall@100 are reported, as MTEB
 and BEIR compute them.
 """
 
+import os
 import re
 import reprlib
 import sys
@@ -23,7 +25,7 @@ import numpy as np
 from sklearn.base import clone
 
 from skflow.compression import ITQRotation, Quantizer, search
-from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
+from skflow.datasets import BEIR_SETS, STS_SETS, beir_folder, load_beir, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.embedding import stock_settings, validate_texts
 from skflow.gaussianizer import FlowGaussianizer
@@ -136,15 +138,20 @@ def evaluate(
         The encoder and pooling.
     methods : sequence of str, default=("none", "whiten", "soft-whiten", "flow")
         Post-processings; see :func:`make_method`.
-    sets : sequence of str, default=all seven STS sets
-        STS set names (see :func:`skflow.datasets.load_sts`) and retrieval
-        set names (``"scifact"``, see :func:`skflow.datasets.load_beir`).
+    sets : sequence of str or path-like, default=all seven STS sets
+        STS set names (see :func:`skflow.datasets.load_sts`), retrieval set
+        names (``"scifact"``, see :func:`skflow.datasets.load_beir`) and
+        paths of folders in BEIR's layout (see
+        :func:`skflow.datasets.beir_folder`), each named by its folder in the
+        results: two sets of one name, or a folder named as a set or corpus
+        skflow knows, are refused.
     fit_on : sequence, default=("target",)
         The corpora each method is fitted on, each giving its own rows:
         ``"target"``, each set's own sentences (STS: every sentence of its
         pairs, every split; retrieval: the corpus), rows ``METHOD``; or, for
         every set alike, rows ``METHOD@NAME``: a set's name (its sentences,
-        or a retrieval set's documents), ``"stsb-train"`` or
+        or a retrieval set's documents), the path of a folder in BEIR's
+        layout (its documents; ``NAME`` is the folder's), ``"stsb-train"`` or
         ``"sickr-train"`` (a train split: scored on STS-B, BERT-flow's
         "train" setting), or a ``(name, texts)`` pair, your own corpus (two
         texts or more, checked before any work).
@@ -190,7 +197,10 @@ def evaluate(
         ``results["retrieval"][set][row]`` is its :func:`retrieval_report`
         (``"ndcg@10"``, ``"recall@100"``), plus ``fit_seconds``, and
         ``results["retrieval_settings"][set]`` the encoder's ``pooling`` and
-        ``max_length`` there; ``results["fit_on"]`` maps each fitting corpus
+        ``max_length`` there, ``results["retrieval_data"][set]`` what was read
+        (``"source"``, ``"verified"``, the counts of ``"documents"``,
+        ``"queries"`` judged, ``"unjudged_queries"`` left out and
+        ``"judgements"``); ``results["fit_on"]`` maps each fitting corpus
         to its number of texts (None for ``"target"``);
         ``results["skipped"]`` lists the sets left out and why.
     """
@@ -211,36 +221,45 @@ def evaluate(
         raise ValueError(f"Unknown precisions {bad}; valid ones are {', '.join(PRECISIONS)}.")
     if not precisions:
         raise ValueError(f"precisions is empty; give one or more of {', '.join(PRECISIONS)}.")
-    unknown = [s for s in sets if s not in EVALUATION_SETS]
+    unknown = [s for s in sets if s not in EVALUATION_SETS and beir_folder(s) is None]
     if unknown:
-        raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")
-    corpora = _fitting_corpora(fit_on)
+        raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}, or the path of a "
+                         "folder in BEIR's layout.")
+    corpora, needed = _fitting_corpora(fit_on)
+    sources = _sources([*sets, *needed.values()])
     log = log or (lambda message: None)
-    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "fit_on": {}, "skipped": {}}
+    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "retrieval_data": {}, "fit_on": {},
+               "skipped": {}}
     data = {}
-    named = {corpus.split("-")[0] for corpus, texts in corpora.items() if texts is None and corpus != TARGET}
-    for name in dict.fromkeys([*sets, *named]):  # every set is loaded and verified before anything is embedded
+    named = {_key(source) for source in needed.values()}
+    for name, source in sources.items():  # every set is loaded and verified before anything is embedded
         try:
-            load = load_beir if name in BEIR_SETS else load_sts
+            load = load_sts if name in STS_SETS else load_beir
             data[name] = load(
-                name, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
+                source, data_home=data_home, download_if_missing=download_if_missing, allow_modified=allow_modified
             )
         except FileNotFoundError as exc:
             if not skip_missing or name in named:
                 raise
             results["skipped"][name] = str(exc)
-            log(f"[{SET_LABELS[name]}] skipped: data not found")
+            log(f"[{SET_LABELS.get(name, name)}] skipped: data not found")
     for corpus, texts in corpora.items():
         if texts is None and corpus != TARGET:
-            corpora[corpus] = _corpus_texts(corpus, data[corpus.split("-")[0]])
+            corpora[corpus] = _corpus_texts(corpus, data[_key(needed[corpus])])
         results["fit_on"][corpus] = None if corpus == TARGET else len(corpora[corpus])
     fits = _Fits(estimators, corpora, log, codes=any(p != "float32" for p in precisions))
-    if any(s in BEIR_SETS for s in data if s in sets):
+    scored = {_key(s) for s in sets}
+    if any(s not in STS_SETS for s in data if s in scored):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
-    for name in [s for s in data if s in BEIR_SETS and s in sets]:
+    for name in [s for s in data if s not in STS_SETS and s in scored]:
+        found = data[name]
+        results["retrieval_data"][name] = {
+            "source": os.fspath(sources[name]), "verified": bool(found.verified), "documents": len(found.corpus),
+            "queries": len(found.queries), "unjudged_queries": found.n_unjudged_queries,
+            "judgements": sum(len(judged) for judged in found.qrels.values())}
         results["retrieval_settings"][name] = {"pooling": retrieval.pooling, "max_length": retrieval.max_length}
-        results["retrieval"][name] = _evaluate_retrieval(name, data[name], retrieval, fits, precisions, log)
-    for name in [s for s in data if s in STS_SETS and s in sets]:
+        results["retrieval"][name] = _evaluate_retrieval(name, found, retrieval, fits, precisions, log)
+    for name in [s for s in data if s in STS_SETS and s in scored]:
         full = data[name]
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
         n_unique = len(set(full.pairs.ravel().tolist()))
@@ -265,12 +284,43 @@ def evaluate(
     return results
 
 
-def _fitting_corpora(fit_on) -> dict:
-    """Each fitting corpus's row label -> its texts (None where a set gives them), checked before any work."""
+def _key(name: str | os.PathLike) -> str:
+    """What names a set in the results: its name, or its folder's (``.`` and ``..`` resolved: the folder's own)."""
+    if isinstance(name, str) and name in EVALUATION_SETS:
+        return name
+    return os.path.basename(os.path.abspath(os.path.expanduser(os.fspath(name))))
+
+
+def _sources(names) -> dict:
+    """Each set to load, by its name in the results -> what it is loaded from (its name, or its folder). A folder
+    named as a set or corpus skflow knows (``stsb``, ``target``), or as another folder, is refused: its rows would be
+    taken for that one's."""
+    sources, folders = {}, {}
+    for name in names:
+        key = _key(name)
+        if isinstance(name, str) and name in EVALUATION_SETS:
+            sources[key] = name
+            continue
+        if key in FIT_CORPORA or not key or any(c in key for c in "@|\n"):
+            raise ValueError(f"the folder {os.fspath(name)!r} would be named {key!r} in the results, a name skflow "
+                             "gives to another set or corpus (or holding '@', '|' or a line break): rename the folder, "
+                             "or link it under another name" + (f" (or pass {key!r}: the set skflow verifies)"
+                                                                if key in BEIR_SETS else ""))
+        where = os.path.realpath(os.path.expanduser(os.fspath(name)))
+        if folders.setdefault(key, where) != where:
+            raise ValueError(f"two folders would both be named {key!r} in the results: {os.fspath(sources[key])!r} "
+                             f"and {os.fspath(name)!r}; rename one, or link it under another name")
+        sources.setdefault(key, name)
+    return sources
+
+
+def _fitting_corpora(fit_on) -> tuple[dict, dict]:
+    """Each fitting corpus's row label -> its texts (None where a set gives them), checked before any work; and the
+    set each of those takes its texts from (label -> the set's name or folder)."""
     if isinstance(fit_on, str) or not fit_on:
         raise ValueError(f"fit_on must be a non-empty sequence of corpora, e.g. ['target', 'stsb-train'], got "
                          f"{fit_on!r}.")
-    corpora = {}
+    corpora, needed = {}, {}
     for corpus in fit_on:
         if isinstance(corpus, tuple) and len(corpus) == 2 and isinstance(corpus[0], str):
             label, texts = corpus
@@ -286,18 +336,23 @@ def _fitting_corpora(fit_on) -> dict:
                                  f"{'an array of shape ' + str(texts.shape) if texts.ndim != 1 else len(texts)}.")
         elif isinstance(corpus, str) and corpus in FIT_CORPORA:
             label, texts = corpus, None
+            if corpus != TARGET:
+                needed[label] = corpus.partition("-")[0]
+        elif beir_folder(corpus) is not None:  # a folder in BEIR's layout: its documents
+            label, texts = _key(corpus), None
+            needed[label] = corpus
         else:  # reprlib: a list given for a (name, texts) pair is not printed whole
             raise ValueError(f"Unknown fitting corpus {reprlib.repr(corpus)}; give one of {', '.join(FIT_CORPORA)}, "
                              "or a (name, texts) pair.")
         if label in corpora:
             raise ValueError(f"the fitting corpus {label!r} is given twice.")
         corpora[label] = texts
-    return corpora
+    return corpora, needed
 
 
 def _corpus_texts(corpus: str, data) -> np.ndarray:
     """The texts of a named fitting corpus: a retrieval set's documents, an STS set's sentences (of one split)."""
-    if corpus in BEIR_SETS:
+    if "corpus" in data:  # a retrieval set, by its name or its folder
         return np.asarray(data.corpus, dtype=object)
     split = corpus.partition("-")[2]
     return (data.pairs[data.subsets == split] if split else data.pairs).ravel()
@@ -362,9 +417,10 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
     """Each method fitted on the corpus embeddings (never on a query), or on a fitting corpus, applied to queries
     and documents alike, stored at each precision (codes fitted where the method is), scored by
     `retrieval_report`."""
-    label = SET_LABELS[name]
-    log(f"[{label}] embedding {len(data.corpus):,} documents and {len(data.queries):,} queries "
-        f"(pooling {embedder.pooling}, max_length {embedder.max_length})")
+    label = SET_LABELS.get(name, name)
+    unjudged = f" ({data.n_unjudged_queries:,} more without judgements left out)" if data.n_unjudged_queries else ""
+    log(f"[{label}] embedding {len(data.corpus):,} documents and {len(data.queries):,} queries{unjudged} "
+        f"(pooling {embedder.pooling}, max_length {embedder.max_length}){'' if data.verified else '; not verified'}")
     start = time.perf_counter()
     documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
     log(f"[{label}] embedded in {time.perf_counter() - start:.1f} s")
@@ -506,7 +562,7 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
         heading = f"{title} — " if title else ""
         out.append(f"{heading}retrieval, nDCG@10 and recall@100 x 100\n")
         columns = [(s, metric) for s in retrieval for metric in RETRIEVAL_METRICS]
-        out.append("| method | " + " | ".join(f"{SET_LABELS[s]} {metric}" for s, metric in columns) + " |")
+        out.append("| method | " + " | ".join(f"{SET_LABELS.get(s, s)} {metric}" for s, metric in columns) + " |")
         out.append("|---|" + "---|" * len(columns))
         for method in dict.fromkeys(m for per_set in retrieval.values() for m in per_set):
             cells = [_cell(100 * retrieval[s][method][metric]) for s, metric in columns]

@@ -33,8 +33,11 @@ def test_scifact_exact_counts(scifact):
     assert scifact.query_ids[:3] == ["1", "3", "5"] and scifact.queries[0].startswith("0-dimensional biomaterials sh")
     assert scifact.qrels["1"] == {"31715818": 1}
     assert (scifact.name, scifact.split) == ("scifact", "test")
-    assert "5,183 documents; split 'test': 300 queries, 339 judgements" in scifact.DESCR
-    assert "counts and ids verified" in scifact.DESCR
+    assert "5,183 documents; split 'test': 300 queries, 339 judgements (relevance 1;" in scifact.DESCR
+    assert "809 queries of queries.jsonl left out, without a judgement in the split" in scifact.DESCR
+    assert scifact.n_unjudged_queries == 1109 - 300 and scifact.verified
+    assert ("(verified against the published set: its documents, queries and test judgements, by the sha256 of their "
+            "ids, texts and scores)") in scifact.DESCR
 
 
 def _folder(home: Path, corpus=None, queries=None, qrels=None) -> Path:
@@ -92,7 +95,8 @@ CASES = {
     "invalid UTF-8": (dict(corpus=_corpus_lines(DOC % 1).encode() + b'{"_id": "d2", "text": "\xff"}\n'),
                       "corpus.jsonl:2: invalid UTF-8 (byte 0xff at column 24); the files are UTF-8"),
     "wrong header": (dict(qrels="query\tdoc\tscore\nq1\td1\t1\n"),
-                     "test.tsv:1: expected the header line 'query-id\\tcorpus-id\\tscore', got 'query\\tdoc\\tscore'"),
+                     "test.tsv:1: expected the header line 'query-id\\tcorpus-id\\tscore' (the line differs from it at "
+                     "column 6)"),
     "only a header": (dict(qrels=HEADER + "\n"), "test.tsv: no judgement after the header"),
     "two fields": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2 d3 1\n"), "test.tsv:3: expected 3 tab-separated fields, got 1"),
     "unknown document": (dict(qrels=f"{HEADER}\nq1\td1\t1\nq2\td9\t1\n"),
@@ -121,7 +125,8 @@ def test_damaged_files_name_the_file_and_line(tmp_path, case):
 
 
 def test_missing_folder_or_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"download_if_missing=False\. Missing: .*scifact/\. The data folder"):
+    with pytest.raises(FileNotFoundError, match=r"not downloaded, with download_if_missing=False\. Missing: "
+                                                r".*scifact/\. The data folder is the data_home argument, else"):
         load_beir("scifact", data_home=tmp_path, download_if_missing=False)
     folder = _folder(tmp_path)
     (folder / "qrels" / "test.tsv").unlink()

@@ -60,7 +60,7 @@ def _small_sets(monkeypatch):
     sets = {"stsb": sts("stsb", {"train": 30, "dev": 10, "test": 20}), "sts16": sts("sts16", {"headlines": 25}),
             "scifact": Bunch(corpus_ids=ids, corpus=[f"title {i} abstract {i}" for i in range(40)],
                              query_ids=[f"q{i}" for i in range(6)], queries=[f"claim {i}" for i in range(6)],
-                             qrels={f"q{i}": {f"d{i}": 1} for i in range(6)})}
+                             qrels={f"q{i}": {f"d{i}": 1} for i in range(6)}, n_unjudged_queries=0, verified=True)}
     monkeypatch.setattr("skflow.evaluation.load_sts", lambda name, **kwargs: sets[name])
     monkeypatch.setattr("skflow.evaluation.load_beir", lambda name, **kwargs: sets[name])
     return sets

@@ -1,36 +1,39 @@
-"""Retrieval sets in BEIR's folder layout (:func:`load_beir`): a corpus, queries and relevance judgements.
+"""Retrieval sets in BEIR's folder layout (:func:`load_beir`): a set skflow knows by name, verified; any folder by path.
 
-A folder ``<data_home>/<name>/`` holds ``corpus.jsonl`` (``{"_id", "title",
-"text"}`` a line), ``queries.jsonl`` (``{"_id", "text"}``) and
-``qrels/<split>.tsv`` (a header, then ``query-id \\t corpus-id \\t score``).
-BEIR publishes its sets as zip files whose bytes are not pinned (the same rows
-exist with other key orders and escapes), so a set is verified by its content:
-its counts, and a sha256 of its sorted ids and judgements. A missing folder is
-downloaded, verified so, and moved into place atomically
-(:mod:`skflow.datasets._download`).
+A folder holds ``corpus.jsonl`` (``{"_id", "title", "text"}`` a line),
+``queries.jsonl`` (``{"_id", "text"}``) and ``qrels/<split>.tsv`` (a header,
+then ``query-id \\t corpus-id \\t score``), parsed a line at a time
+(:mod:`skflow.datasets._beir_files`). A set skflow knows by name (SciFact) lies
+in ``<data_home>/<name>/``. BEIR publishes it as a zip file whose bytes are not
+pinned (the same rows exist with other key orders and escapes), so it is
+verified by its content: its counts, and a sha256 of its sorted ids, of its
+documents and queries (ids, titles, texts) and of each split's judgements
+where they are known here. A missing folder is downloaded, verified so, and
+moved into place atomically (:mod:`skflow.datasets._download`). A folder given
+by its path is parsed as strictly, and not verified: nothing is published to
+check it against.
 """
 
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sklearn.utils import Bunch
 
+from skflow.datasets._beir_files import BEIRDataError, TooManyDocuments, read_folder
 from skflow.datasets._download import Archive, download
-from skflow.datasets._files import DataFileError, read_data, text_lines
+from skflow.datasets._files import option, what_it_is
 from skflow.datasets._sts import get_data_home
 
-__all__ = ["BEIR_SETS", "BEIRDataError", "load_beir"]
+__all__ = ["BEIR_SETS", "BEIRDataError", "beir_folder", "load_beir"]
 
-BEIR_LIMIT = 2**31  # bytes a file may have: far above SciFact's 8 MB, below what a line-by-line parse can hold
-QRELS_HEADER = "query-id\tcorpus-id\tscore"
 _UKP = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
-
-
-class BEIRDataError(DataFileError):
-    """A BEIR file that is damaged, or not in BEIR's format, or a set whose rows are not the published ones."""
+_SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a file name of qrels/ without .tsv: never a path
+_LAYOUT = ("corpus.jsonl ({\"_id\", \"title\", \"text\"} a line), queries.jsonl ({\"_id\", \"text\"}) and "
+           "qrels/SPLIT.tsv (the header query-id, corpus-id, score, tab-separated)")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class _BEIRInfo:
     n_queries: int  # in queries.jsonl: every split's
     corpus_digest: str  # sha256 of the sorted document ids, one a line
     queries_digest: str
+    documents_digest: str  # sha256 of the documents sorted by id, one JSON array [id, title, text] a line
+    query_texts_digest: str  # the same of every query of queries.jsonl, [id, text]
     splits: dict[str, _Split]
     licence: str
 
@@ -61,9 +66,11 @@ _SETS = {
         1109,
         "9948d896b35ae4e7c41b492f221009b39d23b61738c2b7ff63e8591c78b418d6",
         "f4787c3ae08bb593db3dca8edee98846eb80c51cefdd0b18083b32e226b63274",
+        "81c85f88882af7ec5f466653205f31c5d0b6ea7eee007c51b5f1e1c2e5162f27",
+        "c0176a3bd785adc0add44e8f4d96ca05e152c8b9acc599ab2d5b4f9c1a57f54b",
         {
             "test": _Split(339, 300, 283, "857f718430fa19a7eae40bc2c5399df2c0fbf3fb572675074010b8e84deeaec0"),
-            "train": _Split(919, 809, None, None),  # counts as ir_datasets tests them
+            "train": _Split(919, 809, None, None),  # counts as ir_datasets tests them; no copy of its rows here
         },
         "CC BY-NC 2.0 (allenai/scifact): evaluation and research use.",
     ),
@@ -78,43 +85,83 @@ def _retrieval_home(data_home) -> Path:
     return get_data_home(data_home)
 
 
+def beir_folder(name: str | os.PathLike) -> Path | None:
+    """The folder that ``name`` gives by its path, or None for a set's name (``"scifact"``) or another word.
+
+    A path-like object is a path; so is a string that is not a set's name and
+    holds a ``/`` (or the system's separator), starts with ``~`` or ``.``, or
+    names an existing folder.
+
+    Parameters
+    ----------
+    name : str or path-like
+
+    Returns
+    -------
+    folder : pathlib.Path or None
+        ``~`` expanded.
+
+    Examples
+    --------
+    >>> from skflow.datasets import beir_folder
+    >>> beir_folder("scifact") is None, beir_folder("data/cranfield").name, beir_folder("nfcorpus") is None
+    (True, 'cranfield', True)
+    """
+    if isinstance(name, os.PathLike):
+        return Path(name).expanduser()
+    if not isinstance(name, str) or name in _SETS or not name:
+        return None
+    separators = [separator for separator in ("/", os.sep, os.altsep) if separator]
+    if any(s in name for s in separators) or name.startswith(("~", ".")) or os.path.isdir(name):
+        return Path(name).expanduser()
+    return None
+
+
 def load_beir(
-    name: str,
+    name: str | os.PathLike,
     split: str = "test",
     *,
     data_home: str | os.PathLike | None = None,
     download_if_missing: bool = True,
     allow_modified: bool = False,
 ) -> Bunch:
-    """Load a BEIR retrieval set: its corpus, the queries of a split and their relevance judgements.
+    """Load a retrieval set in BEIR's layout: its corpus, the queries of a split and their relevance judgements.
 
-    Every file is parsed strictly, and the set is checked against the one
-    BEIR publishes: its counts, and a sha256 of its sorted ids and judgements
-    (not of the files' bytes, which differ between copies of the same rows).
-    Errors name the file and the line.
+    A set skflow knows by name (SciFact) is checked against the one BEIR
+    publishes: its counts, and a sha256 of its sorted ids, of its documents
+    and queries (ids, titles and texts) and of the split's judgements where
+    they are known here (not of the files' bytes, which differ between copies
+    of the same rows). Any other folder in BEIR's layout is given by its path;
+    it is parsed as strictly, and not verified. Every file is parsed a line at
+    a time; errors name the file and the line.
 
     Parameters
     ----------
-    name : {"scifact"}
-        The set.
+    name : {"scifact"} or path-like
+        A set's name, or the path of a folder in BEIR's layout (a string
+        holding a ``/``, starting with ``~`` or ``.``, naming an existing
+        folder, or a path-like object; see :func:`beir_folder`).
     split : str, default="test"
         The judgements to load: ``qrels/<split>.tsv`` (SciFact: ``"test"``,
         ``"train"``).
     data_home : str or path-like, default=None
-        The folder that holds ``<name>/`` in BEIR's layout (``corpus.jsonl``,
-        ``queries.jsonl``, ``qrels/<split>.tsv``), or where it is downloaded
-        to. Default: the ``SKFLOW_RETRIEVAL_DATA`` environment variable,
-        else ``SKFLOW_DATA``, else ``~/skflow_data``.
+        For a set's name: the folder that holds ``<name>/`` in BEIR's layout
+        (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``), or where
+        it is downloaded to. Default: the ``SKFLOW_RETRIEVAL_DATA``
+        environment variable, else ``SKFLOW_DATA``, else ``~/skflow_data``.
+        Not used for a path.
     download_if_missing : bool, default=True
-        If the folder is missing, download BEIR's zip of the set (the URL
-        that BEIR's ``util.download_and_unzip`` uses), check it as above and
-        move it into place atomically. If False, or if the download fails, a
-        missing folder raises :class:`FileNotFoundError`. A folder that exists
-        but lacks a file is never completed by a download: delete it first.
+        For a set's name: if its folder is missing, download BEIR's zip of
+        the set (the URL that BEIR's ``util.download_and_unzip`` uses), check
+        it as above and move it into place atomically. If False, or if the
+        download fails, a missing folder raises :class:`FileNotFoundError`. A
+        folder that exists but lacks a file is never completed by a download:
+        delete it first.
     allow_modified : bool, default=False
-        Read a folder whose counts or ids differ from the published set's
-        (your own subset or edit, on purpose). It is still parsed strictly,
-        and the description says that it was not verified.
+        For a set's name: read a folder whose counts, ids or texts differ from
+        the published set's (your own subset or edit, on purpose). It is
+        still parsed strictly, and the description says that it was not
+        verified. A folder given by path needs no such flag.
 
     Returns
     -------
@@ -123,19 +170,28 @@ def load_beir(
         order; ``corpus``: each document as MTEB and BEIR embed it,
         ``(title + " " + text).strip()``; ``query_ids``, ``queries``: the
         queries that the split judges, in the order of ``queries.jsonl``;
-        ``qrels``: dict query id -> {document id: relevance (int)};
-        ``name``, ``split``, ``DESCR``.
+        ``qrels``: dict query id -> {document id: relevance (int), used as
+        judged: graded relevances are nDCG's gains, 0 or less is not
+        relevant}; ``n_unjudged_queries``: the queries of ``queries.jsonl``
+        left out, without a judgement in the split; ``verified``: whether
+        every file read was checked against the published set; ``name`` (the
+        folder's name for a path), ``split``, ``DESCR``.
 
     Raises
     ------
     BEIRDataError
-        A file is damaged or not in BEIR's format: invalid UTF-8, a line that
-        is not a JSON object, a record without a string ``_id`` or ``text``,
-        a duplicate id, an empty corpus, a qrels file without its header, a
-        row without three fields, a score that is not a 32-bit integer, a row
-        naming an unknown query or document, a pair judged twice; or the set
-        is not the published one (and ``allow_modified`` is False). A
-        subclass of ValueError.
+        A file is damaged or not in BEIR's format: not a regular file (a
+        FIFO, a folder, a device, a pseudo-file of /proc, /sys or /dev),
+        invalid UTF-8, a line that is not a JSON object, a record without a
+        string ``_id`` or ``text``, a text holding a lone surrogate escape
+        (``\\ud800``), a duplicate id, an empty corpus, a qrels file without
+        its header, a row without three fields, a score that is not a 32-bit
+        integer, a row naming an unknown query or document, a pair judged
+        twice, records that take more memory than load_beir holds; or the set
+        is not the published one (and ``allow_modified`` is False). A subclass
+        of ValueError.
+    FileNotFoundError
+        The folder, or one of its files, is missing (and not downloaded).
 
     Examples
     --------
@@ -143,123 +199,112 @@ def load_beir(
     >>> scifact = load_beir("scifact")
     >>> len(scifact.corpus), len(scifact.queries), sum(len(d) for d in scifact.qrels.values())
     (5183, 300, 339)
-    >>> scifact.corpus[0] == f"{scifact.titles[0]} {scifact.texts[0]}"
-    True
+    >>> scifact.corpus[0] == f"{scifact.titles[0]} {scifact.texts[0]}", scifact.n_unjudged_queries, scifact.verified
+    (True, 809, True)
+
+    A folder of your own, by its path (graded judgements; a query without any):
+
+    >>> import json, pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp()) / "mine"
+    >>> (folder / "qrels").mkdir(parents=True)
+    >>> _ = (folder / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "Glow", "text": "a flow"}) + "\\n"
+    ...                                          + json.dumps({"_id": "d2", "text": "whitening"}) + "\\n")
+    >>> _ = (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "flows"}\\n{"_id": "q2", "text": "none"}\\n')
+    >>> _ = (folder / "qrels" / "test.tsv").write_text("query-id\\tcorpus-id\\tscore\\nq1\\td1\\t2\\nq1\\td2\\t1\\n")
+    >>> mine = load_beir(folder)
+    >>> mine.name, mine.corpus, mine.qrels, mine.n_unjudged_queries, mine.verified
+    ('mine', ['Glow a flow', 'whitening'], {'q1': {'d1': 2, 'd2': 1}}, 1, False)
     """
+    if (folder := beir_folder(name)) is not None:
+        return _load_folder(folder, split)
     if name not in _SETS:
-        raise ValueError(f"Unknown BEIR set {name!r}; valid names are {', '.join(BEIR_SETS)}.")
+        raise ValueError(f"Unknown BEIR set {name!r}; valid names are {', '.join(BEIR_SETS)}, or give the path of a "
+                         f"folder in BEIR's layout (e.g. './{name}').")
     info = _SETS[name]
     if split not in info.splits:
         raise ValueError(f"{name!r} has the splits {', '.join(info.splits)}; got split={split!r}.")
     home = _retrieval_home(data_home)
     folder = home / name
-    files = ["corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"]
-    if not folder.exists():
+    if not os.path.lexists(folder):
         if not download_if_missing:
-            raise FileNotFoundError(_missing_message(name, info, home, "download_if_missing=False"))
+            raise FileNotFoundError(_missing_message(name, info, home, f"not downloaded, with "
+                                                     f"{option('download_if_missing=False')}"))
         every_split = ["corpus.jsonl", "queries.jsonl", *(f"qrels/{s}.tsv" for s in info.splits)]
         try:
             download(name, (Archive(info.urls, name),), dict.fromkeys(every_split), home,
                      check=lambda staged: _verify_download(info, staged, name))
         except OSError as exc:
             raise FileNotFoundError(_missing_message(name, info, home, f"the download failed: {exc}")) from exc
-    missing = [f for f in files if not (folder / f).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"BEIR set {name!r}: {folder} lacks {', '.join(missing)}. Delete the folder to download it again, or "
-            f"put the files there in BEIR's layout."
-        )
-    data = _read_folder(folder, split)
-    query_ids_in_file = data.pop("query_ids_in_file")
-    verified = True
+    advice = "delete the folder to download it again"
+    if not folder.is_dir():  # a file, or a link to one, where the set's folder goes: never downloaded over
+        raise BEIRDataError(f"BEIR set {name!r}: {folder} is {what_it_is(folder) or 'a file'}, not a folder; delete "
+                            "it to download the set again.")
+    _check_entries(folder, split, f"BEIR set {name!r}: ", f"{advice[0].upper()}{advice[1:]}, or put the files there in "
+                   "BEIR's layout.")
     try:
-        _verify(info, data, query_ids_in_file, split, name)
+        data, queries = read_folder(folder, split, advice, None if allow_modified else info.n_corpus)
+    except TooManyDocuments as exc:
+        raise BEIRDataError(_not_published(name, f"{folder / 'corpus.jsonl'} holds more than the {info.n_corpus:,} "
+                                                 f"documents, at line {exc.line:,}")) from None
+    try:
+        provenance, verified = _verify(info, data, queries, split, name)
     except BEIRDataError:
         if not allow_modified:
             raise
-        verified = False
-    n_pairs = sum(len(judged) for judged in data.qrels.values())
-    provenance = ("counts and ids verified against the published set" if verified
-                  else "NOT verified: a modified folder, read with allow_modified=True")
-    data.update(
-        name=name,
-        split=split,
-        DESCR=f"{info.title}\n\n{len(data.corpus):,} documents; split {split!r}: {len(data.queries):,} queries, "
-        f"{n_pairs:,} judgements; read from {folder} ({provenance}).\nLicence: {info.licence}",
-    )
+        provenance, verified = f"NOT verified: a modified folder, read with {option('allow_modified=True')}", False
+    data.update(name=name, split=split, verified=verified,
+                DESCR=_description(info.title, data, split, folder, provenance, f"Licence: {info.licence}"))
     return data
 
 
-# ------------------------------------------------------------------ parsing
-def _read_folder(folder: Path, split: str) -> Bunch:
-    """The three files of a split, parsed strictly; queries and qrels checked against each other and the corpus."""
-    corpus = _records(folder / "corpus.jsonl", ("_id", "text"), ("title",))  # an empty file is an error there
-    queries = _records(folder / "queries.jsonl", ("_id", "text"), ())
-    qrels = _qrels(folder / "qrels" / f"{split}.tsv", queries, corpus)
-    judged = [q for q in queries if q in qrels]
-    titles = [record.get("title", "") for record in corpus.values()]
-    texts = [record["text"] for record in corpus.values()]
-    return Bunch(
-        corpus_ids=list(corpus),
-        titles=titles,
-        texts=texts,
-        corpus=[f"{title} {text}".strip() for title, text in zip(titles, texts)],
-        query_ids=judged,
-        queries=[queries[q]["text"] for q in judged],
-        qrels=qrels,
-        query_ids_in_file=list(queries),
-    )
+def _load_folder(folder: Path, split: str) -> Bunch:
+    """A folder given by its path: parsed as strictly as a known set's, not verified."""
+    if not isinstance(split, str) or not _SPLIT.fullmatch(split):
+        raise ValueError(f"split must name a file of qrels/ without '.tsv' (letters, digits, '_', '-', '.'), got "
+                         f"split={split!r}.")
+    if not folder.is_dir():
+        what = what_it_is(folder)
+        if what == "missing":
+            raise FileNotFoundError(f"{folder}: no such folder; a retrieval set is one of {', '.join(BEIR_SETS)} or "
+                                    f"the path of a folder in BEIR's layout: {_LAYOUT}.")
+        raise BEIRDataError(f"{folder}: {what or 'a file'}, not a folder in BEIR's layout: {_LAYOUT}.")
+    _check_entries(folder, split, "", f"A folder in BEIR's layout holds {_LAYOUT}.")
+    data, queries = read_folder(folder, split, "replace it with the file in BEIR's format")
+    provenance = "NOT verified: a folder given by its path, with no published digest to check it against"
+    data.update(name=folder.name, split=split, verified=False,
+                DESCR=_description(f"{folder.name}: a retrieval set in BEIR's layout", data, split, folder, provenance))
+    return data
 
 
-def _records(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, dict]:
-    """id -> record of a JSON lines file; every record an object with string ``required`` (and ``optional``) keys."""
-    records, lines = {}, {}
-    for number, line in enumerate(text_lines(read_data(path, BEIR_LIMIT, BEIRDataError), path, BEIRDataError), 1):
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # RecursionError: a line nested thousands deep
-            raise BEIRDataError(f"{path}:{number}: not a JSON line ({exc})") from None
-        if not isinstance(record, dict):
-            raise BEIRDataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-        for key in required + optional:
-            if key in required and key not in record:
-                raise BEIRDataError(f"{path}:{number}: the record has no {key!r}")
-            if key in record and not isinstance(record[key], str):
-                raise BEIRDataError(f"{path}:{number}: {key!r} must be a string, got {type(record[key]).__name__}")
-        key = record["_id"]
-        if not key or key != key.strip():
-            raise BEIRDataError(f"{path}:{number}: the id {key!r} is empty or has surrounding spaces")
-        if key in records:
-            raise BEIRDataError(f"{path}:{number}: duplicate id {key!r} (first on line {lines[key]})")
-        records[key], lines[key] = record, number
-    return records
+def _check_entries(folder: Path, split: str, prefix: str, advice: str) -> None:
+    """FileNotFoundError if a file of the split is missing, BEIRDataError if one is not a file, saying what it is."""
+    files = ["corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"]
+    found = {name: what_it_is(folder / name) for name in files}
+    missing = [name for name, what in found.items() if what == "missing"]
+    others = [f"{folder / name} is {what}, not a file" for name, what in found.items() if what not in (None, "missing")]
+    splits = sorted(path.name.removesuffix(".tsv") for path in (folder / "qrels").glob("*.tsv")) \
+        if (folder / "qrels").is_dir() else []
+    if missing:
+        held = f" (its qrels/ holds the splits {', '.join(splits)})" if f"qrels/{split}.tsv" in missing and splits \
+            else ""
+        others.insert(0, f"{folder} lacks {', '.join(missing)}{held}")
+    if others:
+        error = FileNotFoundError if len(others) == 1 and missing else BEIRDataError
+        raise error(f"{prefix}{'; '.join(others)}. {advice}")
 
 
-def _qrels(path: Path, queries: dict, corpus: dict) -> dict[str, dict[str, int]]:
-    content = text_lines(read_data(path, BEIR_LIMIT, BEIRDataError), path, BEIRDataError)
-    if content[0] != QRELS_HEADER:
-        raise BEIRDataError(f"{path}:1: expected the header line {QRELS_HEADER!r}, got {content[0][:80]!r}")
-    qrels: dict[str, dict[str, int]] = {}
-    for number, line in enumerate(content[1:], start=2):
-        parts = line.split("\t")
-        if len(parts) != 3:
-            raise BEIRDataError(f"{path}:{number}: expected 3 tab-separated fields, got {len(parts)}")
-        query, document, score = parts
-        if query not in queries:
-            raise BEIRDataError(f"{path}:{number}: unknown query {query!r} (not in queries.jsonl)")
-        if document not in corpus:
-            raise BEIRDataError(f"{path}:{number}: unknown document {document!r} (not in corpus.jsonl)")
-        if not (score.isascii() and score.removeprefix("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
-            raise BEIRDataError(f"{path}:{number}: the score {score!r} is not an integer")
-        if len(score) > 11 or not -(2**31) <= int(score) < 2**31:  # as trec_eval reads it (10**400: OverflowError)
-            shown = score if len(score) <= 12 else f"{score[:12]}... ({len(score):,} characters)"
-            raise BEIRDataError(f"{path}:{number}: the score {shown} is outside the 32-bit integers")
-        if document in qrels.setdefault(query, {}):
-            raise BEIRDataError(f"{path}:{number}: query {query!r} and document {document!r} are judged twice")
-        qrels[query][document] = int(score)
-    if not qrels:
-        raise BEIRDataError(f"{path}: no judgement after the header")
-    return qrels
+def _description(title: str, data: Bunch, split: str, folder: Path, provenance: str, licence: str = "") -> str:
+    n_pairs = sum(len(judged) for judged in data.qrels.values())
+    levels = sorted({score for judged in data.qrels.values() for score in judged.values()})
+    shown = ", ".join(map(str, levels)) if len(levels) <= 6 else f"{levels[0]} to {levels[-1]}"
+    unrelevant = sum(1 for judged in data.qrels.values() if max(judged.values()) < 1)
+    return (
+        f"{title}\n\n{len(data.corpus):,} documents; split {split!r}: {len(data.queries):,} queries, {n_pairs:,} "
+        f"judgements (relevance {shown}; nDCG's gains are the relevances, 0 or less is not relevant)"
+        + (f", {unrelevant:,} of the queries with no relevant document (each scores 0)" if unrelevant else "")
+        + f"; {data.n_unjudged_queries:,} queries of queries.jsonl left out, without a judgement in the split; read "
+        f"from {folder} ({provenance}).\n{licence}"
+    ).rstrip()
 
 
 # ------------------------------------------------------------- verification
@@ -267,20 +312,40 @@ def _digest(items) -> str:
     return hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()
 
 
+def _records_digest(ids: list[str], *columns: list[str]) -> str:
+    """sha256 of the records sorted by id, one JSON array ``[id, *values]`` a line (whatever the files' key order
+    and escapes); hashed a record at a time."""
+    digest = hashlib.sha256()
+    for i in sorted(range(len(ids)), key=ids.__getitem__):
+        digest.update(json.dumps([ids[i], *(column[i] for column in columns)], ensure_ascii=False).encode() + b"\n")
+    return digest.hexdigest()
+
+
 def _verify_download(info: _BEIRInfo, folder: Path, name: str) -> None:
-    """`_verify` of every split of a downloaded folder."""
-    for split in info.splits:
-        data = _read_folder(folder, split)
-        _verify(info, data, data.pop("query_ids_in_file"), split, name)
+    """`_verify` of every split of a downloaded folder; its files named as the archive names them (``scifact/...``),
+    not by the hidden folder they are extracted to."""
+    every = ["corpus.jsonl", "queries.jsonl", *(f"qrels/{s}.tsv" for s in info.splits)]
+    if missing := [f"{name}/{file}" for file in every if what_it_is(folder / file) is not None]:
+        raise ValueError(f"the archive has no {', '.join(missing)}")
+    try:
+        for split in info.splits:
+            data, queries = read_folder(folder, split, "the archive is damaged", info.n_corpus)
+            _verify(info, data, queries, split, name)
+    except TooManyDocuments as exc:
+        raise BEIRDataError(_not_published(name, f"{name}/corpus.jsonl holds more than the {info.n_corpus:,} "
+                                                 f"documents, at line {exc.line:,}")) from None
+    except BEIRDataError as exc:
+        raise BEIRDataError(str(exc).replace(f"{folder}{os.sep}", f"{name}/")) from None
 
 
-def _verify(info: _BEIRInfo, data: Bunch, query_ids_in_file: list[str], split: str, name: str) -> None:
-    """A BEIRDataError unless the set's counts and ids are the published ones."""
+def _verify(info: _BEIRInfo, data: Bunch, queries: dict[str, str], split: str, name: str) -> tuple[str, bool]:
+    """What was verified, in words, and whether it was every file read; a BEIRDataError unless the set's counts,
+    ids, texts and (where known) judgements are the published ones."""
     expected = info.splits[split]
     rows = [f"{q}\t{d}\t{s}" for q, judged in data.qrels.items() for d, s in judged.items()]
     found = {
         "documents": (len(data.corpus_ids), info.n_corpus),
-        "queries in queries.jsonl": (len(query_ids_in_file), info.n_queries),
+        "queries in queries.jsonl": (len(queries), info.n_queries),
         f"{split} judgements": (len(rows), expected.n_pairs),
         f"{split} queries": (len(data.qrels), expected.n_queries),
         f"{split} judged documents": (len({d for judged in data.qrels.values() for d in judged}),
@@ -288,22 +353,35 @@ def _verify(info: _BEIRInfo, data: Bunch, query_ids_in_file: list[str], split: s
     }
     wrong = [f"{what}: {got:,}, expected {want:,}" for what, (got, want) in found.items()
              if want is not None and got != want]
-    for what, items, want in (("document ids", data.corpus_ids, info.corpus_digest),
-                              ("query ids", query_ids_in_file, info.queries_digest),
-                              (f"{split} judgements", rows, expected.digest)):
-        if not wrong and want is not None and _digest(items) != want:
-            wrong.append(f"the {what} are not the published ones")
+    digests = (("the document ids", lambda: _digest(data.corpus_ids), info.corpus_digest),
+               ("the documents' titles or texts", lambda: _records_digest(data.corpus_ids, data.titles, data.texts),
+                info.documents_digest),
+               ("the query ids", lambda: _digest(queries), info.queries_digest),
+               ("the queries' texts", lambda: _records_digest(list(queries), list(queries.values())),
+                info.query_texts_digest),
+               (f"the {split} judgements", lambda: _digest(rows), expected.digest))
+    for what, digest, want in digests:
+        if not wrong and want is not None and digest() != want:
+            wrong.append(f"{what} are not the published ones")
     if wrong:
-        raise BEIRDataError(
-            f"BEIR set {name!r} is not the published one ({'; '.join(wrong)}): a damaged or modified folder. "
-            "Delete it to download it again, or pass allow_modified=True (--allow-modified-data on the command "
-            "line) to use a modified copy on purpose."
-        )
+        raise BEIRDataError(_not_published(name, "; ".join(wrong)))
+    if expected.digest is None:
+        return (f"verified against the published set: its documents and queries, by the sha256 of their ids and "
+                f"texts; split {split!r}: its counts ({expected.n_pairs:,} judgements of {expected.n_queries:,} "
+                "queries), not its rows: no digest of them is known here"), False
+    return (f"verified against the published set: its documents, queries and {split} judgements, by the sha256 of "
+            "their ids, texts and scores"), True
+
+
+def _not_published(name: str, why: str) -> str:
+    return (f"BEIR set {name!r} is not the published one ({why}): a damaged or modified folder. Delete it to download "
+            f"it again, or pass {option('allow_modified=True')} to use a modified copy on purpose.")
 
 
 def _missing_message(name: str, info: _BEIRInfo, home: Path, why: str) -> str:
     return (
-        f"BEIR set {name!r} is not available: {why}. Missing: {home / name}/. The data folder is the data_home "
-        "argument, else $SKFLOW_RETRIEVAL_DATA, else $SKFLOW_DATA, else ~/skflow_data. To provide the files, "
-        f"download {info.urls[0]} where there is network access and extract its folder {name}/ into {home}/."
+        f"BEIR set {name!r} is not available: {why.rstrip('.')}. Missing: {home / name}/. The data folder is "
+        f"{option('the data_home argument')}, else $SKFLOW_RETRIEVAL_DATA, else $SKFLOW_DATA, else ~/skflow_data. To "
+        f"provide the files, download {info.urls[0]} where there is network access and extract its folder {name}/ "
+        f"into {home}/."
     )

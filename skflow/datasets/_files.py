@@ -8,16 +8,34 @@ says so. The parsers then refuse anything that is not the documented format:
 an empty file, invalid UTF-8, a carriage return that does not end a line
 (CR-only line ends), a wrong number of fields, a score that is not a number or
 lies outside the set's range.
+
+Every data file (STS and BEIR) is opened by `open_data`: an entry that is not a
+regular file, or one on ``/proc``, ``/sys`` or ``/dev`` (a link to
+``/proc/self/environ``), is refused unread, saying what it is. A message names
+the options of whoever called: ``download_if_missing=False`` from Python,
+``--no-download`` inside `command_line_words` (the command line).
 """
 
+import contextlib
+import contextvars
 import hashlib
 import math
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from skflow.datasets._checksums import SHA256, ZENODO_SICK_SHA256
-from skflow.utils import UnreadableFileError, read_regular_file
+from skflow.utils import UnreadableFileError, open_regular_file, read_at_most
 
 DATA_LIMIT = 2**27  # bytes: the largest STS file is a few MB
+LINE_LIMIT = 2**26  # bytes a line of a file read line by line may have: a document, not a corpus
+_BLOCK = 2**16  # bytes read at a time looking for content: a small file is not read whole to be checked
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")  # file systems of the kernel's: their "files" are state, not data
+_COMMAND_LINE = contextvars.ContextVar("skflow_datasets_command_line", default=False)
+_CLI_WORDS = {"download_if_missing=False": "--no-download", "allow_modified=True": "--allow-modified-data",
+              "the data_home argument": "--data-home"}
 
 _verified: dict[tuple, str] = {}
 _checked: dict[str, str] = {}  # path -> the sha256 that check_file last accepted: lines() reads only those bytes
@@ -56,16 +74,125 @@ def check_file(path: Path, relative: str, *, allow_modified: bool) -> str:
     raise STSDataError(
         f"{path}: sha256 {verdict} is not that of the file as distributed ({SHA256.get(relative)}): the file is "
         f"damaged or modified ({info.st_size:,} bytes; truncated, cut, converted line ends, edited?). "
-        "Delete it to download it again, or pass allow_modified=True (--allow-modified-data on the command "
-        "line) to use a modified copy on purpose."
+        f"Delete it to download it again, or pass {option('allow_modified=True')} to use a modified copy on purpose."
     )
 
 
-def read_data(path: Path, limit: int = DATA_LIMIT, error: type[DataFileError] = STSDataError) -> bytes:
+@contextlib.contextmanager
+def command_line_words() -> Iterator[None]:
+    """Within it, the data loaders' messages name the command line's options (``--no-download``,
+    ``--allow-modified-data``, ``--data-home``) instead of their Python arguments."""
+    token = _COMMAND_LINE.set(True)
     try:
-        return read_regular_file(path, limit)
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def option(python: str) -> str:
+    """``python`` (``"allow_modified=True"``), or the command line's option for it within `command_line_words`."""
+    return _CLI_WORDS[python] if _COMMAND_LINE.get() else python
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """``value`` as a message shows a value read from a file: quoted and escaped, at most ``limit`` characters of it."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
+def _pseudo_devices() -> dict[int, str]:
+    """The devices of /proc, /sys and /dev -> their names; only those mounted apart from ``/`` (where /dev is a plain
+    folder of the root file system, its device is every file's)."""
+    root = os.stat("/").st_dev
+    devices = {os.stat(folder).st_dev: folder for folder in _PSEUDO_ROOTS if os.path.isdir(folder)}
+    return {device: folder for device, folder in devices.items() if device != root}
+
+
+def what_it_is(path: Path) -> str | None:
+    """None for a regular file (or a link to one) that may be read; ``"missing"`` for no entry at all; else what the
+    entry is, in words: a folder, a FIFO, a device, a socket, a dangling link, a pseudo-file of /proc, /sys or /dev."""
+    link = f"a link to {os.readlink(path)}, which is " if os.path.islink(path) else ""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return f"{link}missing (a dangling link)" if link else "missing"
+    except OSError as exc:  # a loop of links, a component that is a file, no permission
+        return f"{link}not readable ({exc.strerror})"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+    if (kind := next((name for test, name in kinds if test(info.st_mode)), None)) is not None:
+        return f"{link}{kind}"
+    if (pseudo := _pseudo_devices().get(info.st_dev)) is not None:
+        return f"{link}a pseudo-file of {pseudo}"
+    return None
+
+
+def open_data(path: Path, limit: int, error: type[DataFileError], advice: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file of at most ``limit`` bytes, outside /proc, /sys and /dev;
+    else ``error`` saying what it is (``advice``: what to do), nothing read."""
+    if (problem := what_it_is(path)) == "missing":
+        raise error(f"{path}: missing; {advice}")
+    if problem is not None:
+        raise error(f"{path}: {problem}, not a data file; {advice}")
+    try:
+        stream = open_regular_file(path, limit)
     except UnreadableFileError as exc:
-        raise error(f"{path}: {exc}; delete it to download it again") from None
+        raise error(f"{path}: {exc}; {advice}") from None
+    except OSError as exc:  # replaced since it was looked at
+        raise error(f"{path}: cannot be read ({exc.strerror}); {advice}") from None
+    if (pseudo := _pseudo_devices().get(os.fstat(stream.fileno()).st_dev)) is not None:  # switched since looked at
+        stream.close()
+        raise error(f"{path}: a pseudo-file of {pseudo}, not a data file; {advice}")
+    return stream
+
+
+def read_data(path: Path, limit: int = DATA_LIMIT, error: type[DataFileError] = STSDataError,
+              advice: str = "delete it to download it again") -> bytes:
+    with open_data(path, limit, error, advice) as stream:
+        try:
+            return read_at_most(stream, limit)
+        except UnreadableFileError as exc:  # it grew since it was opened
+            raise error(f"{path}: {exc}; {advice}") from None
+
+
+def data_lines(path: Path, limit: int, error: type[DataFileError], advice: str) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` of a UTF-8 text file as `text_lines` gives them, read a line at a time: the file is never
+    held whole, a line at most LINE_LIMIT bytes. The same errors as `text_lines`, and for a line too long."""
+    with open_data(path, limit, error, advice) as stream:
+        if not _has_content(stream, limit):
+            raise error(f"{path}: the file is empty")
+        size, number = 0, 0
+        while raw := stream.readline(LINE_LIMIT + 1):
+            number += 1
+            if (size := size + len(raw)) > limit:
+                raise error(f"{path}: holds more than {limit:,} bytes; {advice}")
+            if len(raw) > LINE_LIMIT and not raw.endswith(b"\n"):
+                raise error(f"{path}:{number}: a line longer than {LINE_LIMIT:,} bytes: not a line of this format")
+            try:
+                line = raw.removesuffix(b"\n").decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{path}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                            "the files are UTF-8") from None
+            line = line.removesuffix("\r")
+            if "\r" in line:
+                raise error(_CR_ONLY.format(path=path, number=number))
+            yield number, line
+
+
+def _has_content(stream: BinaryIO, limit: int) -> bool:
+    """Whether the file holds a byte other than white space (read in blocks from its start, then rewound)."""
+    size = 0
+    while (block := stream.read(_BLOCK)) and size <= limit:
+        if block.strip():
+            stream.seek(0)
+            return True
+        size += len(block)
+    return False
+
+
+_CR_ONLY = ("{path}:{number}: a carriage return (\\r) that does not end a line: the file has CR-only line ends or a "
+            "stray \\r; convert it to \\n line ends")
 
 
 def lines(path: Path) -> list[str]:
@@ -96,10 +223,7 @@ def text_lines(data: bytes, path: Path, error: type[DataFileError] = STSDataErro
     for number, line in enumerate(out, start=1):
         line = line.removesuffix("\r")
         if "\r" in line:
-            raise error(
-                f"{path}:{number}: a carriage return (\\r) that does not end a line: the file has CR-only "
-                "line ends or a stray \\r; convert it to \\n line ends"
-            )
+            raise error(_CR_ONLY.format(path=path, number=number))
         out[number - 1] = line
     return out
 

@@ -16,7 +16,7 @@ from sklearn.utils import Bunch
 
 from skflow.datasets._checksums import SHA256
 from skflow.datasets._download import Archive, download, mirrored, zenodo_sick
-from skflow.datasets._files import STSDataError, check_file, parse_semeval, parse_sick, parse_stsb
+from skflow.datasets._files import STSDataError, check_file, option, parse_semeval, parse_sick, parse_stsb, what_it_is
 
 __all__ = ["STS_SETS", "STSDataError", "get_data_home", "load_sts"]
 
@@ -234,10 +234,15 @@ def load_sts(
     home = get_data_home(data_home)
     splits = info.splits if split is None else (split,)
     files = info.files(splits)
-    missing = [f for f in files if not (home / f).is_file()]
+    found = {f: what_it_is(home / f) for f in files}
+    if others := [f"{home / f} is {what}, not a file" for f, what in found.items() if what not in (None, "missing")]:
+        raise STSDataError(f"STS set {name!r}: {'; '.join(others)}. Delete it to download it again, or put the file "
+                           "there.")  # never replaced by a download: skflow did not write it
+    missing = [f for f, what in found.items() if what == "missing"]
     if missing:
         if not download_if_missing:
-            raise FileNotFoundError(_missing_message(name, info, home, missing, "download_if_missing=False"))
+            raise FileNotFoundError(_missing_message(name, info, home, missing, "not downloaded, with "
+                                                     f"{option('download_if_missing=False')}"))
         expected = {Path(f).name: SHA256.get(f) for f in info.files(info.splits)}
         try:
             download(info.folder, info.archives, expected, home, info.fallback)
@@ -294,7 +299,7 @@ def _missing_message(name: str, info: _SetInfo, home: Path, missing: list[str], 
     extract = f"the files of its folder {inner}/" if inner else "its files"
     return (
         f"STS set {name!r} is not available: {why}. Missing under {home}: {', '.join(missing)}. "
-        f"The data folder is the data_home argument, else $SKFLOW_DATA, else ~/skflow_data. "
+        f"The data folder is {option('the data_home argument')}, else $SKFLOW_DATA, else ~/skflow_data. "
         f"To provide the files, download {urls} where there is network access and extract "
         f"{extract} into {home / info.folder}/, or point SKFLOW_DATA at a folder that holds {info.folder}/."
     )
