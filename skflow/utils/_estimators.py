@@ -7,24 +7,38 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from numbers import Integral
 
 import numpy as np
 import torch
 from sklearn.base import TransformerMixin
+from sklearn.utils._param_validation import Interval
 from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "PairsTransformerMixin", "float_dtypes", "pairs_score",
-           "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks", "torch_threads",
-           "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "Integers", "PairsTransformerMixin", "float_dtypes",
+           "pairs_score", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks",
+           "torch_threads", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
 # 8192 rows x 384 features in float64 are 25 MB.
 CHUNK_ROWS = 8192
+
+
+class Integers(Interval):
+    """scikit-learn's ``Interval(Integral, left, right, closed=...)``, refusing a bool: ``True`` is an ``Integral``
+    to Python and to scikit-learn, never a count that a user meant. The constraint of every integer parameter of
+    skflow; its error is scikit-learn's own ("must be an int in the range [0, inf). Got True instead.")."""
+
+    def __init__(self, left, right, *, closed):
+        super().__init__(Integral, left, right, closed=closed)
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
 
 
 def float_dtypes(X) -> list:
