@@ -5,12 +5,15 @@ The vectors are seeded anisotropic Gaussians (speed does not depend on what they
 runs in this one process on the same threads (numpy's BLAS pool as it starts: printed), after a warm-up;
 the configurations alternate over the rounds, and the table gives the median of each. The codes are made
 once, before timing (a corpus is quantized when it is stored); the queries' codes are part of each timed
-search. Runs in well under a minute.
+search. Runs in well under a minute. ``--reference PATH`` also times the float searches of another checkout's
+``skflow/compression/_search.py`` (rows marked "reference"), in the same rounds: a change measured on a busy machine.
 
     python benchmarks/search_speed.py [--rounds 15] [--queries 300] [--documents 5183] [--dim 384] [--k 10]
+                                      [--reference PATH]
 """
 
 import argparse
+import importlib.util
 import platform
 import statistics
 import time
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--documents", type=positive, default=5183)
     parser.add_argument("--dim", type=positive, default=384)
     parser.add_argument("--k", type=positive, default=10)
+    parser.add_argument("--reference", help="another skflow checkout whose search is timed beside this one's")
     args = parser.parse_args(argv)
     if args.k > args.documents:
         parser.error(f"--k {args.k} is more than the {args.documents} documents")
@@ -80,6 +84,23 @@ def main(argv: list[str] | None = None) -> None:
                                                                                  lambda: int8.transform(queries),
                                                                                  "dot")),
     }
+    if args.reference:
+        spec = importlib.util.spec_from_file_location("reference_search", f"{args.reference}/skflow/compression/"
+                                                      "_search.py")
+        reference = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(reference)
+        _, top = search(binary.transform(queries), corpus_bits, shortlist, metric="hamming")
+        configurations.update({
+            f"reference: float32 cosine, top {k}": (4 * args.dim, lambda: reference.search(queries, corpus, k)),
+            f"reference: float32 dot, top {k}": (4 * args.dim, lambda: reference.search(queries, corpus, k,
+                                                                                         metric="dot")),
+            f"reference: binary asymmetric (float query), top {k}": (packed, lambda: reference.search(
+                queries, corpus_bits, k, metric="asymmetric")),
+            f"float32 rescoring of the Hamming top {shortlist} alone": (4 * args.dim, lambda: search(
+                queries, corpus, k, candidates=top)),
+            f"reference: float32 rescoring of the Hamming top {shortlist} alone": (4 * args.dim, lambda: (
+                reference.search(queries, corpus, k, candidates=top))),
+        })
     times = {name: [] for name in configurations}
     for _, call in configurations.values():
         call()  # warm-up

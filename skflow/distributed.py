@@ -6,7 +6,7 @@ Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 import gc
 import os
 from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
 
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
@@ -16,7 +16,7 @@ from skflow.embedder import BertEmbedder
 from skflow.embedding import pinned_model_source
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
-from skflow.utils import OutputPathError, check_given_name, resolve_device, torch_threads
+from skflow.utils import Integers, OutputPathError, check_given_name, resolve_device, torch_threads
 
 __all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "read_texts", "transform"]
 
@@ -28,9 +28,9 @@ _SAME_VECTORS = ("model_name_or_path", "revision", "batch_size", "device", "show
                  "trust_remote_code")
 # The actors' options, checked by sklearn before any work (a ValueError); the command line reads their ranges here.
 ACTOR_OPTIONS = {
-    "workers": [Interval(Integral, 1, None, closed="left")],
+    "workers": [Integers(1, None, closed="left")],
     "gpus_per_worker": [Interval(Real, 0, None, closed="left")],
-    "threads_per_worker": [Interval(Integral, 1, None, closed="left"), None],
+    "threads_per_worker": [Integers(1, None, closed="left"), None],
 }
 
 

@@ -3,11 +3,10 @@
 import logging
 import os
 import warnings
-from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from skflow.embedding import (
     DEFAULT_MODEL,
@@ -26,7 +25,7 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
-from skflow.utils import PairsTransformerMixin, check_given_name
+from skflow.utils import Integers, PairsTransformerMixin, check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 
@@ -171,9 +170,9 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "model_name_or_path": [str, os.PathLike],
         "pooling": [StrOptions(set(POOLINGS))],
-        "layers": [Integral, "array-like", None],
-        "max_length": [Interval(Integral, 2, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "layers": [Integers(None, None, closed="neither"), "array-like", None],
+        "max_length": [Integers(2, None, closed="left")],
+        "batch_size": [Integers(1, None, closed="left")],
         "device": [str],
         "dtype": [StrOptions({"auto", *DTYPES})],
         "normalize": ["boolean"],

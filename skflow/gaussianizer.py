@@ -1,6 +1,6 @@
 """FlowGaussianizer: BERT-flow's Glow as a scikit-learn estimator."""
 
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from skflow.flow_estimator import (
     training_rows,
 )
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.utils import progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
+from skflow.utils import Integers, progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
 
 __all__ = ["MAX_EPOCHS", "ConstantFeaturesWarning", "FlowGaussianizer", "check_trainable"]
 
@@ -189,19 +189,19 @@ class FlowGaussianizer(BaseFlow):
     """
 
     _parameter_constraints: dict = {
-        "n_levels": [Interval(Integral, 1, None, closed="left")],
-        "depth": [Interval(Integral, 1, None, closed="left")],
-        "hidden_channels": [Interval(Integral, 1, None, closed="left")],
+        "n_levels": [Integers(1, None, closed="left")],
+        "depth": [Integers(1, None, closed="left")],
+        "hidden_channels": [Integers(1, None, closed="left")],
         "coupling": [StrOptions(set(COUPLINGS))],
         "permutation": [StrOptions(set(PERMUTATIONS))],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_epochs": [Interval(Integral, 1, MAX_EPOCHS, closed="both")],
+        "batch_size": [Integers(1, None, closed="left")],
+        "max_epochs": [Integers(1, MAX_EPOCHS, closed="both")],
         "clip_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "n_iter_no_change": [Integers(1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str],
         "random_state": ["random_state"],

@@ -3,6 +3,7 @@ the round trip, scikit-learn compliance, saved states, and every search against 
 
 import doctest
 import pickle
+import tracemalloc
 
 import joblib
 import numpy as np
@@ -70,6 +71,32 @@ def test_int8_codes_are_clipped_outside_the_fitted_range_not_wrapped():
     assert np.array_equal(uint8.transform(outside), [[0, 255, 0], [255, 0, 1], [255, 255, 0]])
     # (without the clip, 3.0 would be level 509, wrapped to -3 in int8: the sign of the dimension flipped)
     assert np.array_equal(int8.inverse_transform(int8.transform(X))[:, 2], [10, 10, 10])  # constant: exact
+
+
+def _st_inputs(X: np.ndarray) -> dict:
+    """``X`` in every dtype and container sentence-transformers quantizes, each with the array it reads it as."""
+    import torch
+
+    tensor = torch.from_numpy(X.astype(np.float32))
+    return {"float32": (X, X), "float64": (X.astype(np.float64),) * 2, "float16": (X.astype(np.float16),) * 2,
+            "torch float32": (tensor, X), "torch float16": (tensor.half(), tensor.half().numpy()),
+            "torch bfloat16": (tensor.bfloat16(), tensor.bfloat16().float().numpy())}
+
+
+def test_float16_and_tensors_give_sentence_transformers_codes():
+    """float16 rows became float64 (ST: float16 - float32 is float32): 261 of 768,000 int8 codes differed here, 8 of
+    38,400 in the issue; a float32 tensor became float64 too. Each is computed in the dtype ST computes in."""
+    X = (np.random.RandomState(0).normal(size=(2000, 384)) * 0.05).astype(np.float32)
+    differed = {}
+    for name, (given, as_read) in _st_inputs(X).items():
+        for precision in PRECISIONS:
+            expected = quantize_embeddings(as_read, precision=precision, calibration_embeddings=as_read)
+            quantizer = Quantizer(precision=precision).fit(given)
+            assert np.array_equal(quantizer.transform(given), expected), (name, precision)
+            assert np.array_equal(quantizer.transform(given.reshape(1000, 2, 384)), expected.reshape(1000, 2, -1))
+            if precision == "int8" and name in ("float16", "torch float32"):  # what they gave, made float64
+                differed[name] = int((Quantizer().fit(as_read).transform(as_read.astype(np.float64)) != expected).sum())
+    assert differed["float16"] > 100 and differed["torch float32"] > 100, differed  # the test sees the difference
 
 
 def test_inverse_transform_refuses_other_codes():
@@ -225,6 +252,15 @@ def test_search_refuses_what_it_cannot_rank():
         "queries have 16 features but the corpus has 8": dict(queries=floats, corpus=floats[:, :8]),
         "k must be an int from 1 to the 3 documents": dict(queries=floats, corpus=floats, k=4),
         "queries must be finite": dict(queries=floats + np.nan, corpus=floats),
+        "corpus must be finite: row 2 holds nan": dict(queries=floats, corpus=np.vstack([floats[:2], [np.nan] * 16]),
+                                                       k=1),
+        "corpus must be finite: row 1 holds -inf": dict(queries=floats, corpus=[[0] * 16, [0, -np.inf] + [0] * 14],
+                                                        k=1, candidates=[[1]] * 3, metric="dot"),
+        r"the dot score of query 0 and corpus row 1 is beyond float32's range \(\+-3.4e\+38\): divide the vectors by a "
+        "constant": dict(queries=np.full((1, 2), 2e19, np.float32), corpus=np.float32([[0, 1], [2e19, 1]]), k=1,
+                         metric="dot"),
+        r"the asymmetric score of query 0 and corpus row 0 is beyond float64's range": dict(
+            queries=np.full((1, 16), 1e308), corpus=np.full((1, 2), 255, np.uint8), k=1, metric="asymmetric"),
         "corpus must be a 2-D array of numbers": dict(queries=floats, corpus=floats[0]),
         "candidates must be distinct": dict(queries=floats, corpus=floats, k=1, candidates=[[0, 0]] * 3),
         "candidates must be corpus rows, from 0 to 2": dict(queries=floats, corpus=floats, k=1, candidates=[[3]] * 3),
@@ -250,6 +286,109 @@ def test_wider_integers_give_exact_dots_and_no_queries_give_no_results():
         assert scores.dtype == search(queries, corpus, 2, metric=metric)[0].dtype  # int64 for Hamming
 
 
+def _positions(indices: np.ndarray, rows) -> np.ndarray:
+    """Where each of ``rows`` is in a ranking of every corpus row."""
+    return np.argsort(indices)[rows]
+
+
+@pytest.mark.parametrize("chunk", [_search.CHUNK_ELEMENTS, 100_000])
+def test_equal_rows_tie_wherever_they_are(monkeypatch, chunk):
+    """BLAS rounds a row's score by where the row falls in its block (edge kernels): one query against 5,183 rows
+    scored the last copies of a row apart from the others, so copies were neither tied nor ranked by index. Each
+    score returned is now the fixed-order dot of the two vectors: copies tie, in index order, in every block and
+    on every path (candidates too), and a row times 2 ties with it under cosine."""
+    monkeypatch.setattr(_search, "CHUNK_ELEMENTS", chunk)  # 100,000: the copies fall in several blocks
+    rng = np.random.RandomState(0)
+    corpus = rng.normal(size=(5183, 384)).astype(np.float32)
+    copies = [0, 1, 2, 700, 4095, 4096, 5180, 5181, 5182]
+    corpus[copies] = corpus[0]
+    queries = rng.normal(size=(5, 384)).astype(np.float32)
+    bits = np.packbits(corpus > 0, axis=1)
+    cases = {"cosine": (queries, corpus), "dot": (queries, corpus), "asymmetric": (queries, bits),
+             "cosine, float64 queries": (queries.astype(np.float64), corpus)}
+    for name, (q, c) in cases.items():
+        metric = name.split(",")[0]
+        for n_queries in (1, 5):  # a product of one query (gemv: the issue's case) and of several
+            scores, indices = search(q[:n_queries], c, len(c), metric=metric)
+            for row in range(n_queries):
+                at = _positions(indices[row], copies)
+                assert np.array_equal(at, at[0] + np.arange(len(copies))), (name, n_queries, row)
+                assert (scores[row, at] == scores[row, at[0]]).all(), (name, n_queries, row)
+                rescored = search(q[row : row + 1], c, 4, metric=metric, candidates=[copies[::-1]])
+                assert rescored[1].tolist() == [copies[:4]] and (rescored[0] == scores[row, at[0]]).all()
+        reference = (q.astype(np.float64) @ (2 * _bits(c, 384) - 1.0 if metric == "asymmetric" else c).T)
+        if metric == "cosine":
+            reference /= np.outer(np.linalg.norm(q, axis=1), np.linalg.norm(c.astype(np.float64), axis=1))
+        scores, indices = search(q, c, 50, metric=metric)
+        assert np.abs(np.take_along_axis(reference, indices, axis=1) - scores).max() < 1e-5 * np.abs(scores).max()
+        assert np.abs(np.sort(reference, axis=1)[:, ::-1][:, :50] - scores).max() < 1e-5 * np.abs(scores).max()
+    doubled = corpus.copy()
+    doubled[3] = 2 * corpus[0]  # exact: the same unit vector
+    scores, indices = search(queries[:1], doubled, len(doubled))
+    at = _positions(indices[0], [0, 1, 2, 3, 700])
+    assert np.array_equal(at, at[0] + np.arange(5)) and (scores[0, at] == scores[0, at[0]]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_beyond_the_range_of_their_squares_score_as_their_direction(dtype):
+    """A row at 3e38 or scaled by 1e-40 (float32) scored 0 against everything, silently: its squares overflowed or
+    underflowed. Each row is scaled by a power of 2 before its norm: multiples of a row by powers of 2 tie with it
+    exactly (cosine 1), other scalings within their rounding, as queries and as documents."""
+    rng = np.random.RandomState(1)
+    others = rng.normal(size=(3, 64))
+    x = rng.normal(size=64)
+    huge, tiny, power = (3e38, 1e-40, 100) if dtype == np.float32 else (1e308, 1e-310, 600)
+    scaled = np.array([x, x * 2.0**power, x * 2.0**-power, x / np.abs(x).max() * huge, x * tiny]).astype(dtype)
+    corpus = np.vstack([scaled, others.astype(dtype)])
+    assert np.isinf((scaled[1].astype(dtype) ** 2).sum()) and (scaled[2] ** 2).sum() == 0  # the norms overflow...
+    scores, indices = search(scaled, corpus, 8)
+    assert (np.sort(indices[:, :5]) == np.arange(5)).all()  # the five first (they scored 0: after a positive one)
+    assert (scores[:3, :3] == scores[0, 0]).all() and abs(scores[0, 0] - 1) < 1e-6  # powers of 2: exact ties
+    assert np.abs(scores[:, :5] - 1).max() < (1e-4 if dtype == np.float32 else 1e-9)  # the subnormal row's rounding
+    expected = others @ x / np.linalg.norm(others, axis=1) / np.linalg.norm(x)
+    for query in range(5):
+        assert np.allclose(scores[query, 5:], np.sort(expected)[::-1], atol=1e-4), query
+
+
+def test_a_memmap_corpus_is_read_a_block_at_a_time(tmp_path, monkeypatch):
+    """`search(Q, memmap)` made a normalised copy of the whole corpus (cosine) and a full `isfinite` mask (every float
+    metric): a 1.43 GiB corpus cost +1.44 GiB, dot +0.36 GiB (`benchmarks/search_memory.py` measures that size).
+    Here, blocks of 2**18 numbers (1 MiB of float32) and a 59 MiB memmap: numpy's buffers, traced by tracemalloc,
+    peak at a few blocks for every metric and path (they were 61 MiB and 15 MiB), with the in-memory results."""
+    monkeypatch.setattr(_search, "CHUNK_ELEMENTS", 2**18)
+    rng = np.random.RandomState(0)
+    writer = np.lib.format.open_memmap(tmp_path / "corpus.npy", mode="w+", dtype=np.float32, shape=(40_000, 384))
+    for start in range(0, 40_000, 5000):
+        writer[start : start + 5000] = rng.normal(size=(5000, 384)) + 0.3
+    writer.flush()
+    del writer
+    corpus = np.load(tmp_path / "corpus.npy", mmap_mode="r")
+    bits = np.vstack([np.packbits(corpus[start : start + 5000] > 0, axis=1) for start in range(0, 40_000, 5000)])
+    queries = rng.normal(size=(20, 384)).astype(np.float32)
+    candidates = np.array([rng.choice(40_000, 300, replace=False) for _ in range(20)])
+    calls = {
+        "cosine": lambda c: search(queries, c, 10),
+        "dot": lambda c: search(queries, c, 10, metric="dot"),
+        "cosine of float64 queries (the corpus made float64 a block at a time)": lambda c: search(
+            queries.astype(np.float64), c, 10),
+        "cosine of 300 candidates": lambda c: search(queries, c, 10, candidates=candidates),
+    }
+    in_memory = np.array(corpus)
+    expected = {name: call(in_memory) for name, call in calls.items()}
+    del in_memory
+    peaks = {}
+    for name, call in calls.items():
+        tracemalloc.start()
+        try:
+            found = call(corpus)
+            peaks[name] = tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
+        assert all(np.array_equal(a, b) for a, b in zip(found, expected[name])), name
+    assert search(queries, bits, 10, metric="asymmetric")[1].shape == (20, 10)
+    assert max(peaks.values()) < 6, peaks  # MiB: a few blocks (float64: twice the bytes), not 59 MiB
+
+
 # ------------------------------------------------------------------ real embeddings
 @pytest.fixture(scope="module")
 def stsb(stsb_test_mean):
@@ -262,10 +401,10 @@ def test_codes_are_sentence_transformers_codes_bit_for_bit(stsb):
     inside, outside = X[:2000], X[2000:]  # fitted on the first 2,000 sentences
     for precision in PRECISIONS:
         quantizer = Quantizer(precision=precision).fit(inside)
-        for rows in (inside, inside.astype(np.float64)):
-            expected = quantize_embeddings(rows, precision=precision, calibration_embeddings=rows)
-            assert np.array_equal(quantizer.transform(rows), expected) and quantizer.transform(rows).dtype == \
-                expected.dtype, precision
+        for name, (given, as_read) in _st_inputs(inside).items():  # float32, float64, float16, torch tensors
+            expected = quantize_embeddings(as_read, precision=precision, calibration_embeddings=as_read)
+            codes = Quantizer(precision=precision).fit(given).transform(given)
+            assert np.array_equal(codes, expected) and codes.dtype == expected.dtype, (precision, name)
         if precision.endswith("int8"):  # ST's ranges as given: the same codes on new rows, whether or not inside
             expected = quantize_embeddings(outside, precision=precision, ranges=quantizer.ranges_)
             assert np.array_equal(quantizer.transform(outside), expected)
@@ -325,6 +464,28 @@ def test_binary_search_rescored_finds_what_float_search_finds(stsb):
         np.linalg.norm(queries, axis=1), np.linalg.norm(corpus, axis=1))
     assert np.abs(np.take_along_axis(reference, float_top, axis=1) - float_scores).max() < 1e-5
     assert np.abs(np.sort(reference, axis=1)[:, ::-1][:, :10] - float_scores).max() < 1e-5
+
+
+def test_equal_real_embeddings_tie_in_index_order(stsb):
+    """STS-B's second sentences (1,379 vectors of the bundled encoder, some sentences there more than once) with
+    copies of one planted in the middle and at the end: 36 groups of equal vectors, each tied in index order, for
+    one query and for 50, by cosine and by dot product, on the float path and among candidates."""
+    pairs, _, _ = stsb
+    corpus = pairs[:, 1].copy()
+    corpus[[5, 600, 1376, 1377, 1378]] = corpus[5]
+    _, group, sizes = np.unique(corpus, axis=0, return_inverse=True, return_counts=True)
+    groups = [np.flatnonzero(group == g) for g in np.flatnonzero(sizes > 1)]
+    assert len(groups) == 36 and any({5, 600, 1376, 1377, 1378} <= set(rows) for rows in groups)
+    for metric in ("cosine", "dot"):
+        for n_queries in (1, 50):
+            scores, indices = search(pairs[:n_queries, 0], corpus, len(corpus), metric=metric)
+            for row in range(n_queries):
+                for rows in groups:
+                    at = _positions(indices[row], rows)
+                    assert np.array_equal(at, at[0] + np.arange(len(rows))), (metric, n_queries, row, rows)
+                    assert (scores[row, at] == scores[row, at[0]]).all()
+        rescored, found = search(pairs[:1, 0], corpus, 5, metric=metric, candidates=[[1378, 600, 5, 1377, 1376]])
+        assert found.tolist() == [[5, 600, 1376, 1377, 1378]] and len(set(rescored[0].tolist())) == 1
 
 
 def test_the_speed_benchmark_names_what_it_timed(capsys):

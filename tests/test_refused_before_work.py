@@ -1,10 +1,12 @@
 """Sizes that cannot work are refused in one line before any embedding or training (they used to fail after
 about 70 s of embedding, or were accepted and ran for days)."""
 
+import functools
 import os
 import re
 import subprocess
 import sys
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +178,57 @@ def test_an_encoder_batch_beyond_this_machines_memory_is_refused_before_any_enco
     assert len(embedder.get_feature_names_out()) == 384
     pipe = make_pipeline(embedder, MeanDirectionRemover().fit(np.random.RandomState(0).normal(size=(50, 384))))
     assert (export_sentence_transformer(pipe, tmp_path / "exported") / "modules.json").is_file()
+
+
+def _skflow_estimators() -> list[type]:
+    """Every estimator class skflow defines (subclasses of scikit-learn's BaseEstimator, its bases included)."""
+    from sklearn.base import BaseEstimator
+
+    import skflow.compression
+    import skflow.whitening  # noqa: F401
+
+    found, pending = set(), [BaseEstimator]
+    while pending:
+        for cls in pending.pop().__subclasses__():
+            found.add(cls)
+            pending.append(cls)
+    return sorted((cls for cls in found if cls.__module__.startswith("skflow")), key=lambda cls: cls.__name__)
+
+
+def test_every_integer_parameter_refuses_a_bool_in_scikit_learns_words():
+    """`ITQRotation(n_iter=True)` fitted 1 step: True is an Integral to Python and to scikit-learn. Every integer
+    constraint of every estimator (and of the Ray commands' actor options) is `skflow.utils.Integers`, which refuses
+    True and numpy's True, and takes the ints it took."""
+    from sklearn.utils._param_validation import Interval, InvalidParameterError, validate_parameter_constraints
+
+    from skflow.utils import Integers
+
+    owners = {cls.__name__: (getattr(cls, "_parameter_constraints", {}), cls) for cls in _skflow_estimators()}
+    owners["skflow.distributed (actor options)"] = (distributed.ACTOR_OPTIONS, None)
+    checked = []
+    for owner, (constraints, cls) in owners.items():
+        for param, options in constraints.items():
+            options = options if isinstance(options, list) else []  # "no_validation"
+            integers = [c for c in options if isinstance(c, Interval) and c.type is Integral or c in (Integral, int)]
+            if not integers:
+                continue
+            assert all(isinstance(c, Integers) for c in integers), f"{owner}.{param}: {integers} (use Integers)"
+            interval = integers[0]
+            valid = interval.left if interval.left is not None else 0
+            valid = valid if interval.closed in ("left", "both") or interval.left is None else valid + 1
+            for value, accepted in ((True, False), (np.True_, False), (valid, True), (np.int64(valid), True)):
+                if cls is None:
+                    call = functools.partial(validate_parameter_constraints, constraints, {param: value}, owner)
+                else:
+                    call = cls(**{param: value})._validate_params
+                if accepted:
+                    call()
+                else:
+                    message = (rf"The '{param}' parameter of {re.escape(owner)} must be an int in the range .*\. Got "
+                               rf"{re.escape(repr(value))} instead\.")
+                    with pytest.raises(InvalidParameterError, match=message):
+                        call()
+            checked.append(f"{owner}.{param}")
+    assert len(checked) == 15, checked
+    assert {"ITQRotation.n_iter", "ITQRotation.n_components", "Whitener.n_components", "BertEmbedder.layers",
+            "FlowGaussianizer.max_epochs", "skflow.distributed (actor options).workers"} <= set(checked)

@@ -4,6 +4,7 @@ sentence-transformers' layouts."""
 from numbers import Integral
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -31,7 +32,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     """Compress embeddings to int8 codes or to one bit per dimension, as sentence-transformers stores them.
 
     The codes are those of sentence-transformers' ``quantize_embeddings``,
-    bit for bit, with the fitted corpus as its ``calibration_embeddings``:
+    bit for bit, with the fitted corpus as its ``calibration_embeddings``,
+    computed in the dtype it computes in: float64 rows in float64, float32
+    and float16 rows in float32, a torch tensor as it reads one (bfloat16 as
+    float32):
 
     - ``"int8"``: each dimension's range ``[min, max]`` over the rows seen in
       :term:`fit` is cut into 255 steps, ``q = floor((x - min) / step)`` in
@@ -115,6 +119,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
 
     _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))]}
+    # float16 stays float16, as in sentence-transformers: its codes are computed in float32 (float16 - float32)
+    _kept_dtypes = [np.float64, np.float32, np.float16]
 
     def __init__(self, *, precision="int8"):
         self.precision = precision
@@ -137,7 +143,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             The fitted estimator.
         """
         with unchanged_on_failure(self):
-            X2d = validate_embeddings(self, X, reset=True)[0]
+            X2d = validate_embeddings(self, _as_numpy(X), reset=True)[0]
             if self._integers:
                 low, high = np.full(X2d.shape[1], np.inf), np.full(X2d.shape[1], -np.inf)
                 for _, part in row_chunks(X2d):
@@ -165,7 +171,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ``ceil(n_features / 8)`` for binary codes.
         """
         check_is_fitted(self, self._fitted_names)
-        X2d, shape = validate_embeddings(self, X, reset=False)
+        X2d, shape = validate_embeddings(self, _as_numpy(X), reset=False)
         codes = np.empty((X2d.shape[0], self._n_features_out), dtype=self._code_dtype)
         for start, part in row_chunks(X2d):
             codes[start : start + len(part)] = self._codes(part)
@@ -213,7 +219,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             `inverse_transform`, 1 for codes that lose nothing.
         """
         check_is_fitted(self, self._fitted_names)
-        return pairs_score(self, X, y, self._round_trip, self._kept_cosine, "the mean cosine with the dequantized rows")
+        return pairs_score(self, _as_numpy(X), y, self._round_trip, self._kept_cosine,
+                           "the mean cosine with the dequantized rows")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -287,3 +294,11 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                        and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")
+
+
+def _as_numpy(X):
+    """A torch tensor as sentence-transformers reads it (its dtype kept, bfloat16 as float32), so that its codes are
+    computed in the same dtype (scikit-learn's checks make a tensor float64); anything else as it is."""
+    if isinstance(X, torch.Tensor):
+        return (X.float() if X.dtype == torch.bfloat16 else X).detach().cpu().numpy()
+    return X

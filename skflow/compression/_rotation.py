@@ -4,9 +4,8 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
 
-from skflow.utils import InvalidModelError, row_chunks
+from skflow.utils import Integers, InvalidModelError, row_chunks
 from skflow.whitening import MAGNITUDE_LIMIT, LinearPostProcessor, Whitener
 
 __all__ = ["ITQRotation"]
@@ -131,8 +130,8 @@ class ITQRotation(LinearPostProcessor):
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
 
     _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
-        "n_iter": [Interval(Integral, 0, None, closed="left")],
+        "n_components": [Integers(1, None, closed="left"), None],
+        "n_iter": [Integers(0, None, closed="left")],
         "random_state": ["random_state"],
     }
     _FITTED: dict = {

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
+
 __all__ = ["search"]
 
 METRICS = ("cosine", "dot", "hamming", "asymmetric")
@@ -18,9 +20,19 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
            candidates=None) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` corpus rows that score highest against each query, best first.
 
-    Exact (brute force, the corpus a chunk of rows at a time). Ties are
-    broken by the lower corpus index, so the result is a function of the
-    inputs alone.
+    Exact (brute force), the corpus read a block of rows at a time for every
+    metric: a memory-mapped corpus is never held whole, nor any copy of it.
+    Ties are broken by the lower corpus index, so the result is a function
+    of the inputs alone.
+
+    A float score is the dot product of the two vectors (unit vectors for
+    ``"cosine"``) summed in one fixed order, whatever the row's place in the
+    corpus: equal rows score equally and rank by index. (BLAS, whose
+    rounding depends on that place, only picks the rows that can rank.) A
+    row whose squares overflow or underflow (3e38, 1e-40 in float32) is
+    scaled by a power of 2 before its norm, so it scores as its direction.
+    A corpus row that is not finite, or a score beyond the dtype's range, is
+    a ``ValueError`` naming the row, raised when its block is read.
 
     Parameters
     ----------
@@ -71,7 +83,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus")
+    queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus", finite=False)  # checked a block at a time
     codes = metric in ("hamming", "asymmetric")
     if codes and corpus.dtype not in (np.int8, np.uint8):
         raise ValueError(f"metric={metric!r} needs packed binary codes (int8 or uint8) as the corpus, got "
@@ -88,42 +100,52 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     if not codes and {queries.dtype, corpus.dtype} == {np.dtype(np.int8), np.dtype(np.uint8)}:
         raise ValueError("queries and corpus are int8 and uint8 codes: a Quantizer's uint8 codes are its int8 ones "
                          "plus 128, so their scores mean nothing; give both sides the same precision")
-    score = _SCORES[metric](queries, corpus)
-    # what a document costs in memory: per query (a score; Hamming: its XOR too), and once (its vector)
-    per_pair = 2 if metric == "hamming" else 1
-    per_document = queries.shape[1] * (8 if metric == "hamming" else 1)
+    if metric == "hamming" or metric == "dot" and queries.dtype.kind in "iu" and corpus.dtype.kind in "iu":
+        score = (_hamming if metric == "hamming" else _integer_dot)(queries, corpus)
+        # what a document costs in memory: per query (a score; Hamming: its XOR too), and once (its vector)
+        per_pair = 2 if metric == "hamming" else 1
+        per_document = queries.shape[1] * (8 if metric == "hamming" else 1)
+        if candidates is None:
+            return _top_k_chunked(score, len(queries), len(corpus), k, len(queries) * per_pair + per_document)
+        candidates = _candidates(candidates, len(queries), len(corpus), k)
+        step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * (per_pair + per_document)))
+        values = np.concatenate([score(candidates[start : start + step], rows=slice(start, start + step))
+                                 for start in range(0, len(candidates), step)] or [score(candidates,
+                                                                                         rows=slice(0, 0))])
+        return _top_k(values, candidates, k)
     if candidates is None:
-        return _top_k_chunked(score, len(queries), len(corpus), k, len(queries) * per_pair + per_document)
-    candidates = _candidates(candidates, len(queries), len(corpus), k)
-    step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * (per_pair + per_document)))
-    values = np.concatenate([score(candidates[start : start + step], rows=slice(start, start + step))
-                             for start in range(0, len(candidates), step)] or [score(candidates, rows=slice(0, 0))])
-    return _top_k(values, candidates, k)
+        _check_k(k, len(corpus), "documents")
+    else:
+        candidates = _candidates(candidates, len(queries), len(corpus), k)
+    float_metric = FloatMetric(metric, queries, corpus)
+    if candidates is None:
+        # what a document costs in memory, in numbers: its vector (where its dtype changes, or its bits unpacked),
+        # and per query its score, a partitioned copy (the first block's) and a mask; a pair rescored, two rows
+        per_document = queries.shape[1] + 9 * len(queries) // 4 + 1
+        return float_top_k(float_metric, corpus, k, max(k, CHUNK_ELEMENTS // per_document),
+                           max(1, CHUNK_ELEMENTS // (2 * queries.shape[1])))
+    # a candidate costs its row, read, and its vector where the dtype changes
+    step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * 2 * queries.shape[1]))
+    return _top_k(float_candidates(float_metric, corpus, candidates, k, step), candidates, k)
 
 
-# ---------------------------------------------------------------- scores
-# Each metric gives ``score(documents, rows=slice)``: the scores of the queries of ``rows`` (all: slice(None))
+# ---------------------------------------------------------------- integer scores
+# Each gives ``score(documents, rows=slice)``: the exact scores of the queries of ``rows`` (all: slice(None))
 # against ``documents``, a 2-D block of corpus rows shared by those queries or a 3-D one, per query.
-def _cosine(queries, corpus):
-    return _dot(_normalized(queries), _normalized(corpus))
-
-
-def _dot(queries, corpus):
-    integers = queries.dtype.kind in "iu" and corpus.dtype.kind in "iu"
+def _integer_dot(queries, corpus):
     # every partial sum an integer below 2**24 (int8: up to 1,023 dimensions), else below 2**53 in float64
-    bound = queries.shape[1] * _largest(queries) * _largest(corpus) if integers else None
-    if integers and bound >= EXACT_FLOAT64:
+    bound = queries.shape[1] * _largest(queries) * _largest(corpus)
+    if bound >= EXACT_FLOAT64:
         raise ValueError(f"integer dot products of up to {bound:.3g} are beyond the integers float64 holds exactly "
                          "(2**53): pass float vectors, or int8 or uint8 codes")
-    exact = integers and bound < EXACT_FLOAT32
-    dtype = np.float32 if exact else np.float64 if integers else np.result_type(queries.dtype, corpus.dtype,
-                                                                                 np.float32)
+    exact = bound < EXACT_FLOAT32
+    dtype = np.float32 if exact else np.float64
     q = queries.astype(dtype, copy=False)
 
     def score(documents, rows=slice(None)):
         d = documents.astype(dtype, copy=False)
         out = q[rows] @ d.T if d.ndim == 2 else np.matmul(d, q[rows, :, None])[..., 0]
-        return out.astype(np.int32 if exact else np.int64) if integers else out
+        return out.astype(np.int32 if exact else np.int64)
     return _on_corpus(score, corpus)
 
 
@@ -144,33 +166,11 @@ def _hamming(queries, corpus):
     return _on_corpus(score, corpus)
 
 
-def _asymmetric(queries, corpus):
-    n_features = queries.shape[1]
-    flip = np.uint8(128 if corpus.dtype == np.int8 else 0)  # "binary" codes are the packed bytes minus 128
-    q = queries.astype(np.result_type(queries.dtype, np.float32), copy=False)
-    totals = q.sum(axis=1, keepdims=True)
-
-    def score(documents, rows=slice(None)):
-        bits = np.unpackbits(documents.view(np.uint8) ^ flip, axis=-1, count=n_features).astype(q.dtype)
-        dots = q[rows] @ bits.T if bits.ndim == 2 else np.matmul(bits, q[rows, :, None])[..., 0]
-        return 2 * dots - totals[rows]
-    return _on_corpus(score, corpus)
-
-
-_SCORES = {"cosine": _cosine, "dot": _dot, "hamming": _hamming, "asymmetric": _asymmetric}
-
-
 def _on_corpus(score, corpus):
     """``score`` taking corpus rows: a slice of them or, per query, an array of their indices."""
     def scores(part, rows=slice(None)):
         return score(corpus[part], rows)
     return scores
-
-
-def _normalized(X: np.ndarray) -> np.ndarray:
-    X = X.astype(np.result_type(X.dtype, np.float32), copy=False)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
 
 
 def _largest(codes: np.ndarray) -> int:
@@ -238,12 +238,12 @@ def _key_bound(scores: np.ndarray, indices: np.ndarray) -> int:
 
 
 # ---------------------------------------------------------------- inputs
-def _matrix(X, name: str) -> np.ndarray:
+def _matrix(X, name: str, finite: bool = True) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim != 2 or X.dtype.kind not in "fiu" or X.dtype.itemsize > 8 or not X.shape[1]:
         raise ValueError(f"{name} must be a 2-D array of numbers (at least one column), got shape {X.shape} and "
                          f"dtype {X.dtype}")
-    if X.dtype.kind == "f" and not np.isfinite(X).all():
+    if finite and X.dtype.kind == "f" and not np.isfinite(X).all():
         raise ValueError(f"{name} must be finite")
     return X
 

@@ -7,19 +7,21 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from numbers import Integral
 
 import numpy as np
 import torch
 from sklearn.base import TransformerMixin
+from sklearn.utils._param_validation import Interval
 from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "PairsTransformerMixin", "float_dtypes", "pairs_score",
-           "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks", "torch_threads",
-           "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "Integers", "PairsTransformerMixin", "float_dtypes",
+           "pairs_score", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks",
+           "torch_threads", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
 # Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
@@ -27,27 +29,43 @@ FLOAT_DTYPES = [np.float64, np.float32]
 CHUNK_ROWS = 8192
 
 
-def float_dtypes(X) -> list:
-    """The dtypes for ``check_array``: a polars frame of float32 columns stays float32 (as a pandas one does)."""
+class Integers(Interval):
+    """scikit-learn's ``Interval(Integral, left, right, closed=...)``, refusing a bool: ``True`` is an ``Integral``
+    to Python and to scikit-learn, never a count that a user meant. The constraint of every integer parameter of
+    skflow; its error is scikit-learn's own ("must be an int in the range [0, inf). Got True instead.")."""
+
+    def __init__(self, left, right, *, closed):
+        super().__init__(Integral, left, right, closed=closed)
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+def float_dtypes(X, kept=FLOAT_DTYPES) -> list:
+    """The dtypes for ``check_array``: those ``kept`` as they are (others become the first); a polars frame of
+    float32 columns stays float32 (as a pandas one does)."""
     polars32 = type(X).__module__.startswith("polars") and all(str(d) == "Float32" for d in X.dtypes)
-    return [np.float32] if polars32 else FLOAT_DTYPES
+    return [np.float32] if polars32 else kept
 
 
 def validate_embeddings(estimator, X, *, reset: bool) -> tuple[np.ndarray, tuple[int, ...]]:
-    """2-D or 3-D input validated for ``estimator``, as 2-D rows, and its shape; ``reset`` (fit) needs two rows."""
+    """2-D or 3-D input validated for ``estimator``, as 2-D rows, and its shape; ``reset`` (fit) needs two rows.
+    Floats of the estimator's ``_kept_dtypes`` (default: float64 and float32) stay as they are, others become the
+    first of them."""
     min_samples = 2 if reset else 1
+    kept = getattr(estimator, "_kept_dtypes", FLOAT_DTYPES)
     try:
         ndim = np.ndim(X)  # an array's, a tensor's or a frame's own; nested lists made into an array
     except (ValueError, TypeError):  # ragged lists: the validation names the problem
         ndim = -1
     if ndim == 3:
-        X3 = check_array(X, dtype=float_dtypes(X), allow_nd=True, ensure_min_samples=1, input_name="X")
+        X3 = check_array(X, dtype=float_dtypes(X, kept), allow_nd=True, ensure_min_samples=1, input_name="X")
         rows = X3.reshape(X3.shape[0] * X3.shape[1], X3.shape[2])  # not (-1, d): that fails for d = 0
         with warnings.catch_warnings():  # 3-D input has no column names to check against those fitted on
             warnings.filterwarnings("ignore", "X does not have valid feature names", UserWarning)
-            X2d = validate_data(estimator, rows, reset=reset, dtype=FLOAT_DTYPES, ensure_min_samples=min_samples)
+            X2d = validate_data(estimator, rows, reset=reset, dtype=kept, ensure_min_samples=min_samples)
         return X2d, X3.shape
-    X2d = validate_data(estimator, X, reset=reset, dtype=float_dtypes(X), ensure_min_samples=min_samples)
+    X2d = validate_data(estimator, X, reset=reset, dtype=float_dtypes(X, kept), ensure_min_samples=min_samples)
     return X2d, X2d.shape
 
 

@@ -5,7 +5,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from skflow.utils import InvalidModelError
+from skflow.utils import Integers, InvalidModelError
 from skflow.whitening._covariance import MAGNITUDE_LIMIT, FewRowsWarning, RunningMoments, warn_few_rows
 from skflow.whitening._linear import LinearPostProcessor
 
@@ -155,9 +155,9 @@ class Whitener(LinearPostProcessor):
     __module__ = "skflow.whitening"  # the name saved files give it, whatever module defines it
 
     _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "n_components": [Integers(1, None, closed="left"), None],
         "power": [Interval(Real, 0, 1, closed="both")],
-        "n_remove": [Interval(Integral, 0, None, closed="left")],
+        "n_remove": [Integers(0, None, closed="left")],
         "eigenvalue_floor": [Interval(Real, 0, 1, closed="right")],
     }
     _FITTED: dict = {
