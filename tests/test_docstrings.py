@@ -19,6 +19,7 @@ MODULES = [
     "skflow.compression",
     "skflow.compression._search",
     "skflow.evaluation",
+    "skflow.mteb",
     "skflow.distributed",
     "skflow.persistence",
     "skflow.serving",
