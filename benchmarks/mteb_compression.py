@@ -21,7 +21,6 @@ folders; SciFact by `load_beir`, verified. Writes the section "## The compressio
 """
 
 import argparse
-import json
 import os
 import sys
 import warnings
@@ -55,24 +54,6 @@ class Recorder(MTEBEncoder):
         vectors = super().encode([{"text": texts}], **kwargs)
         self.seen[str(kwargs["prompt_type"].value)] = texts, vectors
         return vectors
-
-
-def read_folder(folder: Path) -> Bunch:
-    """A BEIR-layout folder as `load_beir` returns a set (documents as ``title + " " + text``, stripped)."""
-    def records(path):
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-    corpus = records(folder / "corpus.jsonl")
-    queries = {record["_id"]: record["text"] for record in records(folder / "queries.jsonl")}
-    qrels = {}
-    for line in (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        query, document, score = line.split("\t")
-        qrels.setdefault(query, {})[document] = int(score)
-    query_ids = [q for q in queries if q in qrels]
-    titles, texts = [r.get("title", "") for r in corpus], [r["text"] for r in corpus]
-    return Bunch(name=folder.name, split="test", corpus_ids=[r["_id"] for r in corpus], titles=titles, texts=texts,
-                 corpus=[f"{t} {x}".strip() for t, x in zip(titles, texts)], query_ids=query_ids,
-                 queries=[queries[q] for q in query_ids], qrels=qrels)
 
 
 def mteb_ndcg(model, task) -> float:
@@ -174,8 +155,7 @@ def main(argv=None) -> None:
                             show_progress_bar=False)
     results = {}
     for name in args.sets:
-        data = (load_beir(name, data_home=args.data_home) if name == "scifact"
-                else read_folder(Path(args.data_home) / name))
+        data = load_beir(name if name == "scifact" else Path(args.data_home) / name, data_home=args.data_home)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "BertEmbedder: .* longer than max_length")  # as MTEB truncates
             results[name] = study(data, embedder, log)

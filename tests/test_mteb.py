@@ -1,7 +1,6 @@
 """skflow.mteb: MTEB scores a skflow pipeline as skflow does (SciFact and Cranfield subsets, real embeddings), the
 roles' prompts reach the encoder, and what MTEB cannot score is refused in one line before any work."""
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from sklearn.utils import Bunch
 
 from skflow import BertEmbedder, ITQRotation, MeanDirectionRemover, Quantizer, Whitener
 from skflow.compression import search
+from skflow.datasets import load_beir
 from skflow.evaluation import retrieval_report
 from skflow.mteb import MTEBEncoder, retrieval_task
 
@@ -32,21 +32,6 @@ def _subset(data: Bunch, queries: list[int], n_other: int) -> Bunch:
                  titles=[data.titles[i] for i in keep], texts=[data.texts[i] for i in keep],
                  corpus=[data.corpus[i] for i in keep], query_ids=query_ids,
                  queries=[data.queries[i] for i in queries], qrels={q: data.qrels[q] for q in query_ids})
-
-
-def _read_folder(folder: Path) -> Bunch:
-    """A BEIR-layout folder, read plainly (the shared Cranfield; `load_beir` takes set names only here)."""
-    corpus = [json.loads(line) for line in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
-    queries = {r["_id"]: r["text"] for r in map(json.loads, (folder / "queries.jsonl").read_text().splitlines())}
-    qrels = {}
-    for line in (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        query, document, score = line.split("\t")
-        qrels.setdefault(query, {})[document] = int(score)
-    query_ids = [q for q in queries if q in qrels]
-    titles, texts = [r.get("title", "") for r in corpus], [r["text"] for r in corpus]
-    return Bunch(name=folder.name, split="test", corpus_ids=[r["_id"] for r in corpus], titles=titles, texts=texts,
-                 corpus=[f"{t} {x}".strip() for t, x in zip(titles, texts)], query_ids=query_ids,
-                 queries=[queries[q] for q in query_ids], qrels=qrels)
 
 
 class _Recorder(MTEBEncoder):
@@ -94,7 +79,7 @@ def cranfield() -> Bunch:
     home = os.environ.get("SKFLOW_RETRIEVAL_DATA")
     if not home or not (Path(home) / "cranfield").is_dir():
         raise RuntimeError("the tests need the Cranfield folder in $SKFLOW_RETRIEVAL_DATA (BEIR layout)")
-    return _read_folder(Path(home) / "cranfield")
+    return load_beir(Path(home) / "cranfield")
 
 
 @pytest.mark.slow
