@@ -28,7 +28,7 @@ from skflow.embedder import BertEmbedder
 from skflow.embedding import stock_settings, validate_texts
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
-from skflow.whitening import MeanDirectionRemover, Whitener
+from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
 __all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
            "make_method", "markdown_tables", "retrieval_report", "search_stored", "strict_json"]
@@ -61,7 +61,11 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     Every method is one of the library's estimators, fitted without labels:
 
     - ``"none"``: the raw vectors;
-    - ``"center"``: ``Whitener(power=0)``, the mean removed;
+    - ``"center"``: :class:`~skflow.Centerer`, the mean removed, each
+      feature in its own coordinate (its codes are the centred vectors');
+    - ``"pca"``: ``Whitener(power=0)``, the centred vectors rotated onto
+      their principal axes: centring's cosines, but the codes of PCA
+      coordinates;
     - ``"whiten"``: BERT-whitening, ``Whitener()``; ``"whiten-K"`` keeps the
       first ``K`` whitened directions, ``Whitener(n_components=K)``;
     - ``"soft-whiten"``: ``Whitener(power=0.25)``, the covariance to the
@@ -85,9 +89,11 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     >>> make_method("abtt-2")
     Whitener(n_remove=2, power=0)
     """
-    simple = {"center": dict(power=0), "whiten": {}, "soft-whiten": dict(power=0.25)}
+    simple = {"pca": dict(power=0), "whiten": {}, "soft-whiten": dict(power=0.25)}
     if name == "none":
         return None
+    if name == "center":
+        return Centerer()
     if name in simple:
         return Whitener(**simple[name])
     if name == "renorm":
@@ -106,8 +112,8 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
         f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 in digits 0-9, e.g. "
-        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca-K (e.g. pca-128), renorm, flow, "
-        "itq, itq-K (e.g. itq-128) and rotation."
+        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca, pca-K (e.g. pca-128), renorm, "
+        "flow, itq, itq-K (e.g. itq-128) and rotation."
     )
 
 
