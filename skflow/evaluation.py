@@ -13,6 +13,8 @@ ranked by cosine similarity, and nDCG@10 and recall@100 are reported, as MTEB
 and BEIR compute them.
 """
 
+import os
+import platform
 import re
 import reprlib
 import sys
@@ -25,13 +27,14 @@ from sklearn.base import clone
 from skflow.compression import ITQRotation, Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, load_beir, load_sts
 from skflow.embedder import BertEmbedder
-from skflow.embedding import stock_settings, validate_texts
+from skflow.embedding import encoder_settings, stock_settings, validate_texts
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
 __all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
-           "make_method", "markdown_tables", "retrieval_report", "search_stored", "strict_json"]
+           "library_versions", "make_method", "markdown_tables", "resolved_settings", "retrieval_report",
+           "search_stored", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -53,6 +56,7 @@ PRECISIONS = ("float32", "int8", "binary")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 TARGET = "target"  # each set's own sentences: BERT-flow's setting
 FIT_CORPORA = (TARGET, *EVALUATION_SETS, "stsb-train", "sickr-train")
+SEARCH_K = 100  # documents found a query: recall@100's, and the Hamming candidates that binary-rescore rescores
 
 
 def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
@@ -198,7 +202,13 @@ def evaluate(
         ``results["retrieval_settings"][set]`` the encoder's ``pooling`` and
         ``max_length`` there; ``results["fit_on"]`` maps each fitting corpus
         to its number of texts (None for ``"target"``);
-        ``results["skipped"]`` lists the sets left out and why.
+        ``results["skipped"]`` lists the sets left out and why;
+        ``results["settings"]`` what the run resolved to, to tell which
+        published row a result compares with: the STS encoder's
+        `resolved_settings` (the dtype ``"auto"`` became, the device, the
+        model's identity, ...), the retrieval sets' (under ``"retrieval"``,
+        with how they are searched), the methods, precisions,
+        ``random_state``, ``flow_params`` and `library_versions`.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
@@ -222,7 +232,10 @@ def evaluate(
         raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}.")
     corpora = _fitting_corpora(fit_on)
     log = log or (lambda message: None)
-    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "fit_on": {}, "skipped": {}}
+    results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "fit_on": {}, "skipped": {},
+               "settings": {"encoder": resolved_settings(embedder), "methods": list(methods),
+                            "precisions": list(precisions), "random_state": random_state,
+                            "flow_params": dict(flow_params or {}), "versions": library_versions()}}
     data = {}
     named = {corpus.split("-")[0] for corpus, texts in corpora.items() if texts is None and corpus != TARGET}
     for name in dict.fromkeys([*sets, *named]):  # every set is loaded and verified before anything is embedded
@@ -243,6 +256,9 @@ def evaluate(
     fits = _Fits(estimators, corpora, log, codes=any(p != "float32" for p in precisions))
     if any(s in BEIR_SETS for s in data if s in sets):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
+        results["settings"]["retrieval"] = {
+            "encoder": resolved_settings(retrieval), "documents": "title + ' ' + text", "queries": "test split",
+            "similarity": "cosine", "search": "exact", "k": SEARCH_K, "binary-rescore candidates": SEARCH_K}
     for name in [s for s in data if s in BEIR_SETS and s in sets]:
         results["retrieval_settings"][name] = {"pooling": retrieval.pooling, "max_length": retrieval.max_length}
         results["retrieval"][name] = _evaluate_retrieval(name, data[name], retrieval, fits, precisions, log)
@@ -269,6 +285,54 @@ def evaluate(
                 results["sets"][name][row] = report
                 log(f"[{SET_LABELS[name]}] {row}: wmean {100 * report['wmean']:.2f}, all {100 * report['all']:.2f}")
     return results
+
+
+def resolved_settings(embedder: BertEmbedder) -> dict:
+    """What ``embedder`` runs with on this machine, every setting resolved, for a results file.
+
+    Parameters
+    ----------
+    embedder : BertEmbedder
+
+    Returns
+    -------
+    settings : dict
+        ``model`` (as given) and ``identity`` (a hub model's commit, or a
+        digest of a local folder's files: `skflow.embedding`'s encoder
+        identity), ``revision``, ``pooling``, ``layers`` (the hidden states
+        averaged), ``max_length``, ``dtype`` (what ``"auto"`` became here)
+        and ``dtype_given``, ``device`` (what ``"auto"`` became),
+        ``normalize``, ``prompt`` and ``batch_size``.
+
+    Examples
+    --------
+    >>> from skflow import BertEmbedder
+    >>> from skflow.evaluation import resolved_settings
+    >>> settings = resolved_settings(BertEmbedder(pooling="mean", dtype="float32", device="cpu"))
+    >>> settings["dtype"], settings["device"], settings["layers"]
+    ('float32', 'cpu', [6])
+    >>> settings["identity"].startswith("sentence-transformers/all-MiniLM-L6-v2@local:")
+    True
+    """
+    resolved = encoder_settings(embedder)
+    return {"model": os.fspath(embedder.model_name_or_path), "identity": resolved.source.identity,
+            "revision": embedder.revision, "pooling": embedder.pooling, "layers": list(resolved.layers),
+            "max_length": resolved.max_length, "dtype": resolved.dtype, "dtype_given": embedder.dtype,
+            "device": resolved.device, "normalize": resolved.normalize, "prompt": resolved.prompt,
+            "batch_size": resolved.batch_size}
+
+
+def library_versions() -> dict:
+    """The versions of what the figures depend on: skflow, Python, torch, transformers, tokenizers, numpy,
+    scikit-learn."""
+    import sklearn
+    import tokenizers
+    import torch
+    import transformers
+
+    return {"skflow": sys.modules[__name__.partition(".")[0]].__version__,  # the package above (not importable here)
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__}
 
 
 def _fitting_corpora(fit_on) -> dict:
@@ -392,7 +456,7 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
 
 
 def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), *, fitted_on=None,
-                  k: int = 100) -> dict:
+                  k: int = SEARCH_K) -> dict:
     """The top ``k`` documents of each query, the vectors stored at each precision and searched as they allow.
 
     Parameters
@@ -491,7 +555,8 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
                     retrieval_title: str | None = None) -> str:
     """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol; then retrieval
     sets by columns, nDCG@10 and recall@100 x 100, in a table of their own (headed ``retrieval_title``, else
-    ``title``: its encoder settings may differ)."""
+    ``title``: its encoder settings may differ); then, where ``results`` has them, the settings in one line
+    (``Settings: ...``, see `evaluate`)."""
     sets = list(results["sets"])
     methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
     out = []
@@ -518,7 +583,28 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
             cells = [_cell(100 * retrieval[s][method][metric]) for s, metric in columns]
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
+    if results.get("settings"):
+        out += [_settings_line(results["settings"]), ""]
     return "\n".join(out)
+
+
+def _settings_line(settings: dict) -> str:
+    """``results["settings"]`` (see `evaluate`) as one line of Markdown, ``Settings: ...``."""
+
+    def encoder(s: dict) -> str:
+        return (f"{s['model']} ({s['identity']}), pooling {s['pooling']} (hidden states {s['layers']}), max_length "
+                f"{s['max_length']}, dtype {s['dtype']} (given {s['dtype_given']}), device {s['device']}, normalize "
+                f"{s['normalize']}, prompt {s['prompt']!r}")
+
+    parts = [f"encoder {encoder(settings['encoder'])}"] if "encoder" in settings else []
+    if retrieval := settings.get("retrieval"):
+        parts.append(f"retrieval sets: encoder {encoder(retrieval['encoder'])}; {retrieval['search']} "
+                     f"{retrieval['similarity']} search of the top {retrieval['k']}")
+    parts.append(f"methods {', '.join(settings.get('methods', []))}; precisions "
+                 f"{', '.join(settings.get('precisions', []))}; random_state {settings.get('random_state')}, "
+                 f"flow_params {settings.get('flow_params')}")
+    parts.append(", ".join(f"{name} {version}" for name, version in settings.get("versions", {}).items()))
+    return "Settings: " + "; ".join(parts) + "."
 
 
 def _cell(value: float) -> str:
