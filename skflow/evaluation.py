@@ -204,10 +204,10 @@ def evaluate(
         to its number of texts (None for ``"target"``);
         ``results["skipped"]`` lists the sets left out and why;
         ``results["settings"]`` what the run resolved to, to tell which
-        published row a result compares with: the STS encoder's
-        `resolved_settings` (the dtype ``"auto"`` became, the device, the
-        model's identity, ...), the retrieval sets' (under ``"retrieval"``,
-        with how they are searched), the methods, precisions,
+        published row a result compares with: the STS sets' encoder's
+        `resolved_settings` (``"encoder"``, where STS sets are scored: the
+        dtype ``"auto"`` became, the device, the model's identity, ...), the
+        retrieval sets' (under ``"retrieval"``, with how they are searched), the methods, precisions,
         ``random_state``, ``flow_params`` and `library_versions`.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
@@ -233,9 +233,10 @@ def evaluate(
     corpora = _fitting_corpora(fit_on)
     log = log or (lambda message: None)
     results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "fit_on": {}, "skipped": {},
-               "settings": {"encoder": resolved_settings(embedder), "methods": list(methods),
-                            "precisions": list(precisions), "random_state": random_state,
+               "settings": {"methods": list(methods), "precisions": list(precisions), "random_state": random_state,
                             "flow_params": dict(flow_params or {}), "versions": library_versions()}}
+    if any(s in STS_SETS for s in sets):  # the encoder of the STS sets (a retrieval set's may differ)
+        results["settings"]["encoder"] = resolved_settings(embedder)
     data = {}
     named = {corpus.split("-")[0] for corpus, texts in corpora.items() if texts is None and corpus != TARGET}
     for name in dict.fromkeys([*sets, *named]):  # every set is loaded and verified before anything is embedded
@@ -596,7 +597,7 @@ def _settings_line(settings: dict) -> str:
                 f"{s['max_length']}, dtype {s['dtype']} (given {s['dtype_given']}), device {s['device']}, normalize "
                 f"{s['normalize']}, prompt {s['prompt']!r}")
 
-    parts = [f"encoder {encoder(settings['encoder'])}"] if "encoder" in settings else []
+    parts = [f"STS sets: encoder {encoder(settings['encoder'])}"] if "encoder" in settings else []
     if retrieval := settings.get("retrieval"):
         parts.append(f"retrieval sets: encoder {encoder(retrieval['encoder'])}; {retrieval['search']} "
                      f"{retrieval['similarity']} search of the top {retrieval['k']}")

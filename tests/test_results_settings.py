@@ -48,9 +48,9 @@ def test_the_results_record_what_every_setting_resolved_to(monkeypatch, bf16):
         "transformers": transformers.__version__, "tokenizers": tokenizers.__version__, "numpy": np.__version__,
         "scikit-learn": sklearn.__version__}
     line = markdown_tables(results).rstrip().splitlines()[-1]
-    assert line.startswith(f"Settings: encoder sentence-transformers/all-MiniLM-L6-v2 ({identity}), pooling cls "
-                           f"(hidden states [6]), max_length 128, dtype {dtype} (given auto), device {device}, "
-                           "normalize False, prompt None; retrieval sets: encoder sentence-transformers/")
+    assert line.startswith(f"Settings: STS sets: encoder sentence-transformers/all-MiniLM-L6-v2 ({identity}), "
+                           f"pooling cls (hidden states [6]), max_length 128, dtype {dtype} (given auto), device "
+                           f"{device}, normalize False, prompt None; retrieval sets: encoder sentence-transformers/")
     assert ", pooling mean (hidden states [6]), max_length 256, " in line
     assert line.endswith(f"; methods none, center; precisions float32, binary; random_state 7, flow_params "
                          f"{{'max_epochs': 2}}; skflow {skflow.__version__}, python {platform.python_version()}, "
@@ -71,7 +71,10 @@ def test_the_written_files_hold_the_settings_and_a_rerun_replaces_them(monkeypat
     written = json.loads(out.with_suffix(".json").read_text())
     assert written["settings"]["encoder"]["dtype"] == "float32" and written["config"]["dtype"] == "float32"
     table = out.with_suffix(".md").read_text()
-    assert table.rstrip().splitlines()[-1].startswith("Settings: encoder sentence-transformers/all-MiniLM-L6-v2 (")
+    last = table.rstrip().splitlines()[-1]
+    assert last.startswith("Settings: STS sets: encoder sentence-transformers/all-MiniLM-L6-v2 (")
+    retrieval_only = evaluate(_HashedEncoder(), methods=["none"], sets=["scifact"])["settings"]
+    assert "encoder" not in retrieval_only and retrieval_only["retrieval"]["encoder"]["pooling"] == "mean"
     assert main(argv) == 0, capsys.readouterr().err
     out.with_suffix(".md").write_text(table + "my notes\n")
     assert main(argv) == 2 and "results.md: exists and is not a results file" in capsys.readouterr().err
