@@ -5,8 +5,11 @@ encoder as MTEB runs it (all-MiniLM-L6-v2: mean pooling, 256 tokens,
 float32). Every map and every quantizer is fitted on the corpus only, and
 applied to queries and documents alike (``skflow.evaluation``'s protocol).
 
-- Methods at full width (K = 384): ``none``, ``center``, ``renorm``,
-  ``whiten``, ``soft-whiten``, ``abtt-1``, ``flow``, ``itq``, ``rotation``.
+- Methods at full width (K = 384): ``none``, ``center`` (``Centerer``: the
+  mean subtracted), ``pca`` (``Whitener(power=0)``: the centred vectors
+  rotated onto their principal axes; the same cosines, other codes),
+  ``renorm``, ``whiten``, ``soft-whiten``, ``abtt-1``, ``flow``, ``itq``,
+  ``rotation``.
 - Methods that reduce to K (384, 256, 128, 64 in the table; also 192, 96,
   48, 32 and 24 for the budgets and the figure): ``truncate`` (the first K raw
   coordinates), ``pca``, ``whiten`` and ``soft-whiten`` (their first K
@@ -35,7 +38,7 @@ from skflow.evaluation import SET_LABELS, make_method, retrieval_report, search_
 
 KS = (384, 256, 128, 64)  # the table's widths; the budgets and the figure also have those of ``MORE_KS``
 MORE_KS = (192, 96, 48, 32, 24)
-FULL = ("none", "center", "renorm", "whiten", "soft-whiten", "abtt-1", "flow", "itq", "rotation")
+FULL = ("none", "center", "pca", "renorm", "whiten", "soft-whiten", "abtt-1", "flow", "itq", "rotation")
 REDUCING = ("truncate", "pca", "whiten", "soft-whiten", "flow+pca", "itq", "rotation")
 PRECISIONS = ("float32", "int8", "binary", "asym", "rescore")
 BYTES = {"float32": 4, "int8": 1, "binary": 1 / 8, "asym": 1 / 8, "rescore": 1 / 8}  # stored in memory, a dimension

@@ -102,7 +102,7 @@ def main(argv=None):
         f"dtype='auto' ({dtype} here). Post-processing fitted on each set's own sentences without labels "
         "(BERT-flow's \"target\" setting: STS-B and SICK-R train+dev+test, every STS12-16 subset), evaluated on "
         "the STS-B / SICK-R test split and on every STS12-16 pair. The methods are `skflow.evaluation.make_method`'s "
-        "(`docs/evaluation.md`): `center` is `Whitener(power=0)`, `whiten` `Whitener()`, `whiten-256` keeps 256 "
+        "(`docs/evaluation.md`): `center` is `Centerer()`, `whiten` `Whitener()`, `whiten-256` keeps 256 "
         "directions, `soft-whiten` is `Whitener(power=0.25)`, `abtt-4` removes the mean and the top 4 directions, "
         "`renorm` is `MeanDirectionRemover()` (the mean direction projected out, without centring), "
         "`flow` is `FlowGaussianizer()` with the official defaults (1 epoch, seed 0). Avg is over the sets shown; "

@@ -5,12 +5,13 @@ from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
 from skflow.persistence import dump, load
-from skflow.whitening import FewRowsWarning, MeanDirectionRemover, NotInvertibleError, Whitener
+from skflow.whitening import Centerer, FewRowsWarning, MeanDirectionRemover, NotInvertibleError, Whitener
 
 __version__ = "0.2.0"
 
 __all__ = [
     "BertEmbedder",
+    "Centerer",
     "ConstantFeaturesWarning",
     "EncoderChangedError",
     "FewRowsWarning",

@@ -161,9 +161,10 @@ def _parser() -> argparse.ArgumentParser:
                              "each post-processing on the corpus only, rank the corpus by cosine similarity and report "
                              "nDCG@10 and recall@100 x100, in a table of their own.")
     ev.add_argument("--method", nargs="+", default=list(METHODS), metavar="METHOD",
-                    help="none (the raw vectors), center, whiten, whiten-K (the first K whitened directions, K an "
-                    "integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: the top D directions "
-                    "removed, D an integer >= 1 in digits 0-9), pca-K (PCA to K dimensions, no whitening), "
+                    help="none (the raw vectors), center (the mean subtracted), whiten, whiten-K (the first K "
+                    "whitened directions, K an integer >= 1 in digits 0-9), soft-whiten, abtt-D (all-but-the-top: "
+                    "the top D directions removed, D an integer >= 1 in digits 0-9), pca (the centred vectors "
+                    "rotated onto their principal axes), pca-K (PCA to K dimensions, no whitening), "
                     "renorm (the mean direction projected out, without centring), flow, itq (a rotation fitted for "
                     "binary codes), itq-K (on K principal directions), rotation (a random one: itq's baseline) "
                     "(default: %(default)s)")

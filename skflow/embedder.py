@@ -85,7 +85,9 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
         first token for ``"cls"``, the mean otherwise.
     max_length : int, default=128
         Texts longer than this many tokens (special tokens included) are
-        truncated, with one warning that counts them. BERT-flow used 64.
+        truncated, with one warning that counts them. BERT-flow used 64. Of
+        a long text, only a head that holds these tokens is tokenized (the
+        same ids as the whole text's; see ``docs/embedder.md``, Long texts).
     batch_size : int, default=32
         Texts per forward pass. Batches are cut from the texts sorted by
         length and padded to their longest member. At most what one forward

@@ -15,6 +15,7 @@ and BEIR compute them.
 """
 
 import os
+import platform
 import re
 import reprlib
 import sys
@@ -27,13 +28,14 @@ from sklearn.base import clone
 from skflow.compression import ITQRotation, Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, beir_folder, load_beir, load_sts
 from skflow.embedder import BertEmbedder
-from skflow.embedding import stock_settings, validate_texts
+from skflow.embedding import encoder_settings, stock_settings, validate_texts
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
-from skflow.whitening import MeanDirectionRemover, Whitener
+from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
 __all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
-           "make_method", "markdown_tables", "retrieval_report", "search_stored", "strict_json"]
+           "library_versions", "make_method", "markdown_tables", "resolved_settings", "retrieval_report",
+           "search_stored", "strict_json"]
 
 SET_LABELS = {
     "sts12": "STS12",
@@ -55,6 +57,7 @@ PRECISIONS = ("float32", "int8", "binary")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 TARGET = "target"  # each set's own sentences: BERT-flow's setting
 FIT_CORPORA = (TARGET, *EVALUATION_SETS, "stsb-train", "sickr-train")
+SEARCH_K = 100  # documents found a query: recall@100's, and the Hamming candidates that binary-rescore rescores
 
 
 def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
@@ -63,7 +66,11 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     Every method is one of the library's estimators, fitted without labels:
 
     - ``"none"``: the raw vectors;
-    - ``"center"``: ``Whitener(power=0)``, the mean removed;
+    - ``"center"``: :class:`~skflow.Centerer`, the mean removed, each
+      feature in its own coordinate (its codes are the centred vectors');
+    - ``"pca"``: ``Whitener(power=0)``, the centred vectors rotated onto
+      their principal axes: centring's cosines, but the codes of PCA
+      coordinates;
     - ``"whiten"``: BERT-whitening, ``Whitener()``; ``"whiten-K"`` keeps the
       first ``K`` whitened directions, ``Whitener(n_components=K)``;
     - ``"soft-whiten"``: ``Whitener(power=0.25)``, the covariance to the
@@ -87,9 +94,11 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     >>> make_method("abtt-2")
     Whitener(n_remove=2, power=0)
     """
-    simple = {"center": dict(power=0), "whiten": {}, "soft-whiten": dict(power=0.25)}
+    simple = {"pca": dict(power=0), "whiten": {}, "soft-whiten": dict(power=0.25)}
     if name == "none":
         return None
+    if name == "center":
+        return Centerer()
     if name in simple:
         return Whitener(**simple[name])
     if name == "renorm":
@@ -108,8 +117,8 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
         return FlowGaussianizer(random_state=random_state, **(flow_params or {}))
     raise ValueError(
         f"Unknown method {name!r}; valid methods are none, center, whiten, whiten-K (K >= 1 in digits 0-9, e.g. "
-        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca-K (e.g. pca-128), renorm, flow, "
-        "itq, itq-K (e.g. itq-128) and rotation."
+        "whiten-256), soft-whiten, abtt-D (D >= 1 in digits 0-9, e.g. abtt-3), pca, pca-K (e.g. pca-128), renorm, "
+        "flow, itq, itq-K (e.g. itq-128) and rotation."
     )
 
 
@@ -202,7 +211,13 @@ def evaluate(
         ``"queries"`` judged, ``"unjudged_queries"`` left out and
         ``"judgements"``); ``results["fit_on"]`` maps each fitting corpus
         to its number of texts (None for ``"target"``);
-        ``results["skipped"]`` lists the sets left out and why.
+        ``results["skipped"]`` lists the sets left out and why;
+        ``results["settings"]`` what the run resolved to, to tell which
+        published row a result compares with: the STS sets' encoder's
+        `resolved_settings` (``"encoder"``, where STS sets are scored: the
+        dtype ``"auto"`` became, the device, the model's identity, ...), the
+        retrieval sets' (under ``"retrieval"``, with how they are searched), the methods, precisions,
+        ``random_state``, ``flow_params`` and `library_versions`.
     """
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
@@ -229,7 +244,11 @@ def evaluate(
     sources = _sources([*sets, *needed.values()])
     log = log or (lambda message: None)
     results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "retrieval_data": {}, "fit_on": {},
-               "skipped": {}}
+               "skipped": {},
+               "settings": {"methods": list(methods), "precisions": list(precisions), "random_state": random_state,
+                            "flow_params": dict(flow_params or {}), "versions": library_versions()}}
+    if any(s in STS_SETS for s in sets):  # the encoder of the STS sets (a retrieval set's may differ)
+        results["settings"]["encoder"] = resolved_settings(embedder)
     data = {}
     named = {_key(source) for source in needed.values()}
     for name, source in sources.items():  # every set is loaded and verified before anything is embedded
@@ -251,6 +270,9 @@ def evaluate(
     scored = {_key(s) for s in sets}
     if any(s not in STS_SETS for s in data if s in scored):
         retrieval = clone(embedder).set_params(**{**stock_settings(embedder), **(retrieval_params or {})})
+        results["settings"]["retrieval"] = {
+            "encoder": resolved_settings(retrieval), "documents": "title + ' ' + text", "queries": "test split",
+            "similarity": "cosine", "search": "exact", "k": SEARCH_K, "binary-rescore candidates": SEARCH_K}
     for name in [s for s in data if s not in STS_SETS and s in scored]:
         found = data[name]
         results["retrieval_data"][name] = {
@@ -282,6 +304,54 @@ def evaluate(
                 results["sets"][name][row] = report
                 log(f"[{SET_LABELS[name]}] {row}: wmean {100 * report['wmean']:.2f}, all {100 * report['all']:.2f}")
     return results
+
+
+def resolved_settings(embedder: BertEmbedder) -> dict:
+    """What ``embedder`` runs with on this machine, every setting resolved, for a results file.
+
+    Parameters
+    ----------
+    embedder : BertEmbedder
+
+    Returns
+    -------
+    settings : dict
+        ``model`` (as given) and ``identity`` (a hub model's commit, or a
+        digest of a local folder's files: `skflow.embedding`'s encoder
+        identity), ``revision``, ``pooling``, ``layers`` (the hidden states
+        averaged), ``max_length``, ``dtype`` (what ``"auto"`` became here)
+        and ``dtype_given``, ``device`` (what ``"auto"`` became),
+        ``normalize``, ``prompt`` and ``batch_size``.
+
+    Examples
+    --------
+    >>> from skflow import BertEmbedder
+    >>> from skflow.evaluation import resolved_settings
+    >>> settings = resolved_settings(BertEmbedder(pooling="mean", dtype="float32", device="cpu"))
+    >>> settings["dtype"], settings["device"], settings["layers"]
+    ('float32', 'cpu', [6])
+    >>> settings["identity"].startswith("sentence-transformers/all-MiniLM-L6-v2@local:")
+    True
+    """
+    resolved = encoder_settings(embedder)
+    return {"model": os.fspath(embedder.model_name_or_path), "identity": resolved.source.identity,
+            "revision": embedder.revision, "pooling": embedder.pooling, "layers": list(resolved.layers),
+            "max_length": resolved.max_length, "dtype": resolved.dtype, "dtype_given": embedder.dtype,
+            "device": resolved.device, "normalize": resolved.normalize, "prompt": resolved.prompt,
+            "batch_size": resolved.batch_size}
+
+
+def library_versions() -> dict:
+    """The versions of what the figures depend on: skflow, Python, torch, transformers, tokenizers, numpy,
+    scikit-learn."""
+    import sklearn
+    import tokenizers
+    import torch
+    import transformers
+
+    return {"skflow": sys.modules[__name__.partition(".")[0]].__version__,  # the package above (not importable here)
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__}
 
 
 def _key(name: str | os.PathLike) -> str:
@@ -442,7 +512,7 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
 
 
 def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), *, fitted_on=None,
-                  k: int = 100) -> dict:
+                  k: int = SEARCH_K) -> dict:
     """The top ``k`` documents of each query, the vectors stored at each precision and searched as they allow.
 
     Parameters
@@ -541,7 +611,8 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
                     retrieval_title: str | None = None) -> str:
     """Methods by rows, sets and their average by columns, Spearman x 100, one table per protocol; then retrieval
     sets by columns, nDCG@10 and recall@100 x 100, in a table of their own (headed ``retrieval_title``, else
-    ``title``: its encoder settings may differ)."""
+    ``title``: its encoder settings may differ); then, where ``results`` has them, the settings in one line
+    (``Settings: ...``, see `evaluate`)."""
     sets = list(results["sets"])
     methods = list(dict.fromkeys(m for per_set in results["sets"].values() for m in per_set))
     out = []
@@ -568,7 +639,28 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
             cells = [_cell(100 * retrieval[s][method][metric]) for s, metric in columns]
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
+    if results.get("settings"):
+        out += [_settings_line(results["settings"]), ""]
     return "\n".join(out)
+
+
+def _settings_line(settings: dict) -> str:
+    """``results["settings"]`` (see `evaluate`) as one line of Markdown, ``Settings: ...``."""
+
+    def encoder(s: dict) -> str:
+        return (f"{s['model']} ({s['identity']}), pooling {s['pooling']} (hidden states {s['layers']}), max_length "
+                f"{s['max_length']}, dtype {s['dtype']} (given {s['dtype_given']}), device {s['device']}, normalize "
+                f"{s['normalize']}, prompt {s['prompt']!r}")
+
+    parts = [f"STS sets: encoder {encoder(settings['encoder'])}"] if "encoder" in settings else []
+    if retrieval := settings.get("retrieval"):
+        parts.append(f"retrieval sets: encoder {encoder(retrieval['encoder'])}; {retrieval['search']} "
+                     f"{retrieval['similarity']} search of the top {retrieval['k']}")
+    parts.append(f"methods {', '.join(settings.get('methods', []))}; precisions "
+                 f"{', '.join(settings.get('precisions', []))}; random_state {settings.get('random_state')}, "
+                 f"flow_params {settings.get('flow_params')}")
+    parts.append(", ".join(f"{name} {version}" for name, version in settings.get("versions", {}).items()))
+    return "Settings: " + "; ".join(parts) + "."
 
 
 def _cell(value: float) -> str:

@@ -12,12 +12,12 @@ from skflow.embedding import check_hub_options
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import MODEL, InvalidModelError, UntrustedTypeError, replaced_atomically
-from skflow.whitening import MeanDirectionRemover, Whitener
+from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
 # skflow's estimators, and a check of what scikit-learn's constraints cannot express (model_kwargs' keys, ...)
-_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, FlowGaussianizer: None, ITQRotation: None,
+_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, Centerer: None, FlowGaussianizer: None, ITQRotation: None,
                    MeanDirectionRemover: None, Quantizer: None, Whitener: None}
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 

@@ -37,7 +37,7 @@ class FlowPooling(Module):
         ``hidden_states`` indices to average (0 is the embedding layer); None uses the last layer.
     normalize : bool
         Scale the pooled vector to unit length before the post-processing.
-    flow : FlowGaussianizer, Whitener, MeanDirectionRemover or ITQRotation, optional
+    flow : FlowGaussianizer, Whitener, Centerer, MeanDirectionRemover or ITQRotation, optional
         The fitted post-processing (saved as ``flow.skops``); None passes the pooled vector through.
     """
 
@@ -94,7 +94,7 @@ class FlowPooling(Module):
         if not isinstance(pooling.flow, POST_PROCESSINGS) or not hasattr(pooling.flow, "n_features_in_"):
             fitted = "an unfitted" if isinstance(pooling.flow, POST_PROCESSINGS) else "a"
             raise InvalidModelError(f"{flow}: holds {fitted} {type(pooling.flow).__name__}, not a fitted "
-                                    "FlowGaussianizer, Whitener, MeanDirectionRemover or ITQRotation")
+                                    "FlowGaussianizer, Whitener, Centerer, MeanDirectionRemover or ITQRotation")
         return pooling
 
 
@@ -110,7 +110,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     ----------
     pipeline : Pipeline
         A fitted pipeline of two steps: a `BertEmbedder`, then a fitted
-        `FlowGaussianizer`, `Whitener`, `MeanDirectionRemover` or `ITQRotation`.
+        `FlowGaussianizer`, `Whitener`, `Centerer`, `MeanDirectionRemover` or `ITQRotation`.
     path : str or path-like
         The folder to write (``~`` expanded); it must not exist or be empty.
 
@@ -128,7 +128,7 @@ def export_sentence_transformer(pipeline: Pipeline, path: str | os.PathLike) -> 
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
     if len(steps) != 2 or not (isinstance(steps[0], BertEmbedder) and isinstance(steps[1], POST_PROCESSINGS)):
         raise TypeError("export_sentence_transformer takes a pipeline of a BertEmbedder then a FlowGaussianizer, "
-                        "a Whitener, a MeanDirectionRemover or an ITQRotation; got "
+                        "a Whitener, a Centerer, a MeanDirectionRemover or an ITQRotation; got "
                         f"{', '.join(type(s).__name__ for s in steps)}")
     embedder, post = steps
     check_is_fitted(post)

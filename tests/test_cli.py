@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import spearmanr
 
-from skflow import BertEmbedder, MeanDirectionRemover, Whitener
+from skflow import BertEmbedder, Centerer, MeanDirectionRemover, Whitener
 from skflow.cli import main
 from skflow.datasets import load_sts
 from skflow.evaluation import METHODS, PRECISIONS, evaluate, make_method, markdown_tables
@@ -51,8 +51,8 @@ def test_missing_sets_are_skipped_by_default_and_errors_are_clean(sts_data_home,
     assert "| method | STS-B | Avg |" in captured.out and "(skipped sts12: data not found)" in captured.out
     code = main(["evaluate", "--sets", "sickr", "--data-home", str(home), "--no-download", "--quiet"])
     assert code == 2 and "SICK/SICK_test_annotated.txt" in capsys.readouterr().err
-    code = main(["evaluate", "--sets", "stsb", "--method", "pca", "--quiet", "--data-home", str(home)])
-    assert code == 2 and "Unknown method 'pca'" in capsys.readouterr().err
+    code = main(["evaluate", "--sets", "stsb", "--method", "centre", "--quiet", "--data-home", str(home)])
+    assert code == 2 and "Unknown method 'centre'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", "--pooling", "maximum"])  # not a pooling: a usage error before any work
 
@@ -70,7 +70,7 @@ def test_flow_fixes_cls_anisotropy_on_stsb(sts_data_home, cache_dir):
 def test_make_method():
     assert make_method("none") is None
     expected = {
-        "center": dict(power=0, n_remove=0, n_components=None),
+        "pca": dict(power=0, n_remove=0, n_components=None),
         "whiten": dict(power=0.5, n_remove=0, n_components=None),
         "whiten-256": dict(power=0.5, n_remove=0, n_components=256),
         "soft-whiten": dict(power=0.25, n_remove=0, n_components=None),
@@ -82,10 +82,11 @@ def test_make_method():
         assert isinstance(method, Whitener) and {k: method.get_params()[k] for k in params} == params
     assert make_method("flow", random_state=3, flow_params={"max_epochs": 2}).get_params()["max_epochs"] == 2
     assert isinstance(make_method("renorm"), MeanDirectionRemover)
+    assert isinstance(make_method("center"), Centerer)  # not Whitener(power=0), which also rotates: "pca"
     itq = {name: make_method(name, random_state=5).get_params() for name in ("itq", "itq-64", "rotation")}
     assert [(p["n_components"], p["n_iter"], p["random_state"]) for p in itq.values()] == [
         (None, 50, 5), (64, 50, 5), (None, 0, 5)]
-    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt", "pca-0", "pca", "renorm-2", "itq-0",
+    for bad in ("whitening", "abtt-0", "whiten-0", "soft-whiten-2", "abtt", "pca-0", "centre", "renorm-2", "itq-0",
                 "rotation-2"):
         with pytest.raises(ValueError, match="valid methods are none, center, whiten, whiten-K"):
             make_method(bad)
@@ -395,7 +396,7 @@ def test_every_help_text_lists_every_value_its_option_takes():
     methods = [action for _, _, action, _ in _options_with_values() if action.dest == "method"]
     forms = _accepted_values(methods[0])
     assert set(METHODS) <= set(forms)
-    assert {"center", "abtt-D", "whiten-K", "soft-whiten", "pca-K", "renorm"} <= set(forms)
+    assert {"center", "abtt-D", "whiten-K", "soft-whiten", "pca", "pca-K", "renorm"} <= set(forms)
     for form in forms:  # each form the help names is one that the command takes
         assert form == "none" or make_method(re.sub(r"-[KD]$", "-3", form)) is not None
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.utils import Bunch
 
-from skflow import BertEmbedder, Quantizer, Whitener
+from skflow import BertEmbedder, Centerer, Quantizer, Whitener
 from skflow.cli import main
 from skflow.datasets import load_sts
 from skflow.evaluation import FIT_CORPORA, evaluate, make_method
@@ -154,7 +154,7 @@ def test_fit_on_a_file_from_the_command_line(sts_data_home, cache_dir, tmp_path,
     full = load_sts("stsb", data_home=sts_data_home)
     test = full.subsets == "test"
     embedder = BertEmbedder(pooling="cls", cache_dir=cache_dir, show_progress_bar=False)
-    center = Whitener(power=0).fit(embedder.transform(texts))
+    center = Centerer().fit(embedder.transform(texts))
     expected = sts_spearman(center.transform(embedder.transform(full.pairs[test])), full.scores[test])
     assert results["sets"]["stsb"]["center@my corpus.jsonl"]["wmean"] == pytest.approx(expected)
     assert "| center@my corpus.jsonl | " in out.with_suffix(".md").read_text()

@@ -20,7 +20,14 @@ from sklearn.pipeline import make_pipeline
 from transformers import AutoModel
 
 import skflow
-from skflow import BertEmbedder, EncoderChangedError, MeanDirectionRemover, Whitener, export_sentence_transformer
+from skflow import (
+    BertEmbedder,
+    Centerer,
+    EncoderChangedError,
+    MeanDirectionRemover,
+    Whitener,
+    export_sentence_transformer,
+)
 from skflow.embedding._model_source import DEFAULT_MODEL, resolve_model_source
 from skflow.metrics import sts_spearman
 from skflow.persistence import InvalidModelError, UntrustedTypeError
@@ -72,7 +79,7 @@ WHITENERS = {
     "soft whitening, mean, normalize": ({"pooling": "mean", "normalize": True}, {"power": 0.25}),
     "whitening-128, mean": ({"pooling": "mean"}, {"n_components": 128}),
     "all-but-the-top, cls": ({"pooling": "cls"}, {"power": 0, "n_remove": 3}),
-    "centring, layers=[-1]": ({"pooling": "mean", "layers": [-1]}, {"power": 0}),
+    "pca (centred, rotated), layers=[-1]": ({"pooling": "mean", "layers": [-1]}, {"power": 0}),
 }
 
 
@@ -112,6 +119,19 @@ def test_a_whitened_pipeline_exports_to_stock_modules_that_load_without_remote_c
     assert plain.get_embedding_dimension() == whitener.n_components_ and plain.max_seq_length == 64
     checked = load_sentence_transformer(folder, device="cpu").encode(list(texts), batch_size=32)
     assert np.abs(checked - encoded).max() <= 1e-5 * np.abs(encoded).max()
+
+
+def test_centring_exports_to_a_stock_dense_of_the_identity_less_the_mean(tmp_path, texts, embedded):
+    embedder, vectors = embedded(pooling="mean")
+    centerer = Centerer().fit(vectors)
+    folder = export_sentence_transformer(make_pipeline(embedder, centerer), tmp_path / "model")
+    _assert_stock_only(folder)
+    assert _module_types(folder) == [STOCK + name for name in ("Transformer", "Pooling", "Dense")]
+    weights = load_file(folder / "2_Dense" / "model.safetensors")
+    assert np.array_equal(weights["linear.weight"].numpy(), np.eye(384, dtype=np.float32))
+    assert np.array_equal(weights["linear.bias"].numpy(), -centerer.mean_.astype(np.float32))
+    encoded = SentenceTransformer(str(folder), device="cpu").encode(list(texts), batch_size=32)
+    assert encoded.shape == (300, 384) and _cosines(encoded, centerer.transform(vectors)).min() >= 0.9999
 
 
 def test_mean_direction_removal_exports_to_a_stock_dense_and_elsewhere_to_flow_pooling(tmp_path, texts, embedded):

@@ -182,25 +182,6 @@ def resolve_pooling(pooling: str, layers, n_layers: int) -> tuple[str, tuple[int
     return reduction, normalize_layers(tuple(int(v) for v in values), n_layers)
 
 
-def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[int]]:
-    """Token ids of each text, truncated to ``max_length``; also the indices of those truncated."""
-    with quiet_transformers():  # no "sequence longer than the maximum" warning: we count those
-        full = tokenizer(list(texts), truncation=False, verbose=False, return_token_type_ids=False,
-                         return_attention_mask=False)["input_ids"]
-        long = [i for i, ids in enumerate(full) if len(ids) > max_length]
-        if long:
-            cut = tokenizer([texts[i] for i in long], truncation=True, max_length=max_length)["input_ids"]
-            for i, ids in zip(long, cut):
-                full[i] = ids
-    empty = [i for i, ids in enumerate(full) if not ids]
-    if empty:
-        raise ValueError(
-            f"{len(empty)} of {len(full)} texts have no tokens with this tokenizer (the first: {texts[empty[0]]!r}); "
-            "it adds no special tokens, so an empty text leaves nothing to pool. Drop empty texts, or set a prompt."
-        )
-    return full, long
-
-
 def encode_ids(
     model,
     ids: list[list[int]],

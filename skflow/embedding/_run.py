@@ -15,10 +15,10 @@ from skflow.embedding._encoding import (
     padding_id,
     resolve_dtype,
     resolve_pooling,
-    tokenize,
 )
 from skflow.embedding._model_source import ModelSource, pinned_model_source
 from skflow.embedding._options import check_model_kwargs, check_prompt, frozen_kwargs, hub_kwargs, model_kwargs_key
+from skflow.embedding._tokens import tokenize
 from skflow.utils import physical_memory, progress_bar, resolve_device
 
 

@@ -173,9 +173,9 @@ def _small_text(stream: BinaryIO) -> str:
     return stream.read(2**26).decode("utf-8")  # results and manifests are small: never read a big file whole
 
 
-# evaluate's tables: a heading first, then only headings, table rows and empty lines
+# evaluate's tables: a heading first, then only headings, table rows, its settings line and empty lines
 _HEADINGS = r"(?: protocol `[a-z]+`, Spearman| retrieval, nDCG@10 and recall@100) x 100"  # evaluate's tables
-_TABLES = re.compile(rf"\s*.*{_HEADINGS}(\r?\n(.*{_HEADINGS}|\|.*\||))*\s*")
+_TABLES = re.compile(rf"\s*.*{_HEADINGS}(\r?\n(.*{_HEADINGS}|\|.*\||Settings: .*|))*\s*")
 
 
 SKOPS = FileKind("a skops file", lambda stream: "schema.json" in zipfile.ZipFile(stream).namelist())

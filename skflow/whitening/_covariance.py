@@ -1,4 +1,5 @@
-"""Running mean and scatter matrix in float64, merged chunk by chunk, and the spectrum of the covariance.
+"""Running mean (`running_mean`) and scatter matrix in float64, merged chunk by chunk, and the spectrum of the
+covariance.
 
 `Whitener` fits from these moments: ``fit`` streams its input (a
 ``numpy.memmap`` too) through `RunningMoments.update` a chunk of
@@ -160,6 +161,24 @@ class RunningMoments:
             projected = (part - self.mean) @ directions.T
             log_prob[start : start + len(part)] = -0.5 * (constant + (projected**2 / variances).sum(axis=1))
         return log_prob
+
+
+def running_mean(X: np.ndarray, n_samples: int = 0, mean: np.ndarray | None = None,
+                 max_abs: float = 0.0) -> tuple[int, np.ndarray, float]:
+    """The row count, float64 mean and largest ``|x|`` of ``n_samples`` earlier rows (their mean ``mean``, None for
+    none; their largest ``max_abs``) and the rows of ``X``, read a chunk at a time; a ValueError where the mean
+    reaches `MAGNITUDE_LIMIT` (nothing is kept by the caller then)."""
+    total = np.zeros(X.shape[1]) if mean is None else mean * n_samples
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _, part in row_chunks(X, np.float64):
+            total += part.sum(axis=0)
+            max_abs = max(max_abs, float(np.abs(part).max(initial=0.0)))
+    n_samples += X.shape[0]
+    mean = total / n_samples
+    if not np.abs(mean).max() < MAGNITUDE_LIMIT:
+        raise ValueError(f"X has values too large for a mean in float64 (at or above {MAGNITUDE_LIMIT:g}); "
+                         "divide X by a constant.")
+    return n_samples, mean, max_abs
 
 
 class FewRowsWarning(UserWarning):

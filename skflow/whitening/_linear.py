@@ -11,7 +11,7 @@ whose fit needs every row at once sets ``_incremental = False``: ``fit``
 only); one
 with a density defines ``_log_prob_rows`` and gets ``score_samples`` and
 ``score``; one whose map has another form overrides ``_affine`` (and
-``_transform_rows``, to stay linear in the width).
+``_transform_rows`` and ``_inverse_rows``, to stay linear in the width).
 """
 
 import functools
@@ -166,14 +166,12 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
         """
         check_is_fitted(self)
         Z = check_array(X, dtype=float_dtypes(X), allow_nd=True, input_name="X")
-        if Z.ndim not in (2, 3) or Z.shape[-1] != len(self.components_):
+        if Z.ndim not in (2, 3) or Z.shape[-1] != self._n_features_out:
             raise ValueError(
                 f"X has shape {Z.shape}, but {type(self).__name__}.inverse_transform expects 2-D or 3-D input with "
-                f"{len(self.components_)} features."
+                f"{self._n_features_out} features."
             )
-        X_original = affine_rows(Z.reshape(-1, Z.shape[-1]), self.components_ / self.scale_[:, None],
-                                 shift_out=self.mean_)
-        return X_original.reshape(*Z.shape[:-1], self.n_features_in_)
+        return self._inverse_rows(Z.reshape(-1, Z.shape[-1])).reshape(*Z.shape[:-1], self.n_features_in_)
 
     def to_onnx(self, path) -> Path:
         """Write the fitted map ``x -> z`` (`transform`) as an ONNX model.
@@ -215,6 +213,9 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
     def _transform_rows(self, X2d: np.ndarray) -> np.ndarray:
         shift, weights = self._affine()
         return affine_rows(X2d, weights, shift_in=shift)
+
+    def _inverse_rows(self, Z2d: np.ndarray) -> np.ndarray:
+        return affine_rows(Z2d, self.components_ / self.scale_[:, None], shift_out=self.mean_)
 
     @property
     def _n_features_out(self):

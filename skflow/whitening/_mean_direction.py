@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.base import OneToOneFeatureMixin
 
 from skflow.utils import InvalidModelError, row_chunks
-from skflow.whitening._covariance import MAGNITUDE_LIMIT
+from skflow.whitening._covariance import MAGNITUDE_LIMIT, running_mean
 from skflow.whitening._linear import LinearPostProcessor
 
 __all__ = ["MeanDirectionRemover"]
@@ -116,18 +116,8 @@ class MeanDirectionRemover(OneToOneFeatureMixin, LinearPostProcessor):
 
     def _fit_rows(self, X2d: np.ndarray, first: bool) -> None:
         """The mean of the earlier rows (none if ``first``) and those of ``X2d``; raises before changing anything."""
-        n_samples, max_abs = (0, 0.0) if first else (self.n_samples_seen_, self.max_abs_)
-        total = np.zeros(X2d.shape[1]) if first else self.mean_ * n_samples
-        with np.errstate(over="ignore", invalid="ignore"):
-            for _, part in row_chunks(X2d, np.float64):
-                total += part.sum(axis=0)
-                max_abs = max(max_abs, float(np.abs(part).max(initial=0.0)))
-        n_samples += X2d.shape[0]
-        mean = total / n_samples
-        if not np.abs(mean).max() < MAGNITUDE_LIMIT:
-            raise ValueError(f"X has values too large for a mean in float64 (at or above {MAGNITUDE_LIMIT:g}); "
-                             "divide X by a constant: the output does not depend on the scale.")
-        self.n_samples_seen_, self.mean_, self.max_abs_ = n_samples, mean, max_abs
+        earlier = () if first else (self.n_samples_seen_, self.mean_, self.max_abs_)
+        self.n_samples_seen_, self.mean_, self.max_abs_ = running_mean(X2d, *earlier)
         if self._direction() is None:
             warnings.warn(f"MeanDirectionRemover: the mean of the rows is zero to rounding (its largest entry is at "
                           f"most {ROUNDING_RELATIVE_MEAN:g} of the largest |x|): the rows are centred, there is no "

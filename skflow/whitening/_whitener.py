@@ -1,4 +1,4 @@
-"""Whitener: centring, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
+"""Whitener: PCA, whitening, whitening-K, soft whitening and all-but-the-top as one linear estimator."""
 
 from numbers import Integral, Real
 
@@ -20,12 +20,13 @@ class Whitener(LinearPostProcessor):
     scales each kept direction by its variance to the power ``-power``. The
     output coordinates are the kept principal directions, in decreasing order
     of variance (as :class:`sklearn.decomposition.PCA`'s). One estimator
-    covers the label-free baselines of BERT-flow:
+    covers the label-free baselines of BERT-flow but centring alone
+    (:class:`~skflow.Centerer`):
 
     ============================================  =====================================
     method                                        parameters
     ============================================  =====================================
-    centring                                      ``power=0``
+    PCA: centred, rotated onto principal axes     ``power=0``
     BERT-whitening (Su et al., 2021)              ``power=0.5`` (the default)
     whitening-K                                   ``power=0.5, n_components=K``
     soft whitening (covariance ``^-1/4``)         ``power=0.25``
@@ -78,7 +79,9 @@ class Whitener(LinearPostProcessor):
     power : float, default=0.5
         Each kept direction is multiplied by its variance to the power
         ``-power``: 0.5 whitens (unit variance), 0.25 is soft whitening, 0
-        only rotates (centring, all-but-the-top). Between 0 and 1.
+        only rotates the centred vectors onto the principal axes (PCA,
+        all-but-the-top): the cosines of centring, but the coordinates, and
+        so the int8 and binary codes, of PCA. Between 0 and 1.
     n_remove : int, default=0
         Principal directions of largest variance removed before the kept ones
         (all-but-the-top's ``D``).
@@ -124,6 +127,7 @@ class Whitener(LinearPostProcessor):
 
     See Also
     --------
+    skflow.Centerer : Centring alone, in the input's own coordinates.
     skflow.FlowGaussianizer : The non-linear map of BERT-flow.
     sklearn.decomposition.PCA : ``PCA(whiten=True)`` without the floor.
 
@@ -197,7 +201,7 @@ class Whitener(LinearPostProcessor):
         eigenvalues, directions, floor = moments.spectrum(self.eigenvalue_floor)
         kept = slice(self.n_remove, self.n_remove + n_kept)
         shrinkage = moments.shrinkage()
-        if warn and self.power > 0:  # centring and all-but-the-top do not divide by the variances
+        if warn and self.power > 0:  # PCA and all-but-the-top do not divide by the variances
             warn_few_rows(moments, f"Whitener(power={self.power})", shrinkage)
         variances = np.maximum(((1 - shrinkage) * eigenvalues + shrinkage * eigenvalues.mean())[kept], floor)
         self.n_samples_seen_, self.mean_, self.scatter_ = moments.n_samples, moments.mean, moments.scatter
