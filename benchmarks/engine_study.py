@@ -67,7 +67,8 @@ class Corpus:
         self.data = data
         self.documents = embedder.transform(data["corpus"])
         self.queries = embedder.transform(data["queries"])
-        self.raw = self.ndcg(search(self.queries, self.documents, K))
+        self.k = min(K, len(self.documents))  # each query's top 100 (a smaller corpus: all of it)
+        self.raw = self.ndcg(search(self.queries, self.documents, self.k))
 
     def ndcg(self, found) -> float:
         report = retrieval_report(*found, self.data["qrels"], self.data["query_ids"], self.data["corpus_ids"])
@@ -80,8 +81,8 @@ class Corpus:
 def float32_rows(corpus: Corpus) -> dict:
     rows = {"numpy, exact (skflow's reference)": (corpus.raw, None)}
     for engine in ENGINES:
-        exact = EngineIndex(engine=engine).fit(corpus.documents).search(corpus.queries, K)
-        hnsw = EngineIndex(engine=engine, index="hnsw").fit(corpus.documents).search(corpus.queries, K)
+        exact = EngineIndex(engine=engine).fit(corpus.documents).search(corpus.queries, corpus.k)
+        hnsw = EngineIndex(engine=engine, index="hnsw").fit(corpus.documents).search(corpus.queries, corpus.k)
         rows[f"{engine}, flat"] = (corpus.ndcg(exact), None)
         rows[f"{engine}, hnsw"] = (corpus.ndcg(hnsw), overlap(hnsw[1], exact[1]))
     return rows
@@ -90,7 +91,7 @@ def float32_rows(corpus: Corpus) -> dict:
 def int8_rows(corpus: Corpus) -> dict:
     documents, queries = corpus.documents, corpus.queries
     rows = {"numpy: cosine of the dequantized codes (skflow's int8 row)":
-            corpus.ndcg(search_stored(queries, documents, ["int8"], k=K)["int8"])}
+            corpus.ndcg(search_stored(queries, documents, ["int8"], k=corpus.k)["int8"])}
     codes = {"per-dimension ranges, raw vectors": Quantizer(),
              "per-dimension ranges, unit vectors": make_pipeline(Normalizer(), Quantizer()),
              "symmetric range, raw vectors": Quantizer(ranges="symmetric"),
@@ -99,7 +100,7 @@ def int8_rows(corpus: Corpus) -> dict:
         pipeline.fit(documents)
         for engine in ENGINES:
             for kind in ("flat", "hnsw"):
-                found = EngineIndex(pipeline, engine=engine, index=kind).fit(documents).search(queries, K)
+                found = EngineIndex(pipeline, engine=engine, index=kind).fit(documents).search(queries, corpus.k)
                 rows[(engine, name, kind)] = corpus.ndcg(found)
     return rows
 
@@ -118,20 +119,19 @@ def binary_rows(corpus: Corpus) -> dict:
             mapped_queries = pipeline[:-1].transform(queries) if front else queries
             add = rows.setdefault
             add((code, "numpy, Hamming (exact)"), []).append(corpus.ndcg(search(
-                pipeline.transform(queries), bits, K, metric="hamming")))
+                pipeline.transform(queries), bits, corpus.k, metric="hamming")))
             add((code, "numpy, float query against the bits (exact)"), []).append(corpus.ndcg(search(
-                mapped_queries, bits, K, metric="asymmetric")))
+                mapped_queries, bits, corpus.k, metric="asymmetric")))
             for engine in ENGINES:
                 index = EngineIndex(pipeline, engine=engine, index="hnsw").fit(documents)
-                add((code, f"{engine} hnsw, Hamming"), []).append(corpus.ndcg(index.search(queries, K)))
-                for top in (100, 1000):
-                    top = min(top, len(documents))
+                add((code, f"{engine} hnsw, Hamming"), []).append(corpus.ndcg(index.search(queries, corpus.k)))
+                for top in sorted({min(100, len(documents)), min(1000, len(documents))}):
                     add((code, f"{engine} hnsw top {top:,}, rescored against the bits"), []).append(
-                        corpus.ndcg(index.search(queries, K, rescore=top)))
+                        corpus.ndcg(index.search(queries, corpus.k, rescore=top)))
                     add((code, f"{engine} hnsw top {top:,}, rescored against float32 kept aside"), []).append(
-                        corpus.ndcg(index.search(queries, K, rescore=top, rescore_with=documents)))
+                        corpus.ndcg(index.search(queries, corpus.k, rescore=top, rescore_with=documents)))
                     add((code, f"{engine} hnsw top {top:,}, rescored against int8 kept aside"), []).append(
-                        corpus.ndcg(index.search(queries, K, rescore=top, rescore_with=int8)))
+                        corpus.ndcg(index.search(queries, corpus.k, rescore=top, rescore_with=int8)))
     return rows
 
 

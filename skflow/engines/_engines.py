@@ -189,6 +189,8 @@ class UsearchStore:
             found = self.usearch.search(self._rows_array(), queries, k, self.metric, exact=True, dtype=self.dtype,
                                         threads=self.threads)
         keys, distances = np.atleast_2d(found.keys).astype(np.int64), np.atleast_2d(found.distances)
+        missing = np.arange(keys.shape[1]) >= np.atleast_1d(found.counts)[:, None]  # a graph that found fewer rows
+        keys[missing], distances = -1, np.where(missing, 0, distances)
         if self.precision == "binary":
             return -distances.astype(np.int64), keys
         if self.precision == "int8":  # 1 - the dot: an integer below 2**24, exact in float32

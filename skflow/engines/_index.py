@@ -156,8 +156,9 @@ class EngineIndex(BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            The corpus's raw vectors (what the pipeline takes), read a chunk
-            of rows at a time (a ``numpy.memmap`` is never read whole).
+            The corpus's raw vectors (what the pipeline takes), mapped and
+            added a chunk of rows at a time (a ``numpy.memmap`` is not
+            copied).
         y : Ignored
             Not used, present for API consistency by convention.
 

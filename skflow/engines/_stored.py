@@ -24,9 +24,13 @@ class StoredForm:
     together), a normalization to unit length, then the codes of a `Quantizer`; each part optional."""
 
     linear: tuple  # the fitted LinearPostProcessors, in order
-    normalize: bool
+    normalizer: Normalizer | None  # the pipeline's own: its rows are the ones its Quantizer codes, bit for bit
     quantizer: Quantizer | None
     n_features_in: int | None  # None: no fitted step says (no pipeline)
+
+    @property
+    def normalize(self) -> bool:
+        return self.normalizer is not None
 
     @property
     def precision(self) -> str:
@@ -55,8 +59,8 @@ class StoredForm:
         for start, rows in row_chunks(X, np.float32):
             for step in self.linear:
                 rows = np.asarray(step.transform(rows), dtype=np.float32)
-            if self.normalize:
-                rows = unit_rows(rows)
+            if self.normalizer is not None:
+                rows = np.asarray(self.normalizer.transform(rows), dtype=np.float32)
             if out is None:
                 out = np.empty((X.shape[0], rows.shape[1]), np.float32)
             out[start : start + len(rows)] = rows
@@ -97,17 +101,17 @@ def read_pipeline(pipeline) -> StoredForm:
     """The `StoredForm` of a fitted pipeline (or of one fitted step, or None), or one ValueError saying which step
     an engine cannot hold and what it can."""
     if pipeline is None:
-        return StoredForm((), False, None, None)
+        return StoredForm((), None, None, None)
     steps = [step for _, step in pipeline.steps] if isinstance(pipeline, Pipeline) else [pipeline]
     steps = [step for step in steps if step is not None and not (isinstance(step, str) and step == "passthrough")]
-    linear, normalize, quantizer = [], False, None
+    linear, normalizer, quantizer = [], None, None
     for position, step in enumerate(steps):
         name = type(step).__name__
         if quantizer is not None:
             raise ValueError(f"the pipeline has a {name} after its Quantizer: the Quantizer must be its last step "
                              f"({STEPS}).")
         if isinstance(step, LinearPostProcessor):
-            if normalize:
+            if normalizer is not None:
                 raise ValueError(f"the pipeline has a {name} after its Normalizer: an engine holds {STEPS}.")
             check_is_fitted(step)
             linear.append(step)
@@ -115,7 +119,7 @@ def read_pipeline(pipeline) -> StoredForm:
             if step.norm != "l2":
                 raise ValueError(f"the pipeline's Normalizer has norm={step.norm!r}: an engine index compares unit "
                                  "vectors, norm='l2'.")
-            normalize = True
+            normalizer = step
         elif isinstance(step, Quantizer):
             check_is_fitted(step)
             if step.precision == "uint8":
@@ -131,4 +135,4 @@ def read_pipeline(pipeline) -> StoredForm:
             raise ValueError(f"the pipeline's {type(after).__name__} takes {after.n_features_in_} features, but the "
                              f"{type(before).__name__} before it gives {before.linear_map()[0].shape[1]}.")
     first = linear[0] if linear else quantizer
-    return StoredForm(tuple(linear), normalize, quantizer, None if first is None else first.n_features_in_)
+    return StoredForm(tuple(linear), normalizer, quantizer, None if first is None else first.n_features_in_)
