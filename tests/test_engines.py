@@ -312,6 +312,24 @@ def test_an_hnsw_search_returns_every_row_asked_for(synthetic, precision, monkey
         short.search(queries, 500)
 
 
+@pytest.mark.slow
+def test_skflow_imports_and_saves_without_the_engines(tmp_path):
+    """The core install has neither faiss nor usearch: skflow, its evaluation and skflow.engines import, and a
+    pipeline saves and loads; only an engine index needs them."""
+    import subprocess
+
+    code = ("import sys; sys.modules.update({'faiss': None, 'usearch': None, 'usearch.index': None})\n"
+            "import numpy as np, skflow, skflow.evaluation\n"
+            "from skflow.engines import EngineIndex\n"
+            "q = skflow.Quantizer(ranges='symmetric').fit(np.eye(4))\n"
+            f"assert skflow.load(skflow.dump(q, {str(tmp_path / 'q.skops')!r})).scale_ == 1.0\n"
+            "EngineIndex(engine='usearch').fit(np.eye(4))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith("ModuleNotFoundError: engine='usearch' needs usearch: pip install "
+                                                   "'skflow[engines]'")
+
+
 def test_hnsw_params_use_the_engines_own_names(synthetic):
     queries, corpus = synthetic
     faiss_index = EngineIndex(index="hnsw", hnsw_params={"M": 8, "efConstruction": 20, "efSearch": 50}).fit(corpus)
