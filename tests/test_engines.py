@@ -96,7 +96,10 @@ def test_exact_indexes_equal_skflows_search(synthetic, engine, precision):
     index = EngineIndex(pipeline, engine=engine).fit(corpus)
     assert index.precision_ == precision and index.n_features_in_ == 48
     atol = 0 if precision == "binary" or (engine, precision) == ("usearch", "int8") else 1e-5
-    _assert_same_ranking(index.search(queries, 20), _reference(pipeline, engine, queries, corpus, 20), atol)
+    found = index.search(queries, 20)
+    _assert_same_ranking(found, _reference(pipeline, engine, queries, corpus, 20), atol)
+    one = index.search(queries[:1], 20)  # one query: usearch answers with another type (Matches, no counts)
+    assert np.array_equal(one[1], found[1][:1]) and np.allclose(one[0], found[0][:1], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -188,9 +188,13 @@ class UsearchStore:
         else:
             found = self.usearch.search(self._rows_array(), queries, k, self.metric, exact=True, dtype=self.dtype,
                                         threads=self.threads)
-        keys, distances = np.atleast_2d(found.keys).astype(np.int64), np.atleast_2d(found.distances)
-        missing = np.arange(keys.shape[1]) >= np.atleast_1d(found.counts)[:, None]  # a graph that found fewer rows
-        keys[missing], distances = -1, np.where(missing, 0, distances)
+        # one query gives usearch's Matches (as many rows as found), several its BatchMatches (k columns, counts)
+        counts = np.atleast_1d(getattr(found, "counts", len(found.keys)))
+        found_keys, found_distances = np.atleast_2d(found.keys)[:, :k], np.atleast_2d(found.distances)[:, :k]
+        keys, distances = np.full((len(queries), k), -1, np.int64), np.zeros((len(queries), k))
+        keys[:, : found_keys.shape[1]], distances[:, : found_keys.shape[1]] = found_keys, found_distances
+        missing = np.arange(k) >= counts[:, None]  # a graph that found fewer rows than asked
+        keys[missing], distances[missing] = -1, 0
         if self.precision == "binary":
             return -distances.astype(np.int64), keys
         if self.precision == "int8":  # 1 - the dot: an integer below 2**24, exact in float32
