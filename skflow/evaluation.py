@@ -24,17 +24,21 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer
 
 from skflow.compression import ITQRotation, Quantizer, search
 from skflow.datasets import BEIR_SETS, STS_SETS, beir_folder, load_beir, load_sts
 from skflow.embedder import BertEmbedder
 from skflow.embedding import encoder_settings, stock_settings, validate_texts
+from skflow.engines import ENGINES, INDEXES, EngineIndex, require_engine
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
 from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
-__all__ = ["EVALUATION_SETS", "FIT_CORPORA", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS", "SET_LABELS", "evaluate",
-           "library_versions", "make_method", "markdown_tables", "resolved_settings", "retrieval_report",
+__all__ = ["EVALUATION_SETS", "FIT_CORPORA", "INDEXES", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS",
+           "SEARCH_ENGINES", "SET_LABELS", "evaluate", "library_versions", "make_method", "markdown_tables", "overlap",
+           "resolved_settings", "retrieval_report",
            "search_stored", "strict_json"]
 
 SET_LABELS = {
@@ -49,6 +53,10 @@ SET_LABELS = {
 }
 EVALUATION_SETS = STS_SETS + BEIR_SETS
 RETRIEVAL_METRICS = ("ndcg@10", "recall@100")
+# Where retrieval sets are ranked: skflow's exact numpy search, or an engine index (skflow.engines.EngineIndex)
+SEARCH_ENGINES = ("numpy", *ENGINES)
+EXACT_RECALL = "recall@100_vs_exact"  # an approximate index: the share of the exact top 100 that it found
+TWO_STAGE = 1000  # an engine's binary-asym row: its Hamming top 1,000 rescored by the float query
 METHODS = ("none", "whiten", "soft-whiten", "flow")
 # What a stored vector is: float32, int8 codes (scored as their dequantized vectors, by cosine) or binary codes, one
 # bit a dimension (scored by Hamming; for retrieval also a float query against them, "asym", and the Hamming top
@@ -136,6 +144,8 @@ def evaluate(
     flow_params: dict | None = None,
     retrieval_params: dict | None = None,
     precisions: Sequence[str] = ("float32",),
+    engine: str = "numpy",
+    index: str = "flat",
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Fit each method on each set's sentences (no labels), or on other texts, and score it on the set's gold pairs or
@@ -195,6 +205,15 @@ def evaluate(
         ``/binary-asym``, float queries against the codes, and
         ``/binary-rescore``, the Hamming top 100 rescored with float32
         vectors). Results other than float32 are under ``"ROW/PRECISION"``.
+    engine : {"numpy", "faiss", "usearch"}, default="numpy"
+        Where retrieval sets are ranked: skflow's exact search, or an
+        engine index of the stored vectors (`skflow.engines.EngineIndex`;
+        see :func:`search_stored`).
+    index : {"flat", "hnsw"}, default="flat"
+        The engine's index: exact, or HNSW at the engine's default
+        settings; with ``"hnsw"`` each row also reports
+        ``"recall@100_vs_exact"``, the share of the exact top 100 (the
+        engine's flat index of the same rows) that HNSW found.
     log : callable, default=None
         Receives progress messages.
 
@@ -219,6 +238,7 @@ def evaluate(
         retrieval sets' (under ``"retrieval"``, with how they are searched), the methods, precisions,
         ``random_state``, ``flow_params`` and `library_versions`.
     """
+    _check_engine(engine, index)
     estimators = {method: make_method(method, random_state=random_state, flow_params=flow_params)
                   for method in methods}  # a bad name, parameter or size fails before any work
     for estimator in estimators.values():
@@ -280,7 +300,8 @@ def evaluate(
             "queries": len(found.queries), "unjudged_queries": found.n_unjudged_queries,
             "judgements": sum(len(judged) for judged in found.qrels.values())}
         results["retrieval_settings"][name] = {"pooling": retrieval.pooling, "max_length": retrieval.max_length}
-        results["retrieval"][name] = _evaluate_retrieval(name, found, retrieval, fits, precisions, log)
+        results["retrieval"][name] = _evaluate_retrieval(name, found, retrieval, fits, precisions, log,
+                                                         engine=engine, index=index)
     for name in [s for s in data if s in STS_SETS and s in scored]:
         full = data[name]
         rows = full.subsets == _EVAL_SPLIT[name] if name in _EVAL_SPLIT else np.ones(len(full.scores), bool)
@@ -483,7 +504,20 @@ def _row(method: str, corpus: str, precision: str = "float32") -> str:
     return method + ("" if corpus == TARGET else f"@{corpus}") + ("" if precision == "float32" else f"/{precision}")
 
 
-def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, precisions, log) -> dict:
+def _check_engine(engine: str, index: str) -> None:
+    """The engine and index names, and the engine's package, before any work."""
+    if engine not in SEARCH_ENGINES:
+        raise ValueError(f"Unknown engine {engine!r}; valid ones are {', '.join(SEARCH_ENGINES)}.")
+    if index not in INDEXES:
+        raise ValueError(f"Unknown index {index!r}; valid ones are {', '.join(INDEXES)}.")
+    if engine == "numpy" and index != "flat":
+        raise ValueError(f"index={index!r} needs an engine (faiss or usearch): numpy's search is exact.")
+    if engine != "numpy":
+        require_engine(engine)
+
+
+def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, precisions, log, engine: str = "numpy",
+                        index: str = "flat") -> dict:
     """Each method fitted on the corpus embeddings (never on a query), or on a fitting corpus, applied to queries
     and documents alike, stored at each precision (codes fitted where the method is), scored by
     `retrieval_report`."""
@@ -502,17 +536,36 @@ def _evaluate_retrieval(name: str, data, embedder: BertEmbedder, fits: _Fits, pr
             fitted_documents = (mapped if corpus == TARGET and mapped is not None
                                 else np.asarray(estimator.transform(documents)))
             fitted_queries = np.asarray(estimator.transform(queries))
-        for stored, found in search_stored(fitted_queries, fitted_documents, precisions, fitted_on=mapped).items():
+        found_by = search_stored(fitted_queries, fitted_documents, precisions, fitted_on=mapped, engine=engine,
+                                 index=index)
+        exact = (search_stored(fitted_queries, fitted_documents, precisions, fitted_on=mapped, engine=engine)
+                 if index != "flat" else {})
+        for stored, found in found_by.items():
             row = _row(method, corpus, stored)
             out[row] = retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)
             out[row]["fit_seconds"] = fit_seconds
+            if stored in exact:
+                out[row][EXACT_RECALL] = overlap(found[1], exact[stored][1])
             log(f"[{label}] {row}: nDCG@10 {100 * out[row]['ndcg@10']:.2f}, "
                 f"recall@100 {100 * out[row]['recall@100']:.2f}")
     return out
 
 
+def overlap(found, exact) -> float:
+    """The mean share of each row of ``exact`` (indices, a query a row) that the same row of ``found`` holds.
+
+    Examples
+    --------
+    >>> from skflow.evaluation import overlap
+    >>> overlap([[0, 1, 2], [3, 4, 5]], [[2, 1, 0], [3, 4, 9]])
+    0.8333333333333333
+    """
+    found, exact = np.asarray(found), np.asarray(exact)
+    return float(np.mean([len(np.intersect1d(a, b)) / len(b) for a, b in zip(found, exact, strict=True)]))
+
+
 def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), *, fitted_on=None,
-                  k: int = SEARCH_K) -> dict:
+                  k: int = SEARCH_K, engine: str = "numpy", index: str = "flat") -> dict:
     """The top ``k`` documents of each query, the vectors stored at each precision and searched as they allow.
 
     Parameters
@@ -530,6 +583,20 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
         What the int8 ranges are fitted on (default: ``documents``).
     k : int, default=100
         Documents found a query (at most all of them).
+    engine : {"numpy", "faiss", "usearch"}, default="numpy"
+        ``"numpy"``: :func:`skflow.compression.search`, exact. Otherwise the
+        stored vectors go in an engine index, `skflow.engines.EngineIndex`,
+        which ranks them as the engine does: ``"float32"`` by cosine;
+        ``"int8"`` the symmetric int8 codes of the unit vectors
+        (``make_pipeline(Normalizer(), Quantizer(ranges="symmetric"))``),
+        by the engine's dot (faiss: the float query against the codes;
+        usearch: the integer dot of the query's codes and the documents');
+        ``"binary"`` by Hamming distance, ``"binary-asym"`` the engine's
+        Hamming top 1,000 rescored by the float query against the bits
+        (two stages, as production runs it), ``"binary-rescore"`` its
+        Hamming top ``k`` rescored with the float32 vectors.
+    index : {"flat", "hnsw"}, default="flat"
+        The engine's index: exact, or HNSW at the engine's default settings.
 
     Returns
     -------
@@ -546,9 +613,12 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
     >>> {name: indices.tolist() for name, (scores, indices) in found.items()}
     {'float32': [[0, 1]], 'binary': [[0, 1]], 'binary-asym': [[0, 1]], 'binary-rescore': [[0, 1]]}
     """
+    _check_engine(engine, index)
     queries, documents = np.asarray(queries), np.asarray(documents)
     fitted_on = documents if fitted_on is None else fitted_on
     k = min(k, len(documents))
+    if engine != "numpy":
+        return _engine_search(queries, documents, precisions, fitted_on, k, engine, index)
     found = {}
     for precision in precisions:
         if precision == "float32":
@@ -564,6 +634,23 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
             found["binary-rescore"] = search(queries, documents, k, candidates=found["binary"][1])
         else:
             raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
+    return found
+
+
+def _engine_search(queries, documents, precisions, fitted_on, k: int, engine: str, index: str) -> dict:
+    """`search_stored` through an engine index (see there)."""
+    found = {}
+    for precision in precisions:
+        if precision not in PRECISIONS:
+            raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
+        pipeline = {"float32": None,
+                    "int8": make_pipeline(Normalizer(), Quantizer(ranges="symmetric")).fit(fitted_on),
+                    "binary": Quantizer(precision="binary").fit(fitted_on)}[precision]
+        stored = EngineIndex(pipeline, engine=engine, index=index).fit(documents)
+        found[precision] = stored.search(queries, k)
+        if precision == "binary":
+            found["binary-asym"] = stored.search(queries, k, rescore=max(k, min(TWO_STAGE, len(documents))))
+            found["binary-rescore"] = stored.search(queries, k, rescore=k, rescore_with=documents)
     return found
 
 
@@ -632,11 +719,13 @@ def markdown_tables(results: dict, protocols: Sequence[str] = ("wmean",), title:
         title = title if retrieval_title is None else retrieval_title
         heading = f"{title} — " if title else ""
         out.append(f"{heading}retrieval, nDCG@10 and recall@100 x 100\n")
-        columns = [(s, metric) for s in retrieval for metric in RETRIEVAL_METRICS]
+        shown = (*RETRIEVAL_METRICS, EXACT_RECALL)  # the last for an approximate index only
+        columns = [(s, metric) for s in retrieval for metric in shown
+                   if any(metric in report for report in retrieval[s].values())]
         out.append("| method | " + " | ".join(f"{SET_LABELS.get(s, s)} {metric}" for s, metric in columns) + " |")
         out.append("|---|" + "---|" * len(columns))
         for method in dict.fromkeys(m for per_set in retrieval.values() for m in per_set):
-            cells = [_cell(100 * retrieval[s][method][metric]) for s, metric in columns]
+            cells = [_cell(100 * retrieval[s][method].get(metric, np.nan)) for s, metric in columns]
             out.append(f"| {method} | " + " | ".join(cells) + " |")
         out.append("")
     if results.get("settings"):

@@ -9,6 +9,7 @@ from sklearn.base import BaseEstimator
 from skflow.compression import ITQRotation, Quantizer
 from skflow.embedder import BertEmbedder
 from skflow.embedding import check_hub_options
+from skflow.engines import EngineIndex
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.saved_models import check_estimator, estimators, read_skops_file
 from skflow.utils import MODEL, InvalidModelError, UntrustedTypeError, replaced_atomically
@@ -17,8 +18,8 @@ from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "load"]
 
 # skflow's estimators, and a check of what scikit-learn's constraints cannot express (model_kwargs' keys, ...)
-_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, Centerer: None, FlowGaussianizer: None, ITQRotation: None,
-                   MeanDirectionRemover: None, Quantizer: None, Whitener: None}
+_SKFLOW_CLASSES = {BertEmbedder: check_hub_options, Centerer: None, EngineIndex: None, FlowGaussianizer: None,
+                   ITQRotation: None, MeanDirectionRemover: None, Quantizer: None, Whitener: None}
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 

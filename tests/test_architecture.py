@@ -13,8 +13,8 @@ import skflow
 PACKAGE = Path(skflow.__file__).parent
 MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 12
-SUBPACKAGES = ("compression", "datasets", "embedding", "flow_estimator", "flows", "ray_jobs", "saved_models", "utils",
-               "whitening")
+SUBPACKAGES = ("compression", "datasets", "embedding", "engines", "flow_estimator", "flows", "ray_jobs", "saved_models",
+               "utils", "whitening")
 
 # What each subsystem (a subpackage, or a module at the top) may import: the README's story read bottom-up,
 # text -> embeddings -> flow -> evaluation, serving, scale. Pure PyTorch (flows) and the metrics import nothing.
@@ -28,14 +28,15 @@ ALLOWED = {
     "skflow.embedding": {"skflow.utils"},
     "skflow.whitening": {"skflow.utils", "skflow.metrics"},
     "skflow.compression": {"skflow.utils", "skflow.metrics", "skflow.whitening"},
+    "skflow.engines": {"skflow.compression", "skflow.whitening", "skflow.utils"},
     "skflow.flow_estimator": {"skflow.flows", "skflow.utils", "skflow.metrics"},
     "skflow.embedder": {"skflow.embedding", "skflow.utils"},
     "skflow.gaussianizer": {"skflow.flow_estimator", "skflow.flows", "skflow.utils"},
     "skflow.saved_models": {"skflow.flow_estimator", "skflow.flows", "skflow.embedding", "skflow.whitening",
                             "skflow.utils"},
-    "skflow.persistence": {"skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
+    "skflow.persistence": {"skflow.saved_models", "skflow.embedding", "skflow.engines", "skflow.utils"} | _ESTIMATORS,
     "skflow.serving": {"skflow.persistence", "skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
-    "skflow.evaluation": {"skflow.datasets", "skflow.metrics", "skflow.embedding"} | _ESTIMATORS,
+    "skflow.evaluation": {"skflow.datasets", "skflow.metrics", "skflow.embedding", "skflow.engines"} | _ESTIMATORS,
     "skflow.mteb": {"skflow.compression", "skflow.embedder"},
     "skflow.ray_jobs": {"skflow.persistence", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.distributed": {"skflow.ray_jobs", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,

@@ -18,6 +18,8 @@ MODULES = [
     "skflow.whitening",
     "skflow.compression",
     "skflow.compression._search",
+    "skflow.engines",
+    "skflow.engines._engines",
     "skflow.evaluation",
     "skflow.mteb",
     "skflow.distributed",

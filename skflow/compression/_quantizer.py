@@ -1,7 +1,7 @@
 """Quantizer: embeddings as int8 codes (per-dimension ranges fitted on a corpus) or packed sign bits, in
 sentence-transformers' layouts."""
 
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ __all__ = ["Quantizer"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 PRECISIONS = ("int8", "uint8", "binary", "ubinary")
+RANGES = ("per-dimension", "symmetric")
+SYMMETRIC_LEVEL = 127  # ranges="symmetric": codes -127..127, 0 for 0
+SMALLEST_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))  # a float32 scale above 0
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
 MAX_BITS = 2**24  # the widest binary code a saved state may declare (2 MB a vector)
 
@@ -52,6 +55,17 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
       ``"ubinary"`` stores the packed bytes (uint8). Nothing is fitted but
       the width. ``n_features / 8`` bytes per vector, rounded up.
 
+    With ``ranges="symmetric"`` (int8 only), one range ``[-s, s]`` serves
+    every dimension, ``s`` the largest absolute value seen in :term:`fit`
+    (``scale_``), and the code is ``round(x / s * 127)`` in -127..127: 0
+    for 0, so that the integer dot of two codes is proportional to the dot
+    of the vectors they code. That is what an engine that compares int8
+    codes directly (usearch ``i8``, faiss ``QT_8bit_direct_signed``)
+    computes; per-dimension ranges rescale and shift each axis, which such
+    a dot does not undo (``docs/engines.md``). Put it after a rotation
+    (`ITQRotation`) or on unit vectors, where no dimension is much wider
+    than the others.
+
     Put it last in a pipeline, after any post-processing (`Whitener`,
     `FlowGaussianizer`, a rotation): a centred or rotated corpus uses the bits
     and levels better. Search the codes with `skflow.compression.search`:
@@ -62,13 +76,22 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     ----------
     precision : {"int8", "uint8", "binary", "ubinary"}, default="int8"
         The code, named as in sentence-transformers.
+    ranges : {"per-dimension", "symmetric"}, default="per-dimension"
+        int8 codes: each dimension's ``[min, max]`` (sentence-transformers'
+        codes), or one ``[-s, s]`` for all, symmetric about 0 (see above;
+        ``precision="int8"`` only).
 
     Attributes
     ----------
     ranges_ : ndarray of shape (2, n_features_in_)
         int8 and uint8 only: the per-dimension minimum (row 0) and maximum
         (row 1) of the rows seen in :term:`fit`, float32 values in float64;
-        sentence-transformers' ``ranges`` argument.
+        sentence-transformers' ``ranges`` argument. Not set where
+        ``ranges="symmetric"``.
+    scale_ : float
+        ``ranges="symmetric"`` only: ``s``, the largest absolute value of
+        the rows seen in :term:`fit` (a float32 number; 1 where they are
+        all 0).
     n_features_in_ : int
         Number of features seen during :term:`fit`.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -114,16 +137,37 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     array([[ 96],
            [128],
            [ 32]], dtype=uint8)
+
+    One symmetric range: the integer dot of the codes is the dot of the
+    vectors, times ``(127 / s) ** 2``, up to rounding.
+
+    >>> symmetric = Quantizer(ranges="symmetric").fit(X)
+    >>> symmetric.scale_
+    2.0
+    >>> codes = symmetric.transform(X)
+    >>> codes
+    array([[-64,  32, 127],
+           [ 64, -32,   0],
+           [  0,   0,  64]], dtype=int8)
+    >>> codes.astype(int) @ codes.T.astype(int)
+    array([[21249, -5120,  8128],
+           [-5120,  5120,     0],
+           [ 8128,     0,  4096]])
+    >>> np.round(X @ X.T * (127 / 2.0) ** 2)
+    array([[21169., -5040.,  8064.],
+           [-5040.,  5040.,     0.],
+           [ 8064.,     0.,  4032.]])
     """
 
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
 
-    _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))]}
+    _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))], "ranges": [StrOptions(set(RANGES))]}
     # float16 stays float16, as in sentence-transformers: its codes are computed in float32 (float16 - float32)
     _kept_dtypes = [np.float64, np.float32, np.float16]
 
-    def __init__(self, *, precision="int8"):
+    def __init__(self, *, precision="int8", ranges="per-dimension"):
         self.precision = precision
+        self.ranges = ranges
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -142,9 +186,19 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         self : object
             The fitted estimator.
         """
+        if self.ranges == "symmetric" and self.precision != "int8":
+            raise ValueError(f"ranges='symmetric' gives signed codes, -127 to 127: it needs precision='int8', not "
+                             f"{self.precision!r}.")
         with unchanged_on_failure(self):
             X2d = validate_embeddings(self, _as_numpy(X), reset=True)[0]
-            if self._integers:
+            if self._symmetric:
+                largest = max((float(np.abs(part).max(initial=0)) for _, part in row_chunks(X2d)), default=0.0)
+                if largest > FLOAT32_MAX:
+                    raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the scale is a "
+                                     "float32 number.")
+                self.scale_ = float(np.float32(largest)) or 1.0
+                vars(self).pop("ranges_", None)
+            elif self._integers:
                 low, high = np.full(X2d.shape[1], np.inf), np.full(X2d.shape[1], -np.inf)
                 for _, part in row_chunks(X2d):
                     low, high = np.minimum(low, part.min(axis=0)), np.maximum(high, part.max(axis=0))
@@ -152,8 +206,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                     raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): int8 ranges are "
                                      "float32 numbers, as in sentence-transformers.")
                 self.ranges_ = np.vstack([low, high]).astype(np.float32).astype(np.float64)
+                vars(self).pop("scale_", None)
             else:  # a refit as binary codes: no ranges of an earlier int8 fit (a saved state holding them is refused)
                 vars(self).pop("ranges_", None)
+                vars(self).pop("scale_", None)
         return self
 
     def transform(self, X):
@@ -234,9 +290,15 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return self.precision in ("int8", "uint8")
 
     @property
+    def _symmetric(self) -> bool:
+        return self.ranges == "symmetric"
+
+    @property
     def _fitted_names(self) -> list[str]:
-        """What a fit of this precision sets: int8 codes need the ranges (a binary fit has none)."""
-        return ["ranges_", "n_features_in_"] if self._integers else ["n_features_in_"]
+        """What a fit of this precision sets: int8 codes need the ranges or the scale (a binary fit has none)."""
+        if self._integers:
+            return ["scale_" if self._symmetric else "ranges_", "n_features_in_"]
+        return ["n_features_in_"]
 
     @property
     def _code_dtype(self) -> type:
@@ -254,6 +316,9 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     def _codes(self, rows: np.ndarray) -> np.ndarray:
         """sentence-transformers' ``quantize_embeddings`` of ``rows``, operation for operation."""
+        if self._symmetric:
+            scaled = rows * (SYMMETRIC_LEVEL / np.float64(self.scale_))
+            return np.clip(np.rint(scaled), -SYMMETRIC_LEVEL, SYMMETRIC_LEVEL).astype(np.int8)
         if self._integers:
             starts, steps = self._starts_steps()
             levels = np.clip(np.floor((rows - starts) / steps), 0, LEVELS)
@@ -262,6 +327,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return (packed - 128).astype(np.int8) if self.precision == "binary" else packed
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
+        if self._symmetric:
+            return (codes * (self.scale_ / SYMMETRIC_LEVEL)).astype(np.float32)
         if self._integers:
             starts, steps = self._starts_steps()
             levels = codes.astype(np.float64) + (128 if self.precision == "int8" else 0)
@@ -284,11 +351,24 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         if not isinstance(precision := state["precision"], str) or precision not in PRECISIONS:
             raise InvalidModelError(f"the saved Quantizer's precision must be one of {', '.join(PRECISIONS)}, got "
                                     f"{str(precision)[:40]!r}")
+        if "ranges" not in state:
+            raise InvalidModelError("the saved Quantizer lacks its parameters ranges")
+        if not isinstance(ranges := state["ranges"], str) or ranges not in RANGES:
+            raise InvalidModelError(f"the saved Quantizer's ranges must be one of {', '.join(RANGES)}, got "
+                                    f"{str(ranges)[:40]!r}")
+        if ranges == "symmetric":
+            if precision != "int8":
+                raise InvalidModelError("the saved Quantizer has ranges='symmetric' with precision "
+                                        f"{precision!r} (int8 only)")
+            return {"scale_": (Real, SMALLEST_SCALE, FLOAT32_MAX),
+                    "n_features_in_": (Integral, 1, MAX_BITS)}
         if precision in ("int8", "uint8"):
             return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
         return {"n_features_in_": (Integral, 1, MAX_BITS)}  # no array bounds it: get_feature_names_out would build them
 
     def _check_fitted(self, state: dict) -> None:
+        if "scale_" in state and float(np.float32(state["scale_"])) != state["scale_"]:
+            raise InvalidModelError("scale_ must be a float32 number")
         ranges = state.get("ranges_")
         if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX
                                        and np.array_equal(ranges.astype(np.float32), ranges)):
