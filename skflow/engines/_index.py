@@ -5,13 +5,13 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from skflow.compression import search as exact_search
 from skflow.engines._engines import ENGINES, HNSW_PARAMS, INDEXES, FaissStore, UsearchStore, require_engine
 from skflow.engines._stored import read_pipeline
-from skflow.utils import InvalidModelError, float_dtypes, row_chunks, unchanged_on_failure
+from skflow.utils import Integers, InvalidModelError, float_dtypes, row_chunks, unchanged_on_failure
 
 __all__ = ["EngineIndex"]
 
@@ -139,7 +139,7 @@ class EngineIndex(BaseEstimator):
         "engine": [StrOptions(set(ENGINES))],
         "index": [StrOptions(set(INDEXES))],
         "hnsw_params": [dict, None],
-        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "n_jobs": [Integers(1, None, closed="left"), None],
     }
 
     def __init__(self, pipeline=None, *, engine="faiss", index="flat", hnsw_params=None, n_jobs=None):
