@@ -662,15 +662,15 @@ def test_a_job_that_fails_keeps_the_previous_output_and_says_so(ray_instance, co
 def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_instance, tmp_path, capsys, monkeypatch):
     emb = _embeddings(tmp_path / "emb")
     flow = _flow_file(tmp_path / "flow.joblib")
-    from skflow.ray_jobs._outputs import _parquet_files_class
+    from skflow.ray_jobs._checkpoint import parts_sink
 
-    on_write_complete = _parquet_files_class().on_write_complete
+    on_write_complete = parts_sink().on_write_complete
 
     def a_file_lost(sink, result):  # what Ray reports, less the last file written
         written = [file for returned in result.write_returns for file in returned][:-1]
         on_write_complete(sink, types.SimpleNamespace(num_rows=result.num_rows, write_returns=[written]))
 
-    monkeypatch.setattr(_parquet_files_class(), "on_write_complete", a_file_lost)
+    monkeypatch.setattr(parts_sink(), "on_write_complete", a_file_lost)
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"], code=1)
     assert re.fullmatch(r"error: the Ray job wrote \d+ rows of 40; nothing was written", err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]

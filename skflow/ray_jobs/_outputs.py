@@ -2,7 +2,6 @@
 committed by the manifest ``.skflow-output`` written last, which readers follow (``docs/scale.md``)."""
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -12,7 +11,7 @@ from skflow import utils
 from skflow.ray_jobs import _storage as storage
 from skflow.ray_jobs._checkpoint import (
     CHECKPOINT,
-    PROVENANCE,
+    PART_TEMPORARY,
     RUN_NAME,
     DamagedCheckpointError,
     Part,
@@ -24,9 +23,8 @@ from skflow.ray_jobs._checkpoint import (
     is_complete,
     job_id,
     one_part_a_row,
+    parts_sink,
     read_checkpoint,
-    row_ranges,
-    with_ranges,
 )
 from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
@@ -34,7 +32,6 @@ from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run
 MARKER = ".skflow-output"
 MANIFEST_LIMIT = 2**26  # bytes: a manifest lists a few thousand names
 RUN_FILE = re.compile(RUN_NAME.pattern[:-1] + r"-[0-9]+-[0-9]+\.parquet$")
-PART_TEMPORARY = ".skflow-part-"  # a part being written to a local disk, renamed when whole
 HIDDEN = (".", "_")  # the first characters of names that readers skip
 
 
@@ -212,7 +209,7 @@ class OutputFolder:
         the manifest, written last, then the files it replaces deleted. After a failure the command calls
         :meth:`failed`. ``empty`` is raised instead of committing no rows; ``rows``, if known, is what the files
         must hold (else the rows that reached the write, and the earlier runs' parts)."""
-        return _parquet_files_class()(self, command, empty, rows)
+        return parts_sink()(self, command, empty, rows)
 
     def failed(self, keep: bool) -> bool:
         """After a failed job: whether parts are kept for a resume (``keep``, and there are some, and the failure was
@@ -293,59 +290,6 @@ class OutputFolder:
         leftovers = [name for name in found if self._is_ours(name) and name not in files and name != MARKER]
         self._delete([CHECKPOINT] + [name for name in leftovers if name != CHECKPOINT] + old)
         return total
-
-
-@functools.cache
-def _parquet_files_class():
-    import pyarrow.parquet as pq
-    from ray.data import Datasink
-    from ray.data.block import BlockAccessor
-
-    class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), its rows' input
-        ranges in its footer (locally through a hidden temporary, renamed: a part is whole or absent); committed
-        by the output folder when Ray reports the write complete."""
-
-        def __init__(self, target: OutputFolder, command: str, empty: Exception, expected: int | None) -> None:
-            self.target, self.command, self.empty, self.expected, self.rows = target, command, empty, expected, None
-
-        def on_write_start(self, *args) -> None:
-            self.target.begin()
-
-        def write(self, blocks, ctx) -> list[tuple[str, int, list]]:
-            written, folder = [], self.target.out
-            job = job_id(self.target.fingerprint) if self.target.fingerprint is not None else ""
-            for i, block in enumerate(blocks):
-                table = BlockAccessor.for_block(block).to_arrow()
-                if not table.num_rows:
-                    continue
-                ranges = []
-                if PROVENANCE[0] in table.column_names:
-                    table, ranges = row_ranges(table)
-                    table = with_ranges(table, job, ranges)
-                name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
-                final = folder.child(name)
-                if folder.is_remote:  # one upload: the object appears whole, or not at all
-                    pq.write_table(table, final.path, filesystem=folder.filesystem)
-                else:
-                    temporary = folder.child(f"{PART_TEMPORARY}{name}")
-                    pq.write_table(table, temporary.path, filesystem=folder.filesystem)
-                    os.replace(temporary.path, final.path)
-                written.append((name, table.num_rows, ranges))
-            return written
-
-        def on_write_complete(self, result) -> None:  # result.num_rows: the rows that reached the write tasks
-            written = [file for returned in result.write_returns for file in returned]
-            if not result.num_rows and not self.target.parts:
-                raise self.empty
-            self.rows = self.target.commit(written, command=self.command, rows=self.expected if self.expected
-                                           is not None else result.num_rows + sum(p.rows for p in
-                                                                                  self.target.parts.values()))
-
-        def on_write_failed(self, error: Exception) -> None:
-            pass  # the command decides: a resumable failure keeps the parts (OutputFolder.failed)
-
-    return ParquetFiles
 
 
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):
