@@ -3,8 +3,10 @@
 Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 """
 
+import functools
 import gc
 import os
+import sys
 from collections.abc import Sequence
 from numbers import Integral, Real
 
@@ -73,6 +75,10 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     expected = sum(rows.values()) if rows else None
+    say = (lambda line: None) if quiet else functools.partial(print, file=sys.stderr, flush=True)
+    if target.complete is not None:  # the same command, once more
+        say(f"already complete: {target.out.shown} holds the {target.complete:,} rows of this command")
+        return target.complete
     written = target.written()
     if not (items := ray_jobs.read_items(corpus, rows, written)):  # an earlier run wrote every row: Ray not started
         try:
@@ -106,6 +112,9 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
                                         "output yet): run the same command to resume, or pass --restart")
             gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
             raise failure
+    if target.spare:  # another run of this command committed it meanwhile (two resumes at once)
+        say(f"already complete: {target.out.shown} holds the {target.complete:,} rows of this command, committed by "
+            "another run of it meanwhile")
     return sink.rows
 
 

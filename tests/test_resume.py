@@ -498,18 +498,56 @@ def test_restart_after_a_commit_killed_before_it_deleted_the_checkpoint_keeps_th
     assert not set(parts) & set(_names(out))
 
 
-def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_commits_again(tmp_path, monkeypatch):
+def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_finds_it_complete(tmp_path,
+                                                                                                    monkeypatch):
     out = tmp_path / "out"
     target = OutputFolder(out, overwrite=False, fingerprint=_job())
     written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    late = _write(target, _block(1, 5, 10), task=1)  # a part the commit left out (a killed run's, landed late)
     with monkeypatch.context() as m:
         m.setattr(OutputFolder, "_delete", lambda self, names: None)
         target.commit(written, rows=20, command="embed")
     again = OutputFolder(out, overwrite=False, fingerprint=_job())
-    assert again.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # nothing to read: no Ray job
-    again.begin()
-    assert again.commit([], rows=20, command="embed") == 20
-    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}
+    assert again.complete == 20 and again.written() == {}  # nothing to read, nothing to commit: no Ray job
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}  # tidied
+    assert not set(_names(out)) & {name for name, _, _ in late}
+    assert OutputFolder(out, overwrite=False, fingerprint=_job()).complete == 20  # as often as it is run
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty; pass --overwrite"):
+        OutputFolder(out, overwrite=False, fingerprint=_job(column="title"))  # another job: an output, as before
+
+
+def test_two_resumes_at_once_commit_once_and_leave_no_checkpoint(tmp_path):
+    """Two resumes of one unfinished run at once: one commits, exactly; the other found the folder filled and was
+    refused, leaving its parts and a checkpoint beside the output, so that a later --overwrite by another job was
+    refused as "an unfinished run of another job"."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    _write(first, _block(0, 0, 10))
+    first.failed(keep=True)  # killed
+    second, third = (OutputFolder(out, overwrite=False, fingerprint=_job()) for _ in range(2))
+    mine = _write(second, _block(1, 0, 10))
+    spare = _write(third, _block(1, 0, 4), _block(1, 4, 10))  # its checkpoint written last, naming its run
+    assert second.commit(mine, rows=None, command="embed") == 20 and not second.spare
+    output = sorted({MARKER, *manifest_files(_location(out / MARKER))} - {None})
+    assert third.commit(spare, rows=None, command="embed") == 20 and third.spare  # done already: its parts spare
+    assert _names(out) == output and CHECKPOINT not in output and _ids(out) == ALL_IDS
+    assert not third.failed(keep=True) and _names(out) == output  # what the command calls on any error after
+    for job in _job(), _job(column="title"):  # the slower resume killed instead: after the commit, its checkpoint
+        out = tmp_path / job["column"]
+        first = OutputFolder(out, overwrite=False, fingerprint=_job())
+        _write(first, _block(0, 0, 10))
+        first.failed(keep=True)
+        second, third = (OutputFolder(out, overwrite=False, fingerprint=_job()) for _ in range(2))
+        assert second.commit(_write(second, _block(1, 0, 10)), rows=None, command="embed") == 20
+        output, late = _names(out), _write(third, _block(1, 0, 4))  # third's checkpoint, after the commit
+        assert CHECKPOINT in _names(out)
+        later = OutputFolder(out, overwrite=job != _job(), fingerprint=job)  # not "an unfinished run of another job"
+        if job == _job():  # the same command: complete, the stale checkpoint and the killed run's part deleted
+            assert later.complete == 20 and _names(out) == output
+            continue
+        new = _write(later, _block(0, 0, 10), _block(1, 0, 10))
+        assert later.commit(new, rows=20, command="embed") == 20 and CHECKPOINT not in _names(out)
+        assert set(_names(out)) == {MARKER, *(name for name, _, _ in new + late)}  # late: its process still runs
 
 
 def test_ctrl_c_during_the_commit_keeps_the_runs_parts_for_a_resume(tmp_path, monkeypatch):
@@ -568,8 +606,9 @@ def test_a_kill_while_skflow_writes_a_hidden_file_still_lets_the_same_command_re
     assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 5)], 10)}
     more = _write(resumed, _block(1, 5, 10))
     assert resumed.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    assert OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job()).complete == 20  # once committed
     with pytest.raises(OutputPathError, match="the output folder exists and is not empty"):
-        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job())  # once committed, an output as before
+        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job(column="title"))  # an output, as before
 
 
 def test_an_input_rewritten_with_its_size_and_time_is_named_at_the_commit_with_the_way_out(tmp_path):

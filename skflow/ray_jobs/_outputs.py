@@ -47,6 +47,11 @@ class JobFailedError(RuntimeError):
 def manifest_files(manifest: Location) -> dict[str, int | None]:
     """The files a manifest lists, names skflow could write (no subfolder), and the rows of each (None in a manifest
     written before 0.2.0, which holds only their total); OSError or ValueError if it cannot say."""
+    return read_manifest(manifest)[0]
+
+
+def read_manifest(manifest: Location) -> tuple[dict[str, int | None], str | None]:
+    """:func:`manifest_files`, and the id of the job that committed it (None in a manifest of an earlier skflow)."""
     try:
         content = json.loads(storage.read_bytes(manifest, MANIFEST_LIMIT).decode("utf-8"))
         files, rows = content["files"], content.get("file_rows", [None] * len(content["files"]))
@@ -57,7 +62,8 @@ def manifest_files(manifest: Location) -> dict[str, int | None]:
         listed = False
     if not listed:
         raise ValueError("not a list of files")
-    return dict(zip(files, rows, strict=True)) | ({None: content["rows"]} if type(content.get("rows")) is int else {})
+    total = {None: content["rows"]} if type(content.get("rows")) is int else {}
+    return dict(zip(files, rows, strict=True)) | total, content["job"] if type(content.get("job")) is str else None
 
 
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
@@ -97,8 +103,13 @@ class OutputFolder:
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
         self._written = {}  # what self.parts hold, by input file
+        self.complete = None  # the rows of an output this job committed (already: nothing to do)
+        self.spare = False  # another run of the job committed it while this one ran
         found = self._listing() if kind == "folder" else []
-        if fingerprint is not None and CHECKPOINT in found:
+        stale = fingerprint is not None and MARKER in found and self._committed(found, overwrite or restart)
+        if self.complete is not None:
+            return
+        if fingerprint is not None and CHECKPOINT in found and (restart or not stale):
             found = self._resume(found, restart)
         # resuming, skflow's own hidden files (a temporary or write probe that a kill left) are not the user's
         others = [name for name in found if not self._is_ours(name) and not (
@@ -115,6 +126,25 @@ class OutputFolder:
         """A file of this job's runs, its checkpoint, or its own commit's manifest (killed before it was done)."""
         return name.startswith(_prefixes(self.runs)) or (name == CHECKPOINT and len(self.runs) > 1) or (
             name == MARKER and self.ours_listed)
+
+    def _committed(self, found: list[str], replacing: bool) -> bool:
+        """Whether the folder's checkpoint is stale: of the job that its manifest says it committed since (two resumes
+        at once, or a commit killed before it deleted the checkpoint). Sets :attr:`complete` for an output of this
+        job whose listed files are all there (unless ``replacing``), and deletes that stale checkpoint and the files
+        its runs left out of the manifest, as the commit would have."""
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            files, job = read_manifest(self.out.child(MARKER))
+            stale = CHECKPOINT in found and job is not None and job_id(read_checkpoint(
+                self.out.child(CHECKPOINT))[0]) == job
+            if job != job_id(self.fingerprint) or replacing or not set(files) - {None} <= set(found):
+                return stale
+            self.complete = files[None] if None in files else sum(n or 0 for n in files.values())
+            if stale:
+                runs = read_checkpoint(self.out.child(CHECKPOINT))[1]
+                self._delete([name for name in found if name.startswith(_prefixes(runs)) and name not in files]
+                             + [CHECKPOINT])
+            return stale
+        return False
 
     def _resume(self, found: list[str], restart: bool) -> list[str]:
         """Read the checkpoint: resume it (the same job), or discard it (``restart``); the listing after that."""
@@ -249,6 +279,13 @@ class OutputFolder:
             raise
 
     def _commit(self, written: list, *, rows: int | None, command: str) -> int:
+        found = self._listing()
+        if MARKER in found and self.fingerprint is not None and not self.overwrite:  # appeared during the run
+            self._committed(found, replacing=False)
+        if self.complete is not None:  # committed by another run of this job (two resumes at once): this one's spare
+            self.committed = self.spare = True
+            self._delete([name for name in found if name.startswith(_prefixes([self.run]))])
+            return self.complete
         parts = dict(self.parts) | {name: Part(n, ranges) for name, n, ranges in written}
         total = sum(part.rows for part in parts.values())
         if rows is not None and total != rows:
@@ -263,7 +300,6 @@ class OutputFolder:
                 raise JobFailedError(f"the Ray job wrote part of the rows of {input_name(short[0], self.sources)} "
                                      "only; nothing was written")
         files = sorted(parts)
-        found = self._listing()
         if gone := sorted(set(parts) - set(found)):  # an earlier run's, or this run's own
             raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part of this job was deleted during "
                                  "the run (another command with --restart?); nothing was written")
@@ -274,8 +310,9 @@ class OutputFolder:
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
+        job = {"job": job_id(self.fingerprint)} if self.fingerprint is not None else {}
         text = json.dumps({"files": files, "file_rows": [parts[name].rows for name in files], "rows": total,
-                           "command": command}, indent=1) + "\n"
+                           "command": command} | job, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
             if manifest.is_remote:
@@ -286,7 +323,7 @@ class OutputFolder:
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
-        self.committed = True
+        self.committed, self.complete = True, total
         leftovers = [name for name in found if self._is_ours(name) and name not in files and name != MARKER]
         self._delete([CHECKPOINT] + [name for name in leftovers if name != CHECKPOINT] + old)
         return total
