@@ -209,6 +209,15 @@ def is_complete(ranges: list[tuple[int, int]], rows: int) -> bool:
     return ranges == [(0, rows)]
 
 
+
+def rows_held(parts, rows: int | None, n_files: int) -> str:
+    """``30,000 of 70,000 rows``: the rows ``parts`` hold, of ``rows`` (else of the input files' rows that the parts
+    record, where they hold rows of every input file)."""
+    files = {file: of for part in parts for file, _, _, of in part.ranges}
+    total = rows if rows is not None else sum(files.values()) if len(files) == n_files else None
+    return f"{sum(part.rows for part in parts):,}{f' of {total:,}' if total is not None else ''} rows"
+
+
 @functools.cache
 def parts_sink():
     """The Ray Data sink class of a job's parts (Ray imported when first asked for)."""

@@ -25,6 +25,7 @@ from skflow.ray_jobs._checkpoint import (
     one_part_a_row,
     parts_sink,
     read_checkpoint,
+    rows_held,
 )
 from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
@@ -42,6 +43,10 @@ def _prefixes(runs: list[str]) -> tuple[str, ...]:
 
 class JobFailedError(RuntimeError):
     """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, on the command line) during a job; the message says what was kept (exit 130 or 143)."""
 
 
 def manifest_files(manifest: Location) -> dict[str, int | None]:
@@ -259,6 +264,22 @@ class OutputFolder:
             if self.created and not self.out.is_remote:
                 os.rmdir(self.out.path)  # a folder this run made, if empty
         return False
+
+    def interrupted(self, rows: int | None) -> str:
+        """After Ctrl-C or SIGTERM: what was kept, in words (the run's parts kept for a resume, as :meth:`failed`
+        keeps them); ``rows``, if known, the job's. Read from the parts' footers once the job stopped writing."""
+        if self.committed:
+            return f"after the commit: {self.out.shown} holds all {self.complete or 0:,} rows; nothing is left to do"
+        if not self.failed(keep=True):
+            return "nothing was written"
+        try:
+            mine = [name for name in self._listing() if name.startswith(self.run) and RUN_FILE.match(name)]
+            n_files = self.fingerprint["inputs"][0]
+            parts = self.parts | earlier_parts(self.out, mine, job_id(self.fingerprint), n_files)
+            kept = f"{rows_held(parts.values(), rows, n_files)} kept in {len(parts):,} part" + "s" * (len(parts) != 1)
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 - a second Ctrl-C, a store gone: the parts are kept
+            kept = "the parts written so far are kept"
+        return f"{kept} in {self.out.shown}; run the same command to resume"
 
     def _checkpoint_is_mine(self, found: list[str]) -> bool:
         """Whether the checkpoint in the folder names this run (not another's, that a --restart wrote since)."""
