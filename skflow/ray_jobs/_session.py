@@ -62,7 +62,9 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
     _assign(settings)
     try:
-        yield
+        with warnings.catch_warnings():  # Ray Data's advice ("configure `override_num_blocks`" for 40 rows and 4
+            warnings.filterwarnings("ignore", module=r"ray\.")  # actors) is not the user's to follow
+            yield
     finally:
         _assign(saved)
         if started:
