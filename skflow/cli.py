@@ -8,8 +8,10 @@ import inspect
 import json
 import os
 import platform
+import re
 import signal
 import sys
+import threading
 import warnings
 from numbers import Integral
 from pathlib import Path
@@ -282,12 +284,49 @@ def _silenced():
                 os.close(copy)
 
 
-def _scale_command(args) -> int:
-    # SIGTERM ends the command like Ctrl-C: unwinding, so that the run's files and Ray are cleaned up.
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+_RAY_NATIVE_LINE = re.compile(rb"\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8},[0-9]{3} [DIWEF] [0-9]+ [0-9]+\] ")
+
+
+@contextlib.contextmanager
+def _without_ray_native_lines():
+    """File descriptor 2 through a thread that drops the lines of Ray's C++ core (``[2026-12-07 02:12:53,076 E 61
+    61] core_worker.cc:2465: ...``: in its session's log files; one error-level line, of Ray Data's own making,
+    showed on every run) and passes the rest on as it comes."""
+    sys.stderr.flush()
+    terminal, (read, write) = os.dup(2), os.pipe()
+
+    def pump(pending=b""):
+        while chunk := os.read(read, 65536):
+            *lines, pending = re.split(rb"(?<=\n)", pending + chunk)
+            if pending[:1] != b"[":  # a progress bar's redraw (no newline): at once
+                lines, pending = [*lines, pending], b""
+            os.write(terminal, b"".join(line for line in lines if not _RAY_NATIVE_LINE.match(line)))
+        os.write(terminal, pending)
+        os.close(read)
+        os.close(terminal)
+
+    (thread := threading.Thread(target=pump, name="skflow-stderr", daemon=True)).start()
+    os.dup2(write, 2)
+    os.close(write)
     try:
-        with _silenced() if args.quiet else contextlib.nullcontext():  # errors are printed once the streams are back
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # the pipe's last writer gone: the thread reads it to its end
+        thread.join(timeout=10)
+
+
+def _scale_command(args) -> int:
+    # SIGTERM ends the command as Ctrl-C does (a KeyboardInterrupt): unwinding, the parts kept, Ray shut down
+    stopped = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum) or
+                             signal.default_int_handler(signum, frame))
+    try:  # errors are printed once the streams are back
+        with _silenced() if args.quiet else _without_ray_native_lines():
             print(_scale_step(args), file=sys.stderr)
+    except KeyboardInterrupt as exc:  # one line: what was kept, and how to resume
+        return _error(str(exc) or "nothing was written", status=128 + (stopped[0] if stopped else signal.SIGINT),
+                      label="terminated" if stopped else "interrupted")
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0

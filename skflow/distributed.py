@@ -3,8 +3,10 @@
 Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
 """
 
+import functools
 import gc
 import os
+import sys
 from collections.abc import Sequence
 from numbers import Real
 
@@ -15,10 +17,11 @@ from skflow import ray_jobs
 from skflow.embedder import BertEmbedder
 from skflow.embedding import pinned_model_source
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
-from skflow.ray_jobs import InputError, JobFailedError, RayClusterError, load_model, ray_session
+from skflow.ray_jobs import InputError, JobFailedError, JobInterrupted, RayClusterError, load_model, ray_session
 from skflow.utils import Integers, OutputPathError, check_given_name, resolve_device, torch_threads
 
-__all__ = ["InputError", "JobFailedError", "RayClusterError", "embed", "fit", "load_model", "read_texts", "transform"]
+__all__ = ["InputError", "JobFailedError", "JobInterrupted", "RayClusterError", "embed", "fit", "load_model",
+           "read_texts", "transform"]
 
 EMBEDDING_COLUMN = "embedding"
 ROWS_PER_CALL = 8192  # per actor call (the encoder cuts them into its own batches) and per partial_fit call
@@ -73,40 +76,66 @@ def _apply(model, inputs: list, output, *, column: str, text_column: str, output
     actor = {"model": model, "input_column": input_column, "output_column": output_column,
              "threads": threads_per_worker or max(1, (os.cpu_count() or 1) // workers)}
     expected = sum(rows.values()) if rows else None
-    written = target.written()
-    if not (items := ray_jobs.read_items(corpus, rows, written)):  # an earlier run wrote every row: Ray not started
-        try:
-            target.begin()
-            return target.commit([], rows=expected, command=command)
-        except BaseException:
-            target.failed(keep=True)  # but after a refusal: the earlier runs' parts, and the checkpoint, stay
-            raise
-    with ray_session(address, quiet=quiet):
-        from ray.data import ActorPoolStrategy
-        options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
-        # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
-        # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
-        options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
-        # committed when the write completes (all the footers' rows, where they gave them)
-        sink = target.sink(command, empty=corpus.no_rows, rows=expected)
-        try:
-            dataset = ray_jobs.read_dataset(corpus, read, rows, items=items)
-            dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
-                                batch_format="pyarrow", **options).write_datasink(sink)
-            failure = None
-        except Exception as exc:  # noqa: BLE001 - a failed job is one line, raised below
-            failure = ray_jobs.job_failure(exc)
-        except BaseException:  # Ctrl-C, SIGTERM: the parts written so far are kept for a resume
+    say = (lambda line: None) if quiet else functools.partial(print, file=sys.stderr, flush=True)
+    if target.complete is not None:  # the same command, once more
+        say(f"already complete: {target.out.shown} holds the {target.complete:,} rows of this command")
+        return target.complete
+    if written := target.written():
+        say(f"resuming: {ray_jobs.rows_held(target.parts.values(), expected, len(corpus.files))} already written, "
+            f"in {len(target.parts):,} parts of earlier runs")
+    try:
+        if not (items := ray_jobs.read_items(corpus, rows, written)):  # an earlier run wrote every row: no Ray
+            try:
+                target.begin()
+                return target.commit([], rows=expected, command=command)
+            except Exception:
+                target.failed(keep=True)  # but after a refusal: the earlier runs' parts, and the checkpoint, stay
+                raise
+        with ray_session(address, quiet=quiet):
+            _run_job(target, corpus, read, rows, items, actor, command=command, expected=expected, workers=workers,
+                     gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM, on the command line), once Ray has stopped: what was kept
+        raise ray_jobs.JobInterrupted(target.interrupted(expected)) from None
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # a SystemExit: the parts written so far are kept for a resume
             target.failed(keep=True)
-            raise
-        if failure is not None:
-            if target.failed(keep=not isinstance(failure, InputError)):  # a bad input must change: no resume
-                said = str(failure).replace("nothing was written", "nothing was committed", 1)  # but parts were
-                failure = type(failure)(f"{said}; the rows written so far are kept in {target.out.shown} (not an "
-                                        "output yet): run the same command to resume, or pass --restart")
-            gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
-            raise failure
-    return sink.rows
+        raise
+    if target.spare:  # another run of this command committed it meanwhile (two resumes at once)
+        say(f"already complete: {target.out.shown} holds the {target.complete:,} rows of this command, committed by "
+            "another run of it meanwhile")
+    return target.complete
+
+
+def _run_job(target, corpus, read, rows: dict, items, actor: dict, *, command: str, expected: int | None,
+             workers: int, gpus_per_worker: float, threads_per_worker: int | None) -> None:
+    """The Ray job of :func:`_apply`, in its session: the rows of ``items`` read, computed by the actors and written
+    as parts, then committed (``target.complete``, the output's rows)."""
+    from ray.data import ActorPoolStrategy
+
+    options = ray_jobs.actor_resources(workers, gpus_per_worker, threads_per_worker)
+    # Ray Data's default runs each call in a helper thread of the actor (the encoder ran 10% slower, measured);
+    # with true multi-threading, in the actor's own task thread. An actor that dies is restarted, its batch rerun.
+    options["compute"] = ActorPoolStrategy(size=workers, enable_true_multi_threading=True)
+    # committed when the write completes (all the footers' rows, where they gave them)
+    sink = target.sink(command, empty=corpus.no_rows, rows=expected)
+    try:
+        # blocks of exactly one call's rows, across files and within one (the last may be smaller): each actor task
+        # is one call and its output one part, so a kill loses at most a call's rows per actor, whatever the files'
+        # sizes. The streaming repartition also keeps the read tasks of their own (fused into the actors that
+        # follow, one actor's call would read every file of its bundle one after another).
+        dataset = ray_jobs.read_dataset(corpus, read, rows, items=items).repartition(
+            target_num_rows_per_block=ROWS_PER_CALL, strict=True)
+        dataset.map_batches(_MapBatches, fn_constructor_kwargs=actor, batch_size=ROWS_PER_CALL,
+                            batch_format="pyarrow", **options).write_datasink(sink)
+        return
+    except Exception as exc:  # noqa: BLE001 - a failed job is one line
+        failure = ray_jobs.job_failure(exc)
+    if target.failed(keep=not isinstance(failure, InputError)):  # a bad input must change: no resume
+        said = str(failure).replace("nothing was written", "nothing was committed", 1)  # but parts were
+        failure = type(failure)(f"{said}; the rows written so far are kept in {target.out.shown} (not an output "
+                                "yet): run the same command to resume, or pass --restart")
+    gc.collect()  # Ray Data leaves a failed job's actors to reference cycles: they held their CPUs
+    raise failure
 
 
 def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, embedder: BertEmbedder | None = None,
@@ -133,7 +162,8 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
         starts when Ray runs here, against the cluster's resources once joined (``RayClusterError``).
     overwrite, address, quiet : bool, str or None, bool, default=False, None, False
         Replace ``output`` if it is a folder that skflow wrote (the old files deleted once the new manifest is in);
-        the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bars.
+        the Ray cluster to join (else ``RAY_ADDRESS``, else a local instance); no progress bar, and no line on
+        resuming (``resuming: ...``) or on an output already complete (``already complete: ...``), on stderr.
     restart : bool, default=False
         Discard an unfinished run found in ``output`` instead of resuming it. A run that was killed or failed
         (but for a bad input) keeps the parts it wrote and a checkpoint; the same call resumes it, reading and
@@ -147,6 +177,8 @@ def embed(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, emb
     JobFailedError
         The Ray job failed or wrote another number of rows; nothing is committed (the parts written so far are
         kept for a resume, as the message says).
+    JobInterrupted
+        Ctrl-C (a ``KeyboardInterrupt``) during the job, once Ray stopped: the message says what was kept.
     """
     validate_parameter_constraints(ACTOR_OPTIONS, locals(), caller_name="embed")  # the arguments, as given
     check_given_name("--output", output, OutputPathError)

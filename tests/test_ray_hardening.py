@@ -662,15 +662,15 @@ def test_a_job_that_fails_keeps_the_previous_output_and_says_so(ray_instance, co
 def test_fewer_rows_written_than_read_is_a_failure_not_a_partial_success(ray_instance, tmp_path, capsys, monkeypatch):
     emb = _embeddings(tmp_path / "emb")
     flow = _flow_file(tmp_path / "flow.joblib")
-    from skflow.ray_jobs._outputs import _parquet_files_class
+    from skflow.ray_jobs._checkpoint import parts_sink
 
-    on_write_complete = _parquet_files_class().on_write_complete
+    on_write_complete = parts_sink().on_write_complete
 
     def a_file_lost(sink, result):  # what Ray reports, less the last file written
         written = [file for returned in result.write_returns for file in returned][:-1]
         on_write_complete(sink, types.SimpleNamespace(num_rows=result.num_rows, write_returns=[written]))
 
-    monkeypatch.setattr(_parquet_files_class(), "on_write_complete", a_file_lost)
+    monkeypatch.setattr(parts_sink(), "on_write_complete", a_file_lost)
     err = _refused(capsys, ["transform", emb, "--model", flow, "--output", tmp_path / "z", "--quiet"], code=1)
     assert re.fullmatch(r"error: the Ray job wrote \d+ rows of 40; nothing was written", err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
@@ -700,9 +700,10 @@ def test_a_shard_that_changes_during_the_run_is_refused_naming_it(ray_instance, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb", "flow.joblib"]
 
 
-def test_a_ctrl_c_after_the_commit_leaves_the_new_output_whole(ray_instance, tmp_path, monkeypatch):
+def test_a_ctrl_c_after_the_commit_leaves_the_new_output_whole(ray_instance, tmp_path, monkeypatch, capsys):
     """Ctrl-C while --overwrite deletes the old files, after the new manifest is written: the run's files stay,
-    whole and listed (they were deleted as a failed run's, and the manifest listed missing files)."""
+    whole and listed (they were deleted as a failed run's, and the manifest listed missing files); one line says
+    that the output is complete (exit 130)."""
     import contextlib
 
     from skflow.ray_jobs import _outputs
@@ -723,9 +724,10 @@ def test_a_ctrl_c_after_the_commit_leaves_the_new_output_whole(ray_instance, tmp
 
     manifest = (tmp_path / "z" / MARKER).read_text()
     monkeypatch.setattr(_outputs, "contextlib", Interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        _run(["transform", emb, "--model", flow, "--output", tmp_path / "z", "--overwrite", "--quiet"])
+    assert _run(["transform", emb, "--model", flow, "--output", tmp_path / "z", "--overwrite", "--quiet"]) == 130
     monkeypatch.undo()
+    assert capsys.readouterr().err == (f"interrupted: after the commit: {tmp_path / 'z'} holds all 40 rows; nothing "
+                                       "is left to do\n")
     files = json.loads((tmp_path / "z" / MARKER).read_text())["files"]
     assert Interrupted.interrupted and not set(files) & old
     assert {p.name for p in (tmp_path / "z").iterdir()} >= {*files, MARKER}
@@ -795,16 +797,21 @@ def _readme_ray_commands() -> list[list[str]]:
 def test_the_readme_ray_commands_run_as_written_on_this_machine_and_print_nothing_with_quiet(ray_head, tmp_path):
     """One process per command, as a user runs them. With --quiet a successful command writes nothing to stdout or
     stderr: Ray's own lines went to the console whatever the logging level (core_worker's from C++, "Progress bars
-    disabled"). `embed` starts a local instance, as on a laptop; `fit` and `transform` join a running one through
-    RAY_ADDRESS, as on a cluster (and without starting another instance each)."""
+    disabled"). Without it, skflow's line only (a progress bar on a terminal): about 40 lines of Ray's logging came
+    with it, an error-level line of Ray's C++ core among them, and a "will hang" warning after the job succeeded.
+    `embed` starts a local instance, as on a laptop; `fit` and `transform` join a running one through RAY_ADDRESS,
+    as on a cluster (and without starting another instance each)."""
     commands = _readme_ray_commands()
     assert [c[:2] for c in commands] == [["skflow", "embed"], ["skflow", "fit"], ["skflow", "transform"]]
     (tmp_path / "corpus").mkdir()
     pq.write_table(pa.table({"id": list(range(40)), "text": SENTENCES}), tmp_path / "corpus" / "part-0.parquet")
-    for argv, env in zip(commands, [ENV, dict(ENV, RAY_ADDRESS=ray_head), dict(ENV, RAY_ADDRESS=ray_head)]):
-        run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:], "--quiet"], cwd=tmp_path,
-                             capture_output=True, text=True, env=env, timeout=600, check=False)
-        assert (run.returncode, run.stdout, run.stderr) == (0, "", ""), (argv, run.stderr[-3000:])
+    said = ["embedded 40 rows into emb/", None, "transformed 40 rows into latent/"]
+    for argv, env, line in zip(commands, [ENV, dict(ENV, RAY_ADDRESS=ray_head), dict(ENV, RAY_ADDRESS=ray_head)],
+                               said):
+        run = subprocess.run([sys.executable, "-m", "skflow", *argv[1:], *([] if line else ["--quiet"])],
+                             cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600, check=False)
+        assert (run.returncode, run.stdout, run.stderr) == (0, "", f"{line}\n" if line else ""), (argv,
+                                                                                                run.stderr[-3000:])
     assert pq.read_table(tmp_path / "emb").num_rows == 40
     flow = skflow.load(tmp_path / "flow.skops")
     assert flow.n_samples_seen_ == 40

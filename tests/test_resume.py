@@ -4,6 +4,7 @@ are, only the rows not yet written read and embedded again; a checkpoint of anot
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from skflow.utils import OutputPathError, run_tag
 ROOT = Path(__file__).resolve().parents[1]
 N_ROWS = 600
 N_FILES = 60
-ROWS_PER_CALL = 8  # many small parts, so that a kill lands between them
+ROWS_PER_CALL = 10  # many small parts, so that a kill lands between them
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,16 @@ def corpus(tmp_path_factory, sentences):
         pq.write_table(pa.table({"id": rows, "text": [sentences[i] for i in rows], "title": [f"t{i}" for i in rows]}),
                        folder / f"p{part:02d}.parquet")
     return folder
+
+
+@pytest.fixture(scope="module")
+def one_file(tmp_path_factory, sentences):
+    """The corpus as one Parquet file: a file is read by one task, whose rows still reach the actors a call at a
+    time (before, one file was one part, written at the end: a kill kept nothing)."""
+    path = tmp_path_factory.mktemp("one-file") / "corpus.parquet"
+    ids = np.arange(N_ROWS)
+    pq.write_table(pa.table({"id": ids, "text": sentences, "title": [f"t{i}" for i in ids]}), path)
+    return path
 
 
 def _embedder(**kwargs):
@@ -295,32 +306,38 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _killed_driver(argv: list[str], out_parts, sig: int, after_parts: int, env: dict | None = None) -> None:
+def _killed_driver(argv: list[str], out_parts, sig: int, after_parts: int, env: dict | None = None) -> list[str]:
     """Run the command line in a process of its own, send it ``sig`` once ``out_parts()`` counts ``after_parts``
-    parts (0: once the checkpoint is there), and wait for it to end (30 s at most)."""
+    parts (0: once the checkpoint is there), and wait for it to end (30 s at most); its exit status checked, its
+    lines on stderr returned."""
     driver = subprocess.Popen([sys.executable, "-c", _DRIVER.format(rows=ROWS_PER_CALL), *argv], cwd=ROOT,
-                              env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
     try:
         deadline = time.monotonic() + 180
         while out_parts() < after_parts and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert driver.poll() is None, f"the run ended before {after_parts} parts: {driver.stderr.read()[-2000:]}"
         os.kill(driver.pid, sig)  # the driver's own pid
-        driver.wait(timeout=30)
+        _, err = driver.communicate(timeout=30)
     finally:
         if driver.poll() is None:
             driver.kill()
-    assert driver.returncode != 0
+    assert driver.returncode == {signal.SIGKILL: -9, signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err[-2000:]
+    return err.splitlines()
 
 
-def test_a_run_killed_four_times_resumes_each_time_where_it_stopped(ray_head, ray_instance, corpus, sentences,
-                                                                    tmp_path, monkeypatch):
-    """The same command, in a process of its own, killed by its pid: by SIGKILL once its checkpoint is written, by
-    SIGKILL after 5 parts, by Ctrl-C (SIGINT) after 20, by SIGTERM after 35; each run resumes the last (the parts
-    before it untouched), and the fifth, in this process, finishes: every row once."""
+def test_a_run_killed_four_times_resumes_each_time_where_it_stopped(ray_head, ray_instance, one_file, sentences,
+                                                                    tmp_path, monkeypatch, capsys):
+    """The same command on one file, in a process of its own, killed by its pid: by SIGKILL once its checkpoint is
+    written, by SIGKILL after 5 parts, by Ctrl-C (SIGINT) after 20, by SIGTERM after 35; each run resumes the last
+    (the parts before it untouched), each part holds one call's rows, and the fifth run, in this process,
+    finishes: every row once. What the runs print is skflow's lines only, one on resuming and one on the kill
+    (exit 130 or 143; Ctrl-C printed a traceback of 40 lines, SIGTERM ended in SIGABRT, Ray logged ~40 lines);
+    the command run once more says that the output is complete."""
     out = tmp_path / "out"
-    argv = ["embed", str(corpus), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
-            "32", "--address", ray_head, "--quiet"]
+    argv = ["embed", str(one_file), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32", "--address", ray_head]
 
     def checkpoint_only():
         return int((out / CHECKPOINT).exists()) - 1
@@ -328,33 +345,48 @@ def test_a_run_killed_four_times_resumes_each_time_where_it_stopped(ray_head, ra
     def parts():
         return len(_parts(out)) if out.exists() else 0
 
-    kept = {}
+    kept, said = {}, []
     for sig, after, count in [(signal.SIGKILL, 0, checkpoint_only), (signal.SIGKILL, 5, parts),
                               (signal.SIGINT, 20, parts), (signal.SIGTERM, 35, parts)]:
-        _killed_driver(argv, count, sig, after)
+        said.append(_killed_driver(argv, count, sig, after))
         found = _parts(out)
         assert (out / CHECKPOINT).is_file() and not (out / MARKER).exists() and len(found) >= after
         assert all(found[name] == info for name, info in kept.items())  # what the runs before wrote, as it was
+        assert all(rows <= ROWS_PER_CALL for _, rows in found.values())  # a part: one call of an actor
         kept = found
+    assert said[:2] == [[], []]  # SIGKILL: nothing said; the first run wrote no part, so the second resumes nothing
+    for (resumed, killed), label in zip(said[2:], ("interrupted", "terminated")):
+        assert re.fullmatch(rf"resuming: [0-9]+ of {N_ROWS} rows already written, in [0-9]+ parts of earlier runs",
+                            resumed)
+        assert re.fullmatch(rf"{label}: [0-9]+ of {N_ROWS} rows kept in [0-9]+ parts in {out}; run the same "
+                            "command to resume", killed), killed
     time.sleep(2)  # the head ends the dead drivers' workers; a part they finish by then is kept like the others
     kept = _parts(out)
     assert len(json.loads((out / CHECKPOINT).read_text())["runs"]) == 4  # each run resumed the one before
     monkeypatch.setattr(distributed, "ROWS_PER_CALL", ROWS_PER_CALL)
-    assert main(argv[:-3] + ["--quiet"]) == 0  # the same command (joined to this process's Ray)
-    assert _check_exactly_once(out, sentences, kept) <= N_ROWS - 35 * N_ROWS // N_FILES  # 35 parts of 10 rows kept
+    assert main(argv) == 0  # the same command (joined to this process's Ray)
+    assert capsys.readouterr().err.splitlines()[-1] == f"embedded {N_ROWS:,} rows into {out}"
+    assert _check_exactly_once(out, sentences, kept) <= N_ROWS - 35 * ROWS_PER_CALL  # 35 parts of 10 rows kept
+    monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"already complete: {out} holds the {N_ROWS} rows of this command", f"embedded {N_ROWS:,} rows into {out}"]
 
 
-def test_a_killed_embed_to_s3_resumes_where_it_stopped(ray_head, ray_instance, s3_server, corpus, sentences,
-                                                       monkeypatch, tmp_path):
+def test_a_killed_embed_of_one_text_file_to_s3_resumes_where_it_stopped(ray_head, ray_instance, s3_server, sentences,
+                                                                         monkeypatch, tmp_path):
+    """One text file of 600 lines, its rows written a call at a time: SIGKILLed after 5 parts, the same command
+    keeps them (byte for byte) and writes the others' rows once, each vector the encoder's."""
     import boto3
 
     for key, value in s3_server.items():
         monkeypatch.setenv(key, value)
     client = boto3.client("s3")
     client.create_bucket(Bucket="resume")
+    (tmp_path / "corpus.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     out = "s3://resume/emb"
-    argv = ["embed", str(corpus), "--output", out, "--pooling", "cls", "--dtype", "float32", "--max-length", "32",
-            "--address", ray_head, "--quiet"]
+    argv = ["embed", str(tmp_path / "corpus.txt"), "--output", out, "--pooling", "cls", "--dtype", "float32",
+            "--max-length", "32", "--address", ray_head, "--quiet"]
 
     def keys():
         return [key for o in client.list_objects_v2(Bucket="resume", Prefix="emb/").get("Contents", [])
@@ -370,12 +402,15 @@ def test_a_killed_embed_to_s3_resumes_where_it_stopped(ray_head, ray_instance, s
     assert set(keys()) == set(listed) - {None} | {MARKER}  # the checkpoint gone, no temporary
     kept = {k for k in before if k in listed}
     assert kept and all(client.head_object(Bucket="resume", Key=f"emb/{k}")["ETag"] == before[k] for k in kept)
-    tables = [pq.read_table(pa.BufferReader(client.get_object(Bucket="resume", Key=f"emb/{k}")["Body"].read()))
-              for k in listed if k]
-    ids = pa.concat_tables(tables).column("id").to_pylist()
-    assert sorted(ids) == list(range(N_ROWS))
-    assert sum(t.num_rows for k, t in zip([k for k in listed if k], tables) if k not in kept) == N_ROWS - sum(
-        listed[k] for k in kept)
+    tables = {k: pq.read_table(pa.BufferReader(client.get_object(Bucket="resume", Key=f"emb/{k}")["Body"].read()))
+              for k in listed if k}
+    table = pa.concat_tables(tables.values())
+    assert sorted(table.column("text").to_pylist()) == sorted(sentences)  # each line once (the lines differ)
+    assert sum(t.num_rows for k, t in tables.items() if k not in kept) == N_ROWS - sum(listed[k] for k in kept)
+    order = np.argsort(table.column("text").to_pylist())[::37]
+    vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))[order]
+    np.testing.assert_allclose(vectors, _embedder().transform([table.column("text")[i].as_py() for i in order]),
+                               atol=1e-5)
 
 
 def _location_uri(uri: str):
@@ -498,18 +533,56 @@ def test_restart_after_a_commit_killed_before_it_deleted_the_checkpoint_keeps_th
     assert not set(parts) & set(_names(out))
 
 
-def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_commits_again(tmp_path, monkeypatch):
+def test_the_same_command_after_a_commit_killed_before_it_deleted_the_checkpoint_finds_it_complete(tmp_path,
+                                                                                                    monkeypatch):
     out = tmp_path / "out"
     target = OutputFolder(out, overwrite=False, fingerprint=_job())
     written = _write(target, _block(0, 0, 10), _block(1, 0, 10))
+    late = _write(target, _block(1, 5, 10), task=1)  # a part the commit left out (a killed run's, landed late)
     with monkeypatch.context() as m:
         m.setattr(OutputFolder, "_delete", lambda self, names: None)
         target.commit(written, rows=20, command="embed")
     again = OutputFolder(out, overwrite=False, fingerprint=_job())
-    assert again.written() == {0: ([(0, 10)], 10), 1: ([(0, 10)], 10)}  # nothing to read: no Ray job
-    again.begin()
-    assert again.commit([], rows=20, command="embed") == 20
-    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}
+    assert again.complete == 20 and again.written() == {}  # nothing to read, nothing to commit: no Ray job
+    assert _ids(out) == ALL_IDS and set(_names(out)) == {MARKER, *(name for name, _, _ in written)}  # tidied
+    assert not set(_names(out)) & {name for name, _, _ in late}
+    assert OutputFolder(out, overwrite=False, fingerprint=_job()).complete == 20  # as often as it is run
+    with pytest.raises(OutputPathError, match="the output folder exists and is not empty; pass --overwrite"):
+        OutputFolder(out, overwrite=False, fingerprint=_job(column="title"))  # another job: an output, as before
+
+
+def test_two_resumes_at_once_commit_once_and_leave_no_checkpoint(tmp_path):
+    """Two resumes of one unfinished run at once: one commits, exactly; the other found the folder filled and was
+    refused, leaving its parts and a checkpoint beside the output, so that a later --overwrite by another job was
+    refused as "an unfinished run of another job"."""
+    out = tmp_path / "out"
+    first = OutputFolder(out, overwrite=False, fingerprint=_job())
+    _write(first, _block(0, 0, 10))
+    first.failed(keep=True)  # killed
+    second, third = (OutputFolder(out, overwrite=False, fingerprint=_job()) for _ in range(2))
+    mine = _write(second, _block(1, 0, 10))
+    spare = _write(third, _block(1, 0, 4), _block(1, 4, 10))  # its checkpoint written last, naming its run
+    assert second.commit(mine, rows=None, command="embed") == 20 and not second.spare
+    output = sorted({MARKER, *manifest_files(_location(out / MARKER))} - {None})
+    assert third.commit(spare, rows=None, command="embed") == 20 and third.spare  # done already: its parts spare
+    assert _names(out) == output and CHECKPOINT not in output and _ids(out) == ALL_IDS
+    assert not third.failed(keep=True) and _names(out) == output  # what the command calls on any error after
+    for job in _job(), _job(column="title"):  # the slower resume killed instead: after the commit, its checkpoint
+        out = tmp_path / job["column"]
+        first = OutputFolder(out, overwrite=False, fingerprint=_job())
+        _write(first, _block(0, 0, 10))
+        first.failed(keep=True)
+        second, third = (OutputFolder(out, overwrite=False, fingerprint=_job()) for _ in range(2))
+        assert second.commit(_write(second, _block(1, 0, 10)), rows=None, command="embed") == 20
+        output, late = _names(out), _write(third, _block(1, 0, 4))  # third's checkpoint, after the commit
+        assert CHECKPOINT in _names(out)
+        later = OutputFolder(out, overwrite=job != _job(), fingerprint=job)  # not "an unfinished run of another job"
+        if job == _job():  # the same command: complete, the stale checkpoint and the killed run's part deleted
+            assert later.complete == 20 and _names(out) == output
+            continue
+        new = _write(later, _block(0, 0, 10), _block(1, 0, 10))
+        assert later.commit(new, rows=20, command="embed") == 20 and CHECKPOINT not in _names(out)
+        assert set(_names(out)) == {MARKER, *(name for name, _, _ in new + late)}  # late: its process still runs
 
 
 def test_ctrl_c_during_the_commit_keeps_the_runs_parts_for_a_resume(tmp_path, monkeypatch):
@@ -568,8 +641,9 @@ def test_a_kill_while_skflow_writes_a_hidden_file_still_lets_the_same_command_re
     assert resumed.written() == {0: ([(0, 10)], 10), 1: ([(0, 5)], 10)}
     more = _write(resumed, _block(1, 5, 10))
     assert resumed.commit(more, rows=None, command="embed") == 20 and _ids(out) == ALL_IDS
+    assert OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job()).complete == 20  # once committed
     with pytest.raises(OutputPathError, match="the output folder exists and is not empty"):
-        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job())  # once committed, an output as before
+        OutputFolder(tmp_path / "out", overwrite=False, fingerprint=_job(column="title"))  # an output, as before
 
 
 def test_an_input_rewritten_with_its_size_and_time_is_named_at_the_commit_with_the_way_out(tmp_path):
@@ -611,9 +685,11 @@ def test_a_resume_with_every_row_written_reads_no_file_not_even_an_empty_one(tmp
 
 
 @pytest.mark.slow  # the encoder's checks and digest, twice: 2 s
-def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, monkeypatch):
+def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, monkeypatch, capsys):
     """Killed after its last part (an empty input file among the others): the same call commits the parts, Ray not
-    started (it started a Ray instance, and read the empty file with actors and the model, to commit)."""
+    started (it started a Ray instance, and read the empty file with actors and the model, to commit). A Ctrl-C
+    after the commit says so (it exited 1 with no message, or 130), and the same command then finds the output
+    complete (it demanded --overwrite)."""
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     for name, n in [("a", 10), ("b", 0), ("c", 10)]:
@@ -635,9 +711,26 @@ def test_a_resume_with_every_row_written_commits_without_starting_ray(tmp_path, 
     first.failed(keep=True)
     monkeypatch.undo()
     monkeypatch.setattr(distributed, "ray_session", lambda *a, **k: pytest.fail("Ray started"))
-    assert distributed.embed([folder], out, embedder=_embedder(), quiet=True) == 20
-    assert manifest_files(_location(out / MARKER))[None] == 20 and not (out / CHECKPOINT).exists()
-    assert _ids(out) == ALL_IDS[:10] + [200 + i for i in range(10)]
+    deletes = OutputFolder._delete
+
+    def interrupted_after_the_manifest(self, names):
+        if (out / MARKER).exists():
+            monkeypatch.setattr(OutputFolder, "_delete", deletes)
+            raise KeyboardInterrupt
+        deletes(self, names)
+
+    monkeypatch.setattr(OutputFolder, "_delete", interrupted_after_the_manifest)
+    argv = ["embed", str(folder), "--output", str(out), "--pooling", "cls", "--dtype", "float32", "--max-length",
+            "32"]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "resuming: 20 of 20 rows already written, in 2 parts of earlier runs",
+        f"interrupted: after the commit: {out} holds all 20 rows; nothing is left to do"]
+    assert manifest_files(_location(out / MARKER))[None] == 20 and (out / CHECKPOINT).exists()
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines() == [f"already complete: {out} holds the 20 rows of this command",
+                                                    f"embedded 20 rows into {out}"]
+    assert not (out / CHECKPOINT).exists() and _ids(out) == ALL_IDS[:10] + [200 + i for i in range(10)]
 
 
 def test_a_bad_input_row_in_a_resumed_run_discards_that_runs_parts_only(tmp_path):

@@ -3,8 +3,10 @@ and, in each Parquet part the job writes, the input rows it holds (``[file, star
 footer). The parts are the progress: the state grows with the files written and read, never with the rows."""
 
 import bisect
+import functools
 import hashlib
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -16,6 +18,7 @@ from skflow.ray_jobs._storage import Location
 from skflow.utils import printable
 
 CHECKPOINT = ".skflow-checkpoint"
+PART_TEMPORARY = ".skflow-part-"  # a part being written to a local disk, renamed when whole
 # [0-9], not \d: \d takes '٣' or '３', which int() reads as a pid, so a user's file could pass for a dead run's
 RUN_NAME = re.compile(r"^skflow-(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-[0-9a-f]{8}$")  # a run of one process
 CHECKPOINT_LIMIT = 2**20  # bytes: a fingerprint and the runs that worked on it
@@ -204,3 +207,66 @@ def coverage(parts, shown: str, files=()) -> dict[int, tuple[list[tuple[int, int
 
 def is_complete(ranges: list[tuple[int, int]], rows: int) -> bool:
     return ranges == [(0, rows)]
+
+
+
+def rows_held(parts, rows: int | None, n_files: int) -> str:
+    """``30,000 of 70,000 rows``: the rows ``parts`` hold, of ``rows`` (else of the input files' rows that the parts
+    record, where they hold rows of every input file)."""
+    files = {file: of for part in parts for file, _, _, of in part.ranges}
+    total = rows if rows is not None else sum(files.values()) if len(files) == n_files else None
+    return f"{sum(part.rows for part in parts):,}{f' of {total:,}' if total is not None else ''} rows"
+
+
+@functools.cache
+def parts_sink():
+    """The Ray Data sink class of a job's parts (Ray imported when first asked for)."""
+    import pyarrow.parquet as pq
+    from ray.data import Datasink
+    from ray.data.block import BlockAccessor
+
+    class ParquetParts(Datasink):
+        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), its rows' input
+        ranges in its footer (locally through a hidden temporary, renamed: a part is whole or absent); committed
+        by the output folder (``target``, an ``OutputFolder``) when Ray reports the write complete."""
+
+        def __init__(self, target, command: str, empty: Exception, expected: int | None) -> None:
+            self.target, self.command, self.empty, self.expected, self.rows = target, command, empty, expected, None
+
+        def on_write_start(self, *args) -> None:
+            self.target.begin()
+
+        def write(self, blocks, ctx) -> list[tuple[str, int, list]]:
+            written, folder = [], self.target.out
+            job = job_id(self.target.fingerprint) if self.target.fingerprint is not None else ""
+            for i, block in enumerate(blocks):
+                table = BlockAccessor.for_block(block).to_arrow()
+                if not table.num_rows:
+                    continue
+                ranges = []
+                if PROVENANCE[0] in table.column_names:
+                    table, ranges = row_ranges(table)
+                    table = with_ranges(table, job, ranges)
+                name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
+                final = folder.child(name)
+                if folder.is_remote:  # one upload: the object appears whole, or not at all
+                    pq.write_table(table, final.path, filesystem=folder.filesystem)
+                else:
+                    temporary = folder.child(f"{PART_TEMPORARY}{name}")
+                    pq.write_table(table, temporary.path, filesystem=folder.filesystem)
+                    os.replace(temporary.path, final.path)
+                written.append((name, table.num_rows, ranges))
+            return written
+
+        def on_write_complete(self, result) -> None:  # result.num_rows: the rows that reached the write tasks
+            written = [file for returned in result.write_returns for file in returned]
+            if not result.num_rows and not self.target.parts:
+                raise self.empty
+            self.rows = self.target.commit(written, command=self.command, rows=self.expected if self.expected
+                                           is not None else result.num_rows + sum(p.rows for p in
+                                                                                  self.target.parts.values()))
+
+        def on_write_failed(self, error: Exception) -> None:
+            pass  # the command decides: a resumable failure keeps the parts (OutputFolder.failed)
+
+    return ParquetParts

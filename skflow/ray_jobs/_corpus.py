@@ -306,9 +306,7 @@ def read_dataset(corpus: Corpus, read: Callable, rows: dict, *, items=None):
                 table = _with_provenance(path, table, index, done)
             yield table
 
-    # ray_remote_args_fn keeps the read tasks of their own: fused into the actors that follow, one actor's call
-    # would take every file (the bundle of the actors' batch size) and read them one after another
-    return files.map_batches(read_group, batch_format="pyarrow", batch_size=None, ray_remote_args_fn=dict)
+    return files.map_batches(read_group, batch_format="pyarrow", batch_size=None)
 
 
 def read_items(corpus: Corpus, rows: dict, written: dict):

@@ -2,7 +2,6 @@
 committed by the manifest ``.skflow-output`` written last, which readers follow (``docs/scale.md``)."""
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -12,7 +11,7 @@ from skflow import utils
 from skflow.ray_jobs import _storage as storage
 from skflow.ray_jobs._checkpoint import (
     CHECKPOINT,
-    PROVENANCE,
+    PART_TEMPORARY,
     RUN_NAME,
     DamagedCheckpointError,
     Part,
@@ -24,9 +23,9 @@ from skflow.ray_jobs._checkpoint import (
     is_complete,
     job_id,
     one_part_a_row,
+    parts_sink,
     read_checkpoint,
-    row_ranges,
-    with_ranges,
+    rows_held,
 )
 from skflow.ray_jobs._storage import Location, write_bytes
 from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run_tag, some_names
@@ -34,7 +33,6 @@ from skflow.utils import OutputPathError, left_by_a_dead_process, printable, run
 MARKER = ".skflow-output"
 MANIFEST_LIMIT = 2**26  # bytes: a manifest lists a few thousand names
 RUN_FILE = re.compile(RUN_NAME.pattern[:-1] + r"-[0-9]+-[0-9]+\.parquet$")
-PART_TEMPORARY = ".skflow-part-"  # a part being written to a local disk, renamed when whole
 HIDDEN = (".", "_")  # the first characters of names that readers skip
 
 
@@ -47,9 +45,18 @@ class JobFailedError(RuntimeError):
     """The Ray job failed after the checks passed; nothing was written (the command line exits 1)."""
 
 
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, on the command line) during a job; the message says what was kept (exit 130 or 143)."""
+
+
 def manifest_files(manifest: Location) -> dict[str, int | None]:
     """The files a manifest lists, names skflow could write (no subfolder), and the rows of each (None in a manifest
     written before 0.2.0, which holds only their total); OSError or ValueError if it cannot say."""
+    return read_manifest(manifest)[0]
+
+
+def read_manifest(manifest: Location) -> tuple[dict[str, int | None], str | None]:
+    """:func:`manifest_files`, and the id of the job that committed it (None in a manifest of an earlier skflow)."""
     try:
         content = json.loads(storage.read_bytes(manifest, MANIFEST_LIMIT).decode("utf-8"))
         files, rows = content["files"], content.get("file_rows", [None] * len(content["files"]))
@@ -60,7 +67,8 @@ def manifest_files(manifest: Location) -> dict[str, int | None]:
         listed = False
     if not listed:
         raise ValueError("not a list of files")
-    return dict(zip(files, rows, strict=True)) | ({None: content["rows"]} if type(content.get("rows")) is int else {})
+    total = {None: content["rows"]} if type(content.get("rows")) is int else {}
+    return dict(zip(files, rows, strict=True)) | total, content["job"] if type(content.get("job")) is str else None
 
 
 def output_location(path, inputs, what: str) -> tuple[Location, str]:
@@ -100,8 +108,13 @@ class OutputFolder:
         self.run = f"skflow-{run_tag()}"
         self.fingerprint, self.runs, self.parts, self.ours_listed = fingerprint, [self.run], {}, False
         self._written = {}  # what self.parts hold, by input file
+        self.complete = None  # the rows of an output this job committed (already: nothing to do)
+        self.spare = False  # another run of the job committed it while this one ran
         found = self._listing() if kind == "folder" else []
-        if fingerprint is not None and CHECKPOINT in found:
+        stale = fingerprint is not None and MARKER in found and self._committed(found, overwrite or restart)
+        if self.complete is not None:
+            return
+        if fingerprint is not None and CHECKPOINT in found and (restart or not stale):
             found = self._resume(found, restart)
         # resuming, skflow's own hidden files (a temporary or write probe that a kill left) are not the user's
         others = [name for name in found if not self._is_ours(name) and not (
@@ -118,6 +131,25 @@ class OutputFolder:
         """A file of this job's runs, its checkpoint, or its own commit's manifest (killed before it was done)."""
         return name.startswith(_prefixes(self.runs)) or (name == CHECKPOINT and len(self.runs) > 1) or (
             name == MARKER and self.ours_listed)
+
+    def _committed(self, found: list[str], replacing: bool) -> bool:
+        """Whether the folder's checkpoint is stale: of the job that its manifest says it committed since (two resumes
+        at once, or a commit killed before it deleted the checkpoint). Sets :attr:`complete` for an output of this
+        job whose listed files are all there (unless ``replacing``), and deletes that stale checkpoint and the files
+        its runs left out of the manifest, as the commit would have."""
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            files, job = read_manifest(self.out.child(MARKER))
+            stale = CHECKPOINT in found and job is not None and job_id(read_checkpoint(
+                self.out.child(CHECKPOINT))[0]) == job
+            if job != job_id(self.fingerprint) or replacing or not set(files) - {None} <= set(found):
+                return stale
+            self.complete = files[None] if None in files else sum(n or 0 for n in files.values())
+            if stale:
+                runs = read_checkpoint(self.out.child(CHECKPOINT))[1]
+                self._delete([name for name in found if name.startswith(_prefixes(runs)) and name not in files]
+                             + [CHECKPOINT])
+            return stale
+        return False
 
     def _resume(self, found: list[str], restart: bool) -> list[str]:
         """Read the checkpoint: resume it (the same job), or discard it (``restart``); the listing after that."""
@@ -212,7 +244,7 @@ class OutputFolder:
         the manifest, written last, then the files it replaces deleted. After a failure the command calls
         :meth:`failed`. ``empty`` is raised instead of committing no rows; ``rows``, if known, is what the files
         must hold (else the rows that reached the write, and the earlier runs' parts)."""
-        return _parquet_files_class()(self, command, empty, rows)
+        return parts_sink()(self, command, empty, rows)
 
     def failed(self, keep: bool) -> bool:
         """After a failed job: whether parts are kept for a resume (``keep``, and there are some, and the failure was
@@ -233,6 +265,22 @@ class OutputFolder:
                 os.rmdir(self.out.path)  # a folder this run made, if empty
         return False
 
+    def interrupted(self, rows: int | None) -> str:
+        """After Ctrl-C or SIGTERM: what was kept, in words (the run's parts kept for a resume, as :meth:`failed`
+        keeps them); ``rows``, if known, the job's. Read from the parts' footers once the job stopped writing."""
+        if self.committed:
+            return f"after the commit: {self.out.shown} holds all {self.complete or 0:,} rows; nothing is left to do"
+        if not self.failed(keep=True):
+            return "nothing was written"
+        try:
+            mine = [name for name in self._listing() if name.startswith(self.run) and RUN_FILE.match(name)]
+            n_files = self.fingerprint["inputs"][0]
+            parts = self.parts | earlier_parts(self.out, mine, job_id(self.fingerprint), n_files)
+            kept = f"{rows_held(parts.values(), rows, n_files)} kept in {len(parts):,} part" + "s" * (len(parts) != 1)
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 - a second Ctrl-C, a store gone: the parts are kept
+            kept = "the parts written so far are kept"
+        return f"{kept} in {self.out.shown}; run the same command to resume"
+
     def _checkpoint_is_mine(self, found: list[str]) -> bool:
         """Whether the checkpoint in the folder names this run (not another's, that a --restart wrote since)."""
         try:
@@ -252,6 +300,13 @@ class OutputFolder:
             raise
 
     def _commit(self, written: list, *, rows: int | None, command: str) -> int:
+        found = self._listing()
+        if MARKER in found and self.fingerprint is not None and not self.overwrite:  # appeared during the run
+            self._committed(found, replacing=False)
+        if self.complete is not None:  # committed by another run of this job (two resumes at once): this one's spare
+            self.committed = self.spare = True
+            self._delete([name for name in found if name.startswith(_prefixes([self.run]))])
+            return self.complete
         parts = dict(self.parts) | {name: Part(n, ranges) for name, n, ranges in written}
         total = sum(part.rows for part in parts.values())
         if rows is not None and total != rows:
@@ -266,7 +321,6 @@ class OutputFolder:
                 raise JobFailedError(f"the Ray job wrote part of the rows of {input_name(short[0], self.sources)} "
                                      "only; nothing was written")
         files = sorted(parts)
-        found = self._listing()
         if gone := sorted(set(parts) - set(found)):  # an earlier run's, or this run's own
             raise JobFailedError(f"{printable(self.out.child(gone[0]).shown)}: a part of this job was deleted during "
                                  "the run (another command with --restart?); nothing was written")
@@ -277,8 +331,9 @@ class OutputFolder:
                 f"{self.out.shown}: the output folder was filled during the run ({printable(some_names(filled))})"
                 "; pass --overwrite to replace it (only a folder that skflow wrote is replaced)")
         old = [name for name in self._replaced(found) if name not in files] if self.overwrite and found else []
+        job = {"job": job_id(self.fingerprint)} if self.fingerprint is not None else {}
         text = json.dumps({"files": files, "file_rows": [parts[name].rows for name in files], "rows": total,
-                           "command": command}, indent=1) + "\n"
+                           "command": command} | job, indent=1) + "\n"
         manifest = self.out.child(MARKER)
         try:
             if manifest.is_remote:
@@ -289,63 +344,10 @@ class OutputFolder:
         except OSError as exc:
             raise JobFailedError(f"{self.out.shown}: the manifest could not be written ({storage.one_line(exc)}); "
                                  "nothing was written") from None
-        self.committed = True
+        self.committed, self.complete = True, total
         leftovers = [name for name in found if self._is_ours(name) and name not in files and name != MARKER]
         self._delete([CHECKPOINT] + [name for name in leftovers if name != CHECKPOINT] + old)
         return total
-
-
-@functools.cache
-def _parquet_files_class():
-    import pyarrow.parquet as pq
-    from ray.data import Datasink
-    from ray.data.block import BlockAccessor
-
-    class ParquetFiles(Datasink):
-        """Each block written as ``RUN-TASK-BLOCK.parquet`` (a retried task writes the same names), its rows' input
-        ranges in its footer (locally through a hidden temporary, renamed: a part is whole or absent); committed
-        by the output folder when Ray reports the write complete."""
-
-        def __init__(self, target: OutputFolder, command: str, empty: Exception, expected: int | None) -> None:
-            self.target, self.command, self.empty, self.expected, self.rows = target, command, empty, expected, None
-
-        def on_write_start(self, *args) -> None:
-            self.target.begin()
-
-        def write(self, blocks, ctx) -> list[tuple[str, int, list]]:
-            written, folder = [], self.target.out
-            job = job_id(self.target.fingerprint) if self.target.fingerprint is not None else ""
-            for i, block in enumerate(blocks):
-                table = BlockAccessor.for_block(block).to_arrow()
-                if not table.num_rows:
-                    continue
-                ranges = []
-                if PROVENANCE[0] in table.column_names:
-                    table, ranges = row_ranges(table)
-                    table = with_ranges(table, job, ranges)
-                name = f"{self.target.run}-{ctx.task_idx}-{i}.parquet"
-                final = folder.child(name)
-                if folder.is_remote:  # one upload: the object appears whole, or not at all
-                    pq.write_table(table, final.path, filesystem=folder.filesystem)
-                else:
-                    temporary = folder.child(f"{PART_TEMPORARY}{name}")
-                    pq.write_table(table, temporary.path, filesystem=folder.filesystem)
-                    os.replace(temporary.path, final.path)
-                written.append((name, table.num_rows, ranges))
-            return written
-
-        def on_write_complete(self, result) -> None:  # result.num_rows: the rows that reached the write tasks
-            written = [file for returned in result.write_returns for file in returned]
-            if not result.num_rows and not self.target.parts:
-                raise self.empty
-            self.rows = self.target.commit(written, command=self.command, rows=self.expected if self.expected
-                                           is not None else result.num_rows + sum(p.rows for p in
-                                                                                  self.target.parts.values()))
-
-        def on_write_failed(self, error: Exception) -> None:
-            pass  # the command decides: a resumable failure keeps the parts (OutputFolder.failed)
-
-    return ParquetFiles
 
 
 def read_as_listed(folder: Location, listed: list[tuple[str, bool]], error: type[Exception] = ValueError):

@@ -5,7 +5,9 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import socket
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -37,28 +39,44 @@ def probe(address: str, timeout: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[None]:
-    """Join ``address`` (or ``RAY_ADDRESS``, or the instance this process runs), else start a local instance."""
+    """Join ``address`` (or ``RAY_ADDRESS``, or the instance this process runs), else start a local instance. What
+    shows on the console is one progress bar (none if ``quiet``, or if standard output is no terminal): Ray's and
+    Ray Data's lines, the workers' output too, go to the session's log files only (``/tmp/ray/session_latest``)."""
     import ray
 
     started = not ray.is_initialized()
+    sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     if started:
         if target := address or os.environ.get("RAY_ADDRESS"):
             probe(target)
         # "local": not the cluster that a `ray start` on this machine wrote to /tmp/ray last, which Ray would join
-        ray.init(address=target or "local", include_dashboard=False, log_to_driver=not quiet, logging_level="ERROR")
+        ray.init(address=target or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        _give_back(sigterm)
     context = ray.data.DataContext.get_current()
-    # quiet: Ray Data's console lines ("Data sink Parquet finished", ...) too; its log file keeps everything
-    consoles = [h for h in logging.getLogger("ray.data").handlers if quiet and isinstance(h, logging.StreamHandler)]
-    settings = [(context, "enable_progress_bars", not quiet), (context, "raise_original_map_exception", True),
-                (context, "retried_io_errors", []), *((h, "level", logging.CRITICAL + 1) for h in consoles)]
+    # Ray Data's console lines ("Data sink Parquet finished", a "will hang" warning once the actors hold the CPUs at
+    # the end of a job that succeeded, ...); its log file keeps everything
+    consoles = [h for h in logging.getLogger("ray.data").handlers if isinstance(h, logging.StreamHandler)]
+    settings = [(context, "enable_progress_bars", not quiet), (context, "enable_operator_progress_bars", False),
+                (context, "raise_original_map_exception", True), (context, "retried_io_errors", []),
+                *((h, "level", logging.CRITICAL + 1) for h in consoles)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
     _assign(settings)
     try:
-        yield
+        with warnings.catch_warnings():  # Ray Data's advice ("configure `override_num_blocks`" for 40 rows and 4
+            warnings.filterwarnings("ignore", module=r"ray\.")  # actors) is not the user's to follow
+            yield
     finally:
         _assign(saved)
         if started:
             ray.shutdown()
+            _give_back(sigterm)
+
+
+def _give_back(sigterm) -> None:
+    """The SIGTERM handler that ``ray.init`` replaced: the Python one by its own, the one of the C level by its core
+    worker's crash handler, which turned a SIGTERM during a job into a stack dump and SIGABRT (exit 134)."""
+    if callable(sigterm):
+        signal.signal(signal.SIGTERM, sigterm)
 
 
 def _assign(settings) -> None:
