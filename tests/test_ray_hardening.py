@@ -880,3 +880,31 @@ def test_parquet_footers_are_read_concurrently_and_the_first_bad_file_in_order_i
     (tmp_path / "p50.parquet").write_bytes(b"PAR1 nor this")
     with pytest.raises(InputError, match=r"p40\.parquet: cannot be read as Parquet"):
         check_rows(corpus, "text")
+
+
+# ------------------------------------------------------------- Ctrl-C and SIGTERM before the job (#46 item 14)
+@pytest.mark.slow  # three processes loading skflow: 10 s
+@pytest.mark.parametrize("entry", ["python -m skflow", "the skflow script"])
+def test_ctrl_c_while_the_command_loads_its_libraries_is_one_line_and_exit_130(tmp_path, corpus, entry):
+    """Ctrl-C in the seconds that torch and the rest take to load (before skflow's code runs) printed a traceback
+    of 25 lines through runpy and torch; the skflow script (the console entry point, which calls skflow.cli.main),
+    Ctrl-C at any time of `evaluate` too."""
+    script = tmp_path / "skflow"  # what pip writes for the console script
+    script.write_text("import sys\nfrom skflow.cli import main\nsys.exit(main())\n")
+    argv = [sys.executable, *(["-m", "skflow"] if entry == "python -m skflow" else [str(script)]), "embed",
+            str(corpus), "--output", str(tmp_path / "emb"), "--max-length", "16"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPROFILEIMPORTTIME": "1"}  # stderr: a line per import done
+    driver = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while b" torch." not in (line := driver.stderr.readline()):  # a module of torch loaded: skflow's loading
+            assert line, "the command ended before loading torch"
+        driver.send_signal(signal.SIGINT)
+        err = driver.stderr.read().decode()
+        assert driver.wait(timeout=60) == 130
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert said == ["interrupted"], err[-3000:]
+    assert not (tmp_path / "emb").exists()
+
