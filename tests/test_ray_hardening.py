@@ -908,3 +908,25 @@ def test_ctrl_c_while_the_command_loads_its_libraries_is_one_line_and_exit_130(t
     assert said == ["interrupted"], err[-3000:]
     assert not (tmp_path / "emb").exists()
 
+
+def test_sigterm_while_ray_starts_is_the_commands_terminated_and_exit_143(tmp_path, corpus, capsys, monkeypatch):
+    """ray.init sets a SIGTERM handler, sys.exit(15), and then its core worker's crash handler, before it returns
+    (seconds, starting a local instance): a SIGTERM then ended the command with exit 15 and not a word, or with a
+    stack dump. It is the command's 'terminated', and the driver's core worker gets no crash handler."""
+    shut, crash_handler = [], []
+
+    def init_like_ray(*args, **kwargs):
+        crash_handler.append(not ray._private.ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # Ray's own handler, then the signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at once
+        pytest.fail("no SIGTERM")
+
+    monkeypatch.setattr(ray, "init", init_like_ray)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
+    previous = signal.getsignal(signal.SIGTERM)
+    assert main(["embed", str(corpus), "--output", str(tmp_path / "emb"), "--max-length", "16"]) == 143
+    assert capsys.readouterr().err.splitlines() == ["terminated: nothing was written"]
+    assert signal.getsignal(signal.SIGTERM) is previous and not (tmp_path / "emb").exists() and shut
+    assert crash_handler == [False] and not ray._private.ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
