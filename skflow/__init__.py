@@ -1,4 +1,21 @@
 """skflow: BERT-flow as scikit-learn estimators."""
+# ruff: noqa: E402  (Ctrl-C is handled before the imports, which take seconds)
+
+import os as _os
+import signal as _signal
+import sys as _sys
+
+
+def _interrupted_while_loading(signum, frame):
+    _os.write(2, b"interrupted\n")  # nothing was written yet: no traceback of the libraries loading, exit 130
+    _os._exit(128 + signum)
+
+
+# the command line (python -m skflow: sys.argv[0] is "-m" while the module is found; the skflow script): Ctrl-C while
+# torch and the rest load (seconds) is one line, as later; skflow.cli.main puts Python's handler back
+if (_sys.argv[:1] == ["-m"] or _os.path.basename(_sys.argv[0] if _sys.argv else "") == "skflow") and \
+        _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_while_loading)
 
 from skflow.compression import ITQRotation, Quantizer
 from skflow.embedder import BertEmbedder, EncoderChangedError

@@ -243,6 +243,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    if getattr(signal.getsignal(signal.SIGINT), "__module__", None) == "skflow":  # loaded (skflow/__init__.py's)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # the skflow script too (python -m skflow's __main__ said it alone)
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv) -> int:
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *args, **kwargs: _error(message, label="warning")

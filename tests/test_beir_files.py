@@ -240,6 +240,40 @@ def test_a_file_linked_to_proc_self_environ_is_refused_unread_and_nothing_of_it_
                                  "differs from it at column 1)")
 
 
+def test_a_link_to_an_open_file_of_the_process_through_proc_or_dev_is_refused_unread(tmp_path):
+    """/proc/self/fd/N and /dev/stdin are the kernel's links to the files the process has open: a file of secrets
+    redirected to stdin, or opened by the program, lies on a disk, and was read through a planted link."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f"{HEADER}\nSKFLOW_TEST_SECRET=AKIA-not-a-real-key-1234\n")
+    folder = _folder(tmp_path / "planted")
+    qrels = folder / "qrels" / "test.tsv"
+    with open(secret) as stream:
+        for target, root in ((f"/proc/self/fd/{stream.fileno()}", "/proc"), (f"/dev/fd/{stream.fileno()}", None)):
+            if root is None and not os.path.exists(target):
+                continue
+            qrels.unlink()
+            qrels.symlink_to(target)
+            refused = _within(10, load_beir, folder)
+            assert isinstance(refused, BEIRDataError), refused
+            assert str(refused).startswith(f"{qrels} is a link to {target}, which is a pseudo-file of "), refused
+            assert "AKIA" not in str(refused)
+        # a link of links into /proc, and a link to a folder of links
+        (tmp_path / "hop").symlink_to(f"/proc/self/fd/{stream.fileno()}")
+        qrels.unlink()
+        qrels.symlink_to(tmp_path / "hop")
+        assert "which is a pseudo-file of /proc, not a file" in str(_within(10, load_beir, folder))
+        (tmp_path / "fds").symlink_to("/proc/self/fd")
+        qrels.unlink()
+        qrels.symlink_to(tmp_path / "fds" / str(stream.fileno()))
+        assert "which is a pseudo-file of /proc, not a file" in str(_within(10, load_beir, folder))
+    # a link to a link to a regular file is read
+    qrels.unlink()
+    (tmp_path / "real.tsv").write_text(f"{HEADER}\nq1\td1\t1\n")
+    (tmp_path / "hop2").symlink_to(tmp_path / "real.tsv")
+    qrels.symlink_to(tmp_path / "hop2")
+    assert load_beir(folder).qrels == {"q1": {"d1": 1}}
+
+
 def test_a_link_switched_to_a_pseudo_file_after_its_check_is_refused_by_the_open_file(tmp_path, monkeypatch):
     link = tmp_path / "data.tsv"
     link.symlink_to("/proc/self/environ")

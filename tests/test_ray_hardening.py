@@ -880,3 +880,53 @@ def test_parquet_footers_are_read_concurrently_and_the_first_bad_file_in_order_i
     (tmp_path / "p50.parquet").write_bytes(b"PAR1 nor this")
     with pytest.raises(InputError, match=r"p40\.parquet: cannot be read as Parquet"):
         check_rows(corpus, "text")
+
+
+# ------------------------------------------------------------- Ctrl-C and SIGTERM before the job (#46 item 14)
+@pytest.mark.slow  # three processes loading skflow: 10 s
+@pytest.mark.parametrize("entry", ["python -m skflow", "the skflow script"])
+def test_ctrl_c_while_the_command_loads_its_libraries_is_one_line_and_exit_130(tmp_path, corpus, entry):
+    """Ctrl-C in the seconds that torch and the rest take to load (before skflow's code runs) printed a traceback
+    of 25 lines through runpy and torch; the skflow script (the console entry point, which calls skflow.cli.main),
+    Ctrl-C at any time of `evaluate` too."""
+    script = tmp_path / "skflow"  # what pip writes for the console script
+    script.write_text("import sys\nfrom skflow.cli import main\nsys.exit(main())\n")
+    argv = [sys.executable, *(["-m", "skflow"] if entry == "python -m skflow" else [str(script)]), "embed",
+            str(corpus), "--output", str(tmp_path / "emb"), "--max-length", "16"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPROFILEIMPORTTIME": "1"}  # stderr: a line per import done
+    driver = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while b" torch." not in (line := driver.stderr.readline()):  # a module of torch loaded: skflow's loading
+            assert line, "the command ended before loading torch"
+        driver.send_signal(signal.SIGINT)
+        err = driver.stderr.read().decode()
+        assert driver.wait(timeout=60) == 130
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert said == ["interrupted"], err[-3000:]
+    assert not (tmp_path / "emb").exists()
+
+
+def test_sigterm_while_ray_starts_is_the_commands_terminated_and_exit_143(tmp_path, corpus, capsys, monkeypatch):
+    """ray.init sets a SIGTERM handler, sys.exit(15), and then its core worker's crash handler, before it returns
+    (seconds, starting a local instance): a SIGTERM then ended the command with exit 15 and not a word, or with a
+    stack dump. It is the command's 'terminated', and the driver's core worker gets no crash handler."""
+    shut, crash_handler = [], []
+
+    def init_like_ray(*args, **kwargs):
+        crash_handler.append(not ray._private.ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # Ray's own handler, then the signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at once
+        pytest.fail("no SIGTERM")
+
+    monkeypatch.setattr(ray, "init", init_like_ray)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
+    previous = signal.getsignal(signal.SIGTERM)
+    assert main(["embed", str(corpus), "--output", str(tmp_path / "emb"), "--max-length", "16"]) == 143
+    assert capsys.readouterr().err.splitlines() == ["terminated: nothing was written"]
+    assert signal.getsignal(signal.SIGTERM) is previous and not (tmp_path / "emb").exists() and shut
+    assert crash_handler == [False] and not ray._private.ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER

@@ -231,4 +231,5 @@ def test_every_integer_parameter_refuses_a_bool_in_scikit_learns_words():
             checked.append(f"{owner}.{param}")
     assert len(checked) == 16, checked
     assert {"ITQRotation.n_iter", "ITQRotation.n_components", "Whitener.n_components", "BertEmbedder.layers",
-            "FlowGaussianizer.max_epochs", "EngineIndex.n_jobs", "skflow.distributed (actor options).workers"} <= set(checked)
+            "FlowGaussianizer.max_epochs", "EngineIndex.n_jobs",
+            "skflow.distributed (actor options).workers"} <= set(checked)

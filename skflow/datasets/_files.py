@@ -123,8 +123,26 @@ def what_it_is(path: Path) -> str | None:
              (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
     if (kind := next((name for test, name in kinds if test(info.st_mode)), None)) is not None:
         return f"{link}{kind}"
-    if (pseudo := _pseudo_devices().get(info.st_dev)) is not None:
+    pseudo_devices = _pseudo_devices()
+    if (pseudo := pseudo_devices.get(info.st_dev) or _linked_through(path, pseudo_devices)) is not None:
         return f"{link}a pseudo-file of {pseudo}"
+    return None
+
+
+def _linked_through(path: Path, pseudo_devices: dict[int, str]) -> str | None:
+    """The pseudo file system that the links from ``path`` pass through, if any: /proc/self/fd/0 and /dev/stdin are
+    links of the kernel's to whatever file the process has open, which lies on a disk (a file redirected to stdin)."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        try:
+            device = os.stat(os.path.dirname(current)).st_dev
+        except OSError:
+            return None
+        if device in pseudo_devices:
+            return pseudo_devices[device]
+        if not os.path.islink(current):
+            return None
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
     return None
 
 

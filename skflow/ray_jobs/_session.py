@@ -50,7 +50,23 @@ def ray_session(address: str | None = None, *, quiet: bool = False) -> Iterator[
         if target := address or os.environ.get("RAY_ADDRESS"):
             probe(target)
         # "local": not the cluster that a `ray start` on this machine wrote to /tmp/ray last, which Ray would join
-        ray.init(address=target or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # ray.init (seconds) sets a SIGTERM handler, sys.exit(15), then its core worker's crash handler (a stack dump,
+        # SIGABRT): a SIGTERM meanwhile ended the command silently with exit 15, or so; where the caller has its own
+        # handler (the command line's), it is the caller's, and the driver gets no crash handler
+        constants, own = ray._private.ray_constants, callable(sigterm)
+        disabled = getattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", False)
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = disabled or own
+        try:
+            ray.init(address=target or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        except SystemExit as exc:  # Ray's handler took a SIGTERM
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            _give_back(sigterm)
+            if own and exc.code == signal.SIGTERM:
+                sigterm(signal.SIGTERM, None)
+            raise
+        finally:
+            constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = disabled
         _give_back(sigterm)
     context = ray.data.DataContext.get_current()
     # Ray Data's console lines ("Data sink Parquet finished", a "will hang" warning once the actors hold the CPUs at
