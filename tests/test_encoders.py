@@ -135,7 +135,8 @@ def test_a_prompt_equals_prefixing_each_text_by_hand(tiny, family):
 
 
 def test_an_empty_text_with_no_tokens_is_a_clear_error_and_a_prompt_fixes_it(tiny):
-    with pytest.raises(ValueError, match="have no tokens with this tokenizer.*Drop empty texts, or set a prompt"):
+    message = r"1 of 2 texts have no tokens with this tokenizer \(the first: ''\).*Drop empty texts, or set a prompt"
+    with pytest.raises(ValueError, match=message):
         BertEmbedder(tiny["qwen2"], pooling="last_token").transform(["fine", ""])
     vectors = BertEmbedder(tiny["qwen2"], pooling="last_token", prompt="passage: ").transform(["fine", ""])
     assert np.isfinite(vectors).all()

@@ -40,8 +40,10 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[lis
                 full[i] = ids
     empty = [i for i, ids in enumerate(full) if not ids]
     if empty:
+        first = texts[empty[0]]  # a text of characters the tokenizer drops may be megabytes: show its head only
+        shown = repr(first[:40]) + (f" and {len(first) - 40:,} more characters" if len(first) > 40 else "")
         raise ValueError(
-            f"{len(empty)} of {len(full)} texts have no tokens with this tokenizer (the first: {texts[empty[0]]!r}); "
+            f"{len(empty)} of {len(full)} texts have no tokens with this tokenizer (the first: {shown}); "
             "it adds no special tokens, so an empty text leaves nothing to pool. Drop empty texts, or set a prompt."
         )
     return full, long
