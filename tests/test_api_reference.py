@@ -2,6 +2,7 @@
 
 import importlib
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,21 @@ def test_estimator_page_has_navigation_members_and_example(site):
     assert any(">>> from skflow import Whitener" in text for text in examples), examples
     parameters = page.find(id="skflow.Whitener").find_next("dd").get_text()
     assert "n_components" in parameters and "power" in parameters
+
+
+@pytest.mark.slow
+def test_pages_render_in_chromium(site, tmp_path):
+    """The index and an estimator's page in a real headless browser: navigation and highlighted code shown."""
+    browser = shutil.which("chromium") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    _, _, html = site
+    screenshot = tmp_path / "api_reference.png"
+    run = subprocess.run([sys.executable, str(DOCS.parent / "benchmarks" / "docs_screenshot.py"), "--html", str(html),
+                          "--output", str(screenshot), "--browser", browser], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # the estimator's section navigation shows every page of the reference
+    pages = len(set(public_pages().values()))
+    assert "FAILED" not in run.stdout and f"{pages} section links" in run.stdout, run.stdout
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
