@@ -69,8 +69,16 @@ def _foreign(app, what, name, obj, skip, options):
     return None
 
 
+def _no_type_docstring(app, what, name, obj, options, lines):
+    """A constant's page: its value, not the docstring of its type (tuple's, dict's)."""
+    type_doc = (type(obj).__doc__ or "").strip().splitlines()
+    if what == "data" and type_doc and any(type_doc[0].strip() in line for line in lines):
+        lines.clear()
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _foreign)
+    app.connect("autodoc-process-docstring", _no_type_docstring, priority=400)  # before numpydoc's
 
 
 html_theme = "pydata_sphinx_theme"

@@ -75,6 +75,10 @@ def test_every_public_name_has_its_page(site):
     # a name offered twice (skflow.Quantizer, skflow.compression.Quantizer) has one page, which both lead to
     assert pages["skflow.compression.Quantizer"] == "skflow.Quantizer"
     assert not (html / "generated" / "skflow.compression.Quantizer.html").exists()
+    # a constant's page gives its value, not the docstring of tuple
+    article = soup(html / "generated" / "skflow.evaluation.METHODS.html").select_one("article")
+    constant = " ".join(article.get_text().split())
+    assert "= ('none', 'whiten', 'soft-whiten', 'flow')" in constant and "Built-in" not in constant, constant
 
 
 @pytest.mark.slow
