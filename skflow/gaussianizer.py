@@ -131,13 +131,13 @@ class FlowGaussianizer(BaseFlow):
         The fitted flow, float64 on the CPU, in eval mode.
     n_features_in_ : int
         Number of features seen during :term:`fit`.
-    mean_ : ndarray of shape (n_features_in_,)
+    mean_ : ndarray of shape (`n_features_in_`,)
         Per-feature mean of the training rows (of the first ``partial_fit``
         call), float64.
-    scale_ : ndarray of shape (n_features_in_,)
+    scale_ : ndarray of shape (`n_features_in_`,)
         Per-feature standard deviation used to standardise before the flow;
         1 for constant features.
-    constant_features_ : ndarray of bool of shape (n_features_in_,)
+    constant_features_ : ndarray of bool of shape (`n_features_in_`,)
         Features left out of the flow and of the log-likelihood because they
         are constant; ``transform`` returns them centred.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

@@ -83,7 +83,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     Attributes
     ----------
-    ranges_ : ndarray of shape (2, n_features_in_)
+    ranges_ : ndarray of shape (2, `n_features_in_`)
         int8 and uint8 only: the per-dimension minimum (row 0) and maximum
         (row 1) of the rows seen in :term:`fit`, float32 values in float64;
         sentence-transformers' ``ranges`` argument. Not set where
@@ -243,7 +243,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
         Returns
         -------
-        X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
+        X_original : ndarray of shape (n_samples, `n_features_in_`) or (n_samples, k, `n_features_in_`)
             float32.
         """
         check_is_fitted(self, self._fitted_names)

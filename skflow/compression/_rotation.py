@@ -84,11 +84,11 @@ class ITQRotation(LinearPostProcessor):
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during :term:`fit`, when ``X`` has string
         column names.
-    mean_ : ndarray of shape (n_features_in_,)
+    mean_ : ndarray of shape (`n_features_in_`,)
         The mean of the rows, float64, removed before the rotation.
-    components_ : ndarray of shape (n_components_, n_features_in_)
+    components_ : ndarray of shape (`n_components_`, `n_features_in_`)
         Orthonormal rows: the principal directions rotated, ``(P R)^T``.
-    scale_ : ndarray of shape (n_components_,)
+    scale_ : ndarray of shape (`n_components_`,)
         Ones (the base's scaling: a rotation scales nothing).
     n_components_ : int
         Number of output features, ``K``.

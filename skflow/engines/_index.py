@@ -29,7 +29,7 @@ class EngineIndex(BaseEstimator):
 
     ============  ==============================================  ==============================================
     stored        faiss (``index="flat"`` / ``"hnsw"``)            usearch (``index="hnsw"``; ``"flat"``: its
-                                                                  exact search, ``exact=True``)
+                                                                   exact search, ``exact=True``)
     ============  ==============================================  ==============================================
     float32       ``IndexFlatIP`` / ``IndexHNSWFlat`` in an        ``f32``, metric ``cos``; the float query
                   ``IndexPreTransform``: the map, then             after the map
@@ -185,7 +185,7 @@ class EngineIndex(BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_queries, n_features_in_)
+        X : array-like of shape (n_queries, `n_features_in_`)
             Raw float query vectors, as the pipeline takes them (never codes:
             the index computes the query's own).
         k : int, default=10
@@ -198,7 +198,7 @@ class EngineIndex(BaseEstimator):
             (``metric="asymmetric"``), the stored int8 codes dequantized
             (dot) or the stored float32 vectors (cosine); or by the raw query
             against ``rescore_with``.
-        rescore_with : array-like of shape (n_stored, n_features_in_), default=None
+        rescore_with : array-like of shape (n_stored, `n_features_in_`), default=None
             The corpus's raw vectors kept aside (the rows given to
             :term:`fit`, in that order; e.g. a ``numpy.memmap`` on disk, of
             which only the candidates' rows are read): float vectors, scored

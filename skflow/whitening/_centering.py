@@ -46,7 +46,7 @@ class Centerer(OneToOneFeatureMixin, LinearPostProcessor):
         column names.
     n_samples_seen_ : int
         Rows the mean was computed from.
-    mean_ : ndarray of shape (n_features_in_,)
+    mean_ : ndarray of shape (`n_features_in_`,)
         Their mean, float64.
 
     See Also

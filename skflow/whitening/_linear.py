@@ -157,7 +157,7 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
 
         Returns
         -------
-        X_original : ndarray of shape (n_samples, n_features_in_) or (n_samples, k, n_features_in_)
+        X_original : ndarray of shape (n_samples, `n_features_in_`) or (n_samples, k, `n_features_in_`)
 
         Raises
         ------
@@ -198,7 +198,7 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
 
         Returns
         -------
-        W : ndarray of shape (n_features_in_, n_features_out)
+        W : ndarray of shape (`n_features_in_`, n_features_out)
         b : ndarray of shape (n_features_out,)
         """
         check_is_fitted(self)

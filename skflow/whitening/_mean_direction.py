@@ -54,7 +54,7 @@ class MeanDirectionRemover(OneToOneFeatureMixin, LinearPostProcessor):
         column names.
     n_samples_seen_ : int
         Rows the mean was computed from.
-    mean_ : ndarray of shape (n_features_in_,)
+    mean_ : ndarray of shape (`n_features_in_`,)
         Their mean, float64.
     max_abs_ : float
         The largest ``|x|`` seen, the scale the mean is compared with.

@@ -100,15 +100,15 @@ class Whitener(LinearPostProcessor):
         column names.
     n_samples_seen_ : int
         Rows the moments were computed from.
-    mean_ : ndarray of shape (n_features_in_,)
+    mean_ : ndarray of shape (`n_features_in_`,)
         Mean of those rows, float64.
-    scatter_ : ndarray of shape (n_features_in_, n_features_in_)
+    scatter_ : ndarray of shape (`n_features_in_`, `n_features_in_`)
         Their scatter matrix ``sum((x - mean_)(x - mean_)^T)``, float64: the
         running sum that ``partial_fit`` updates.
-    components_ : ndarray of shape (n_components_, n_features_in_)
+    components_ : ndarray of shape (`n_components_`, `n_features_in_`)
         The kept principal directions (unit rows), in decreasing order of
         variance; each has its largest entry in absolute value positive.
-    explained_variance_ : ndarray of shape (n_components_,)
+    explained_variance_ : ndarray of shape (`n_components_`,)
         Their variances (eigenvalues of the covariance with ``n - 1`` degrees
         of freedom, as PCA's).
     n_components_ : int
@@ -121,7 +121,7 @@ class Whitener(LinearPostProcessor):
         Oracle Approximating Shrinkage (as ``sklearn.covariance.oas``) up to
         ``n_features`` rows, fading linearly to 0 at ``4 * n_features`` rows
         and 0 from there: 0.14 for 200 rows of 384-d embeddings.
-    scale_ : ndarray of shape (n_components_,)
+    scale_ : ndarray of shape (`n_components_`,)
         What each direction is multiplied by: ``max(shrunk variance,
         variance_floor_) ** -power`` (1 where that is 0: constant data).
 
