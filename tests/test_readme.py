@@ -14,8 +14,9 @@ BLOCKS = [
 ]
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
 # Decimal figures printed by the README (Spearman x 100 on STS-B) agree with docs/ to this: docs/results.md was
-# measured with the encoder in bfloat16 on a CPU with AMX; in float32, or in another batch order, the last digit moves.
-_TOLERANCE = 0.1
+# measured with the encoder in bfloat16 (a CPU with AMX); the similarity quickstart printed 73.50, 79.59 and 78.46
+# here against the table's 73.42, 79.58 and 78.43, and float32 (a CPU without bf16) moves them too.
+_TOLERANCE = 0.2
 
 
 def claimed_output(block: str) -> list[str | None]:
