@@ -380,7 +380,8 @@ def _evaluate_command(args) -> int:
                            data_home=args.data_home,
                            download_if_missing=not args.no_download, allow_modified=args.allow_modified_data,
                            skip_missing=args.sets is None, random_state=args.seed,
-                           flow_params={"max_epochs": args.epochs, "device": args.device},
+                           flow_params={"max_epochs": args.epochs, "device": args.device,
+                                        "verbose": int(not args.quiet)},  # the flow's progress bar
                            retrieval_params=given, precisions=args.precision, engine=args.engine,
                            index=args.index, log=None if args.quiet else stderr_log)
     if not results["sets"] and not results.get("retrieval"):

@@ -266,7 +266,9 @@ def evaluate(
     results = {"sets": {}, "retrieval": {}, "retrieval_settings": {}, "retrieval_data": {}, "fit_on": {},
                "skipped": {},
                "settings": {"methods": list(methods), "precisions": list(precisions), "random_state": random_state,
-                            "flow_params": dict(flow_params or {}), "versions": library_versions()}}
+                            # what changes the results: verbose (the CLI's progress bar) does not
+                            "flow_params": {k: v for k, v in (flow_params or {}).items() if k != "verbose"},
+                            "versions": library_versions()}}
     if any(s in STS_SETS for s in sets):  # the encoder of the STS sets (a retrieval set's may differ)
         results["settings"]["encoder"] = resolved_settings(embedder)
     data = {}

@@ -57,8 +57,10 @@ class FlowGaussianizer(BaseFlow):
     that are constant (standard deviation at most 1e-6 times the larger of
     their own mean and the median standard deviation; real encoders have a
     few) have no density: they are left out of the flow and of the
-    log-likelihood, with a ``ConstantFeaturesWarning`` naming them, and
-    passed through centred. A value above 1.8e19 in magnitude (its square
+    log-likelihood, and passed through centred (``constant_features_``); a
+    ``ConstantFeaturesWarning`` names them only where the user can act: a
+    feature that varies around a large offset, or more than a tenth of the
+    features constant. A value above 1.8e19 in magnitude (its square
     overflows float32) is a ``ValueError``, and so is, before anything is
     built, a flow of more than 1,000 steps (``depth`` x levels) or more
     weights than the machine's memory can train at about 40 bytes each
@@ -123,7 +125,11 @@ class FlowGaussianizer(BaseFlow):
         Seeds initialisation and shuffling. The same seed gives the same
         model, bit for bit, on the CPU.
     verbose : int, default=0
-        If positive, show a progress bar with the running loss.
+        scikit-learn's convention: 0 prints nothing; 1 or more shows a
+        progress bar on stderr for each ``fit`` (every epoch's batches, the
+        epoch and the running loss) and each ``partial_fit`` call (its
+        batches), ending with the count of steps and rows, e.g.
+        ``FlowGaussianizer.fit: 100%|...| 43/43 [00:01, epoch=1, nll=-512.331]``.
 
     Attributes
     ----------
@@ -279,6 +285,7 @@ class FlowGaussianizer(BaseFlow):
             trainer = self._initialised_trainer(flow, generator, rows, scaling)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
+                "fit",
                 trainer,
                 lambda: rows.batches(batch_size, trainer.generator),
                 max_epochs=self.max_epochs,
@@ -334,6 +341,7 @@ class FlowGaussianizer(BaseFlow):
                 trainer = self._resume(device)
             batch_size = min(self.batch_size, len(rows))
             history = self._train(
+                "partial_fit",
                 trainer,
                 lambda: rows.batches(batch_size, trainer.generator, drop_last=False),
                 max_epochs=1,
@@ -380,8 +388,8 @@ class FlowGaussianizer(BaseFlow):
             learning_rate=self.learning_rate, weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm
         )
 
-    def _train(self, trainer: FlowTrainer, make_batches, *, max_epochs: int, n_batches: int, **params):
-        with progress_bar("FlowGaussianizer", max_epochs * n_batches, enabled=bool(self.verbose)) as update:
+    def _train(self, method: str, trainer: FlowTrainer, make_batches, *, max_epochs: int, n_batches: int, **params):
+        with progress_bar(f"FlowGaussianizer.{method}", max_epochs * n_batches, enabled=self.verbose > 0) as update:
             try:
                 return train_epochs(
                     trainer, make_batches, max_epochs=max_epochs, n_batches=n_batches,

@@ -30,6 +30,8 @@ def test_evaluate_stsb_end_to_end(sts_data_home, cache_dir, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "| method | STS-B | Avg |" in run.stdout and "protocol `all`" in run.stdout
     assert "[STS-B] embedding" in run.stderr and "BertEmbedder" in run.stderr  # progress
+    assert "FlowGaussianizer.fit: 100%" in run.stderr  # the flow's bar: 17,256 rows, 269 batches of 64
+    assert " 269/269 " in run.stderr
     results = json.loads(out.with_suffix(".json").read_text())
     stsb = results["sets"]["stsb"]
     assert list(stsb) == ["none", "whiten", "soft-whiten", "flow"]

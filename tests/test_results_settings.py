@@ -26,7 +26,7 @@ def test_the_results_record_what_every_setting_resolved_to(monkeypatch, bf16):
     monkeypatch.setattr(_fused_bert, "cpu_has_fast_bf16", lambda: bf16)
     encoder = _HashedEncoder(pooling="cls", device="auto")  # dtype "auto"
     results = evaluate(encoder, methods=["none", "center"], sets=["stsb", "scifact"], precisions=["float32", "binary"],
-                       random_state=7, flow_params={"max_epochs": 2})
+                       random_state=7, flow_params={"max_epochs": 2, "verbose": 1})  # verbose: not recorded
     settings = results["settings"]
     dtype, device = ("bfloat16" if bf16 else "float32"), str(resolve_device("auto"))
     if device != "cpu":  # a GPU decides by itself

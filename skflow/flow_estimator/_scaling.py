@@ -19,9 +19,13 @@ embeddings have two exactly constant ones (values ~1e-32) and one at
 -1e-7 +- 2e-9, a millionth of the median spread. A constant feature has no
 density, and a flow that tries to model one drives its scale to infinity, so
 such features are left out of the flow and of the log-likelihood on purpose,
-with a `ConstantFeaturesWarning` naming them: ``transform`` centres them
-(``x - mean``) and passes them through, ``inverse_transform`` adds the mean
-back.
+``transform`` centres them (``x - mean``) and passes them through,
+``inverse_transform`` adds the mean back. A `ConstantFeaturesWarning` names them
+only where the user can act: a feature that varies on the data's scale but sits
+on a large offset (subtract it, and it is modelled), or constant features that
+are more than ``WARNED_SHARE`` of all (the wrong array, zero-padded columns). The
+few of a real encoder are no such case, and fit leaves them out silently
+(``constant_features_`` still marks them).
 
 The flow trains (and serves, in ONNX) in float32, so a value whose square
 overflows float32 (``|x| > MAX_ABS_VALUE``, about 1.8e19) is an error that
@@ -44,10 +48,16 @@ SMALLEST_TYPICAL_STD = 1e-29
 # The largest magnitude whose square is finite in float32 (about 1.8e19).
 MAX_ABS_VALUE = float(np.sqrt(np.finfo(np.float32).max))
 _N_LISTED = 20
+# Constant features (no spread on the data's scale) worth a warning: more than this share of all. Real encoders have
+# a few (all-MiniLM-L6-v2: 3 of 384, 0.8%); a tenth or more means the array is not what the user meant.
+WARNED_SHARE = 0.1
 
 
 class ConstantFeaturesWarning(UserWarning):
-    """Features of ``X`` are constant: `FlowGaussianizer` leaves them out of the flow (see ``constant_features_``)."""
+    """Features of ``X`` are constant, and the user can act: some sit on a large offset, or a large share are constant.
+
+    `FlowGaussianizer` leaves constant features out of the flow (see ``constant_features_``); the few of a real
+    encoder's output are left out without this warning."""
 
 
 def _within(values: np.ndarray) -> bool:
@@ -77,6 +87,8 @@ class FeatureScaling:
     mean: np.ndarray
     scale: np.ndarray
     constant: np.ndarray  # bool mask
+    # of ``constant``: features that vary on the data's scale but not against their own mean (a large offset)
+    on_offset: np.ndarray | None = None
 
     @classmethod
     def fit(cls, X: np.ndarray) -> "FeatureScaling":
@@ -108,6 +120,7 @@ class FeatureScaling:
             reference, mean, count = new_reference, mean + delta * (len(chunk) / total), total
         std = reference * np.sqrt(scaled_m2 / count)
         constant = std <= CONSTANT_RELATIVE_STD * np.maximum(np.abs(mean), typical_std(std))
+        on_offset = constant & (std > CONSTANT_RELATIVE_STD * typical_std(std))
         if constant.all():
             raise ValueError(
                 f"All {n_features} features of X are constant: there is no distribution for the flow to model "
@@ -122,23 +135,37 @@ class FeatureScaling:
                 "model does not depend on the data's scale: multiply X by a constant (the same one for fit and "
                 "transform) and fit again."
             )
-        return cls(mean=mean, scale=np.where(constant, 1.0, std), constant=constant)
+        return cls(mean=mean, scale=np.where(constant, 1.0, std), constant=constant, on_offset=on_offset)
 
     def warn_constant(self, name: str, stacklevel: int) -> None:
-        """A `ConstantFeaturesWarning` naming how many features ``name`` leaves out of the flow, and which."""
-        if not self.constant.any():
+        """A `ConstantFeaturesWarning` naming the features ``name`` leaves out of the flow, where the user can act:
+        some vary but sit on a large offset, or more than ``WARNED_SHARE`` of all are constant. Silent otherwise."""
+        on_offset = np.zeros_like(self.constant) if self.on_offset is None else self.on_offset
+        many = self.constant.sum() > WARNED_SHARE * len(self.constant)
+        if not (on_offset.any() or many):
             return
         indices = np.flatnonzero(self.constant)
-        listed = ", ".join(str(i) for i in indices[:_N_LISTED])
-        more = f" and {len(indices) - _N_LISTED} more" if len(indices) > _N_LISTED else ""
         one = len(indices) == 1
+        advice = []
+        if on_offset.any():
+            offset = np.flatnonzero(on_offset)
+            advice.append(
+                f"Feature{'' if len(offset) == 1 else 's'} {_listed(offset)} {'varies' if len(offset) == 1 else 'vary'}"
+                " on the data's scale but around a large offset: subtract it (the same for fit and transform), or "
+                "standardise X, and fit again to have the flow model "
+                f"{'it' if len(offset) == 1 else 'them'}.")
+        if many:
+            advice.append(
+                f"More than {WARNED_SHARE:.0%} of the features constant usually means X is not the embeddings meant "
+                "(zero-padded or empty columns); a sentence encoder has a few (all-MiniLM-L6-v2: 3 of 384), which "
+                "fit leaves out without a warning.")
         warnings.warn(
             f"{name}: {len(indices)} of {len(self.constant)} features of X {'is' if one else 'are'} constant and "
             f"{'is' if one else 'are'} left out of the flow and of the log-likelihood: "
-            f"feature{'' if one else 's'} {listed}{more} (standard deviation at most "
+            f"feature{'' if one else 's'} {_listed(indices)} (standard deviation at most "
             f"{CONSTANT_RELATIVE_STD:g} times the larger of the feature's mean and the median standard deviation). "
             f"transform passes {'it' if one else 'them'} through centred; constant_features_ marks "
-            f"{'it' if one else 'them'}.",
+            f"{'it' if one else 'them'}. " + " ".join(advice),
             ConstantFeaturesWarning,
             stacklevel=stacklevel + 1,
         )
@@ -181,6 +208,11 @@ class FeatureScaling:
                 )
             out[start : start + len(chunk)] = standardised
         return out
+
+
+def _listed(indices: np.ndarray) -> str:
+    more = f" and {len(indices) - _N_LISTED} more" if len(indices) > _N_LISTED else ""
+    return ", ".join(str(i) for i in indices[:_N_LISTED]) + more
 
 
 def typical_std(std: np.ndarray) -> float:
