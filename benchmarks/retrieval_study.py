@@ -12,7 +12,9 @@ is fitted on the corpus only and applied to queries and documents alike (``skflo
   K directions under a random rotation, ``ITQRotation(K, n_iter=0)``).
 - Precisions: float32 (4K bytes); int8 (K bytes) scored as skflow scores it (the cosine of the dequantized codes)
   and, at full width, as engines that compare int8 codes directly do (the integer dot of
-  ``Quantizer(ranges="symmetric")`` codes); binary (K/8 bytes) by Hamming distance; binary with the float query
+  ``Quantizer(ranges="symmetric")`` codes of the vectors as the map gives them, not normalized: the pitfall;
+  ``docs/engines.md`` measures the codes of unit vectors, which keep 100%); binary (K/8 bytes) by Hamming
+  distance; binary with the float query
   (``asym``); and at full width the Hamming top 100 rescored in float32 (``rescore``).
 - ``flow``, ``itq`` and ``rotation`` are fitted with each of ``--seeds``: tables give the mean over seeds and the
   range.
@@ -44,9 +46,10 @@ FULL_PRECISIONS = ("float32", "int8", "int8-dot", "binary", "asym", "rescore")
 PRECISIONS = ("float32", "int8", "binary", "asym")
 BYTES = {"float32": 4, "int8": 1, "int8-dot": 1, "binary": 1 / 8, "asym": 1 / 8, "rescore": 1 / 8}
 BUDGETS = (384, 192, 96, 48, 24)
-LABELS = {"float32": "float32", "int8": "int8, cosine of the dequantized codes", "int8-dot": "int8, integer dot "
-          "(symmetric range)", "binary": "binary, Hamming", "asym": "binary, float query", "rescore":
-          "binary, Hamming top 100 rescored in float32"}
+LABELS = {"float32": "float32", "int8": "int8, cosine of the dequantized codes",
+          "int8-dot": "int8, integer dot of the vectors' codes as they are (one symmetric range, no normalization)",
+          "binary": "binary, Hamming", "asym": "binary, float query",
+          "rescore": "binary, Hamming top 100 rescored in float32"}
 
 
 def maps(documents: np.ndarray, seeds) -> dict:
