@@ -3,12 +3,11 @@ a clean run's (``docs/scale.md``, "Runs that resume").
 
     python benchmarks/kill_resume.py --rows 100000 --max-length 16
 
-For each format (one Parquet file, one text file of ``--rows`` distinct sentences), two runs of the same command
-start together, each with a Ray instance of its own, so that the machine's load (shared, changing) slows both
-alike: the clean one runs to its end; the other is Ctrl-C'd (its pid sent SIGINT) when the clean one has embedded
-half the rows (the time its parts' rate says, after the part that holds just under half). The rows the killed
-run's parts keep are counted; then the same command once more, whose output must hold every row once, each vector
-equal to the clean run's. Default settings but ``--max-length`` (one worker, 8,192 rows a call), float32.
+For each format (one Parquet file, one text file of ``--rows`` distinct sentences), the command is Ctrl-C'd (its pid
+sent SIGINT) as soon as its own written parts hold half the rows or more: the kill is placed by what the run has
+written, not by a clock, so the machine's load (shared, changing) cannot move it. The rows the killed run's parts
+keep are counted; then the same command once more, whose output must hold every row once, each vector equal to a
+clean run's of the same command. Default settings but ``--max-length`` (one worker, 8,192 rows a call), float32.
 """
 
 import argparse
@@ -42,23 +41,19 @@ def _parts(out: Path, seen: dict) -> list[tuple[float, int]]:
     return sorted(seen.values())
 
 
-def _killed_halfway(argv: list[str], clean: Path, out: Path, rows: int) -> tuple[int, str, float]:
-    """Both runs at once; SIGINT to the second once the first has embedded half the rows. Its exit status, what it
-    printed, and the clean run's seconds from its first part to the kill."""
-    reference, killed = _start([*argv, "--output", str(clean), "--quiet"]), _start([*argv, "--output", str(out)])
-    seen, at = {}, None
-    while reference.poll() is None:
-        parts = _parts(clean, seen)
-        held = sum(n for _, n in parts)
-        if at is None and len(parts) >= 2 and held + parts[-1][1] > rows / 2:  # the next part crosses half
-            (t0, _), (t1, n) = parts[-2], parts[-1]
-            at = t1 + (t1 - t0) * (rows / 2 - held) / n  # at the rate of the last call
-        if at is not None and killed.poll() is None and time.monotonic() >= at:
+def _killed_halfway(argv: list[str], out: Path, rows: int) -> tuple[int, str, int, float]:
+    """SIGINT to the run once its parts in ``out`` hold half the rows or more. Its exit status, what it printed, the
+    rows its parts held when the signal was sent, and the seconds from its first part to the signal."""
+    killed, seen, sent = _start([*argv, "--output", str(out)]), {}, None
+    while killed.poll() is None:
+        parts = _parts(out, seen)
+        if sent is None and sum(n for _, n in parts) >= rows / 2:
             killed.send_signal(signal.SIGINT)
+            sent = (sum(n for _, n in parts), time.monotonic() - parts[0][0])
         time.sleep(0.02)
     _, err = killed.communicate()
-    assert reference.wait() == 0 and at is not None
-    return killed.returncode, err.strip(), at - _parts(clean, seen)[0][0]
+    assert sent is not None, f"the run ended before half its rows were written: {err.strip()!r}"
+    return killed.returncode, err.strip(), *sent
 
 
 def _vectors(out: Path) -> dict[str, np.ndarray]:
@@ -87,11 +82,13 @@ def main() -> None:
                 source.write_text("\n".join(texts) + "\n", encoding="utf-8")
             clean, out = work / f"clean-{kind}", work / f"out-{kind}"
             argv = ["embed", str(source), "--max-length", str(args.max_length), "--dtype", "float32"]
-            status, said, half = _killed_halfway(argv, clean, out, args.rows)
+            status, said, at_signal, after = _killed_halfway(argv, out, args.rows)
             kept = sum(pq.read_metadata(part).num_rows for part in out.glob("skflow-*.parquet"))
-            print(f"{kind}: {args.rows:,} rows; Ctrl-C when the clean run had embedded half ({half:.0f} s after its "
+            print(f"{kind}: {args.rows:,} rows; Ctrl-C once its parts held {at_signal:,} rows ({after:.0f} s after its "
                   f"first part): exit {status}, {kept:,} rows kept ({kept / args.rows:.1%}); it said: {said!r}",
                   flush=True)
+            clean_run = _start([*argv, "--output", str(clean), "--quiet"])
+            assert clean_run.wait() == 0, clean_run.stderr.read()
             resumed = _start([*argv, "--output", str(out)])
             _, said = resumed.communicate()
             status = resumed.returncode
