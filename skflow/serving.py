@@ -6,9 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Dense, Module, Normalize, Pooling, Transformer
-from sentence_transformers.util import check_version_requirements
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
@@ -17,6 +14,14 @@ from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.utils import InvalidModelError, temporary_sibling
 from skflow.whitening import LinearPostProcessor
+
+try:  # the core install may hold an older sentence-transformers (the bundled encoder's package asks for >= 2.2)
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Module, Normalize, Pooling, Transformer
+    from sentence_transformers.util import check_version_requirements
+except ImportError as exc:
+    raise ImportError(
+        f"skflow.serving needs sentence-transformers >= 6.2: pip install 'skflow[serve]' ({exc})") from None
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 

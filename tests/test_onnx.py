@@ -1,5 +1,7 @@
 """FlowGaussianizer.to_onnx: onnxruntime gives transform's vectors, for any batch size, every configuration."""
 
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -39,6 +41,16 @@ def test_an_unfitted_flow_cannot_be_exported(tmp_path):
 
     with pytest.raises(NotFittedError):
         FlowGaussianizer().to_onnx(tmp_path / "x.onnx")
+
+
+@pytest.mark.parametrize("missing", ["onnx", "onnxscript"])
+def test_without_the_serve_extra_the_export_says_what_to_install(tmp_path, monkeypatch, missing):
+    """torch's exporter needs onnx and onnxscript: without one, a line naming the extra, not torch's traceback."""
+    flow = FlowGaussianizer(random_state=0).fit(np.random.default_rng(0).normal(size=(200, 4)))
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(ImportError, match=r"^to_onnx needs onnx and onnxscript: pip install 'skflow\[serve\]' \("):
+        flow.to_onnx(tmp_path / "flow.onnx")
+    assert not (tmp_path / "flow.onnx").exists()
 
 
 @pytest.mark.parametrize(

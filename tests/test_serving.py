@@ -1,6 +1,8 @@
 """A fitted pipeline as a sentence-transformers folder: same vectors, same STS-B Spearman, clear errors."""
 
+import importlib
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -137,3 +139,15 @@ def test_the_export_is_imported_on_first_use_and_other_names_are_attribute_error
     assert skflow.export_sentence_transformer is skflow.serving.export_sentence_transformer
     with pytest.raises(AttributeError, match="module 'skflow' has no attribute 'export_onnx'"):
         skflow.export_onnx  # noqa: B018
+
+
+@pytest.mark.parametrize("missing", ["sentence_transformers", "sentence_transformers.sentence_transformer.modules"],
+                         ids=["not installed", "older than 6"])
+def test_without_the_serve_extra_serving_says_what_to_install(monkeypatch, missing):
+    """The core install may hold an older sentence-transformers (the bundled encoder's package asks for >= 2.2),
+    without the modules the export uses: a line naming the extra, not a ModuleNotFoundError of its internals."""
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not there: importing it raises ImportError
+    monkeypatch.delitem(sys.modules, "skflow.serving")
+    with pytest.raises(ImportError, match=r"^skflow.serving needs sentence-transformers >= 6.2: "
+                                          r"pip install 'skflow\[serve\]' \("):
+        importlib.import_module("skflow.serving")

@@ -37,6 +37,11 @@ def export_onnx(
 ) -> Path:
     """Write the map of a fitted flow (float64, built from ``config``) and its standardisation to ``path``:
     input ``x``, output ``z``, both ``(batch, n_features)``."""
+    try:  # torch's exporter imports them deep inside: say which extra brings them, before any work
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"to_onnx needs onnx and onnxscript: pip install 'skflow[serve]' ({exc})") from None
     out = check_output_file(path, kind=ONNX)  # a folder, a user's file, a missing folder: one line, before work
     flow = Glow(**config)
     flow.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in fitted.state_dict().items()})
