@@ -128,7 +128,7 @@ class FlowGaussianizer(BaseFlow):
         scikit-learn's convention: 0 prints nothing; 1 or more shows a
         progress bar on stderr for each ``fit`` (every epoch's batches, the
         epoch and the running loss) and each ``partial_fit`` call (its
-        batches), ending with the count of steps and rows, e.g.
+        batches), its count the optimiser steps, e.g.
         ``FlowGaussianizer.fit: 100%|...| 43/43 [00:01, epoch=1, nll=-512.331]``.
 
     Attributes
