@@ -3,6 +3,8 @@
 import numpy as np
 from sklearn.utils import check_random_state
 
+__all__ = ["make_anisotropic_mixture"]
+
 
 def make_anisotropic_mixture(
     n_samples: int = 1000,
@@ -21,12 +23,29 @@ def make_anisotropic_mixture(
     ``condition_number``: anisotropic and non-Gaussian, like raw sentence
     embeddings.
 
+    Parameters
+    ----------
+    n_samples : int, default=1000
+        Rows to draw.
+    n_features : int, default=64
+        Columns of each row.
+    n_components : int, default=4
+        Clusters of the mixture.
+    df : float, default=3.0
+        Degrees of freedom of the Student-t clusters: smaller is heavier-tailed.
+    condition_number : float, default=1e4
+        About the condition number of the covariance.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the draw: the same seed gives the same array.
+
     Returns
     -------
     X : ndarray of shape (n_samples, n_features), float64
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from skflow.synthetic import make_anisotropic_mixture
     >>> X = make_anisotropic_mixture(2000, 16, random_state=0)
     >>> X.shape
     (2000, 16)

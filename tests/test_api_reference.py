@@ -36,6 +36,16 @@ def public_pages() -> dict[str, str]:
     return pages
 
 
+def test_every_skflow_name_the_readme_imports_has_its_page():
+    """A newcomer looks up what the README's examples import (make_anisotropic_mixture had no page)."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    imported = {f"{module}.{name.strip()}" for module, names in re.findall(r"^from (skflow[\w.]*) import (.+)$",
+                                                                             readme, flags=re.MULTILINE)
+                for name in names.split(",")}
+    assert {"skflow.FlowGaussianizer", "skflow.synthetic.make_anisotropic_mixture"} <= imported
+    assert imported <= set(public_pages()), sorted(imported - set(public_pages()))
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("docs")
