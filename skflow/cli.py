@@ -194,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--engine", default="numpy", choices=SEARCH_ENGINES,
                     help="where retrieval sets are ranked: numpy (skflow's exact search), faiss or usearch (an engine "
                     "index of the stored vectors; int8 rows store the symmetric codes of the unit vectors, binary-asym "
-                    "rescores the engine's Hamming top 1,000; needs pip install 'skflow[engines]') (default: "
+                    "rescores the engine's Hamming top 1,000; needs skflow's engines extra: faiss-cpu, usearch) "
+                    "(default: "
                     "%(default)s)")
     ev.add_argument("--index", default="flat", choices=INDEXES,
                     help="the engine's index: flat (exact) or hnsw (the engine's default settings; each row also "
@@ -263,7 +264,7 @@ def _main(argv) -> int:
                 return _error(exc)
             if exc.name not in ("ray", "pyarrow"):
                 raise
-            return _error(f"skflow {args.command} needs Ray Data: pip install 'skflow[ray]' ({exc})")
+            return _error(f"skflow {args.command} needs Ray Data: {utils.install_hint('ray')} ({exc})")
         except (OSError, ValueError) as exc:  # before any work: options, inputs, outputs, data, encoder, cluster
             return _error(exc)
         except (distributed.JobFailedError, FloatingPointError) as exc:  # after the checks: nothing was written

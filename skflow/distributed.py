@@ -1,6 +1,6 @@
 """Corpora beyond one machine, on Ray Data: embed text files, fit the flow on the embeddings, transform them.
 
-Needs the ``ray`` extra (``pip install "skflow[ray]"``); see ``docs/scale.md``.
+Needs skflow's ``ray`` extra (Ray Data); see ``docs/scale.md``.
 """
 
 import functools

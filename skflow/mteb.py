@@ -1,7 +1,7 @@
 """MTEB, the field's own evaluator, on skflow: a fitted pipeline as an MTEB model (:class:`MTEBEncoder`) and a
 retrieval set read by :mod:`skflow.datasets` as an MTEB retrieval task (:func:`retrieval_task`); see ``docs/mteb.md``.
 
-Needs mteb (``pip install 'skflow[mteb]'``), imported when an encoder or a task is built: ``import skflow`` never
+Needs mteb (skflow's ``mteb`` extra), imported when an encoder or a task is built: ``import skflow`` never
 imports it.
 """
 
@@ -21,10 +21,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from skflow.compression import Quantizer
 from skflow.embedder import BertEmbedder
+from skflow.utils import install_hint
 
 __all__ = ["MTEB_TASK_NAMES", "MTEBEncoder", "retrieval_task"]
 
-INSTALL = "pip install 'skflow[mteb]'"
+INSTALL = install_hint("mteb")
 MTEB_TASK_NAMES = {"scifact": "SciFact"}  # skflow's set names that MTEB spells otherwise
 _BUNCH_KEYS = ("name", "split", "corpus_ids", "titles", "texts", "query_ids", "queries", "qrels")
 

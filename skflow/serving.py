@@ -1,5 +1,6 @@
 """A fitted ``BertEmbedder ->`` post-processing pipeline as a sentence-transformers folder, and its loader that runs
-no code from the folder (``docs/serving.md``). Needs the ``serve`` extra: ``pip install "skflow[serve]"``."""
+no code from the folder (``docs/serving.md``). Needs skflow's ``serve``
+extra (sentence-transformers, onnx, onnxscript, onnxruntime)."""
 
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from skflow import embedding, persistence, saved_models
 from skflow.embedder import BertEmbedder
 from skflow.gaussianizer import FlowGaussianizer
-from skflow.utils import InvalidModelError, temporary_sibling
+from skflow.utils import InvalidModelError, install_hint, temporary_sibling
 from skflow.whitening import LinearPostProcessor
 
 try:  # the core install may hold an older sentence-transformers (the bundled encoder's package asks for >= 2.2)
@@ -21,7 +22,7 @@ try:  # the core install may hold an older sentence-transformers (the bundled en
     from sentence_transformers.util import check_version_requirements
 except ImportError as exc:
     raise ImportError(
-        f"skflow.serving needs sentence-transformers >= 6.2: pip install 'skflow[serve]' ({exc})") from None
+        f"skflow.serving needs sentence-transformers >= 6.2: {install_hint('serve')} ({exc})") from None
 
 __all__ = ["FlowPooling", "export_sentence_transformer", "load_sentence_transformer"]
 

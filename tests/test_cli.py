@@ -525,3 +525,17 @@ def test_sts_at_each_precision_is_scored_through_the_codes(sts_data_home, cache_
         evaluate(embedder, sets=["stsb"], precisions=["int4"])
     with pytest.raises(ValueError, match="^precisions is empty; give one or more of float32, int8, binary.$"):
         evaluate(embedder, sets=["stsb"], precisions=[])  # was "Unknown precisions True"
+
+
+@pytest.mark.slow  # a process of its own: about 8 s
+def test_a_scale_command_without_ray_says_which_packages_to_install(tmp_path):
+    """Without Ray Data, ``embed`` is one line naming the packages (not "skflow[ray]": that name on PyPI is another
+    project's), exit 2, nothing written."""
+    source, output = tmp_path / "texts.txt", tmp_path / "out"
+    source.write_text("hello\n", encoding="utf-8")
+    code = ("import sys; sys.modules['ray'] = None\n"
+            f"from skflow.cli import main; sys.exit(main(['embed', {str(source)!r}, '--output', {str(output)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and not output.exists()
+    assert done.stderr.strip() == ('error: skflow embed needs Ray Data: pip install "ray[data]>=2.60" "fsspec[http]" '
+                                   "(skflow's ray extra) (import of ray halted; None in sys.modules)")

@@ -281,8 +281,8 @@ def test_an_engine_not_installed_is_one_line_before_any_work(synthetic, monkeypa
     _, corpus = synthetic
     monkeypatch.setitem(sys.modules, "faiss" if engine == "faiss" else "usearch.index", None)
     index = EngineIndex(engine=engine)
-    with pytest.raises(ModuleNotFoundError, match=rf"engine='{engine}' needs {engine}: pip install "
-                                                  r"'skflow\[engines\]'") as error:
+    hint = r'"faiss-cpu>=1\.15" "usearch>=2\.26" \(skflow\'s engines extra\)'
+    with pytest.raises(ModuleNotFoundError, match=rf"engine='{engine}' needs {engine}: pip install {hint}") as error:
         index.fit(corpus)
     assert error.value.name == engine and not hasattr(index, "index_")
     from skflow.cli import main
@@ -330,7 +330,7 @@ def test_skflow_imports_and_saves_without_the_engines(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith("ModuleNotFoundError: engine='usearch' needs usearch: pip install "
-                                                   "'skflow[engines]'")
+                                                   '"faiss-cpu>=1.15" "usearch>=2.26" (skflow\'s engines extra)')
 
 
 def test_hnsw_params_use_the_engines_own_names(synthetic):

@@ -87,6 +87,17 @@ def test_the_readmes_extras_are_pyprojects():
     assert {r for name in ("ray", "s3", "serve", "engines", "mteb") for r in extras[name]} <= set(extras["test"])
 
 
+def test_the_install_hints_name_each_extras_packages_as_pyproject_pins_them():
+    """"skflow" on PyPI is another project: a message that says ``pip install 'skflow[engines]'`` would fetch it. The
+    hints name the packages, the very ones pyproject.toml's extras pin."""
+    from skflow.utils import EXTRAS, install_hint
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert {name: list(packages) for name, packages in EXTRAS.items()} == {name: extras[name] for name in EXTRAS}
+    assert install_hint("engines") == 'pip install "faiss-cpu>=1.15" "usearch>=2.26" (skflow\'s engines extra)'
+    assert not [path for path in (ROOT / "skflow").rglob("*.py") if "skflow[" in path.read_text(encoding="utf-8")]
+
+
 @pytest.mark.slow  # pip builds an editable install: about 15 s
 def test_an_editable_install_is_found_from_the_folder_that_holds_a_clone_named_skflow(tmp_path):
     """Run from the clone's parent folder, ``import skflow`` found the clone itself, a namespace package, before

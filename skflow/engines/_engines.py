@@ -7,6 +7,7 @@ import importlib
 import numpy as np
 
 from skflow.engines._stored import StoredForm
+from skflow.utils import install_hint
 
 __all__ = ["ENGINES", "HNSW_PARAMS", "INDEXES", "FaissStore", "UsearchStore", "require_engine"]
 
@@ -30,7 +31,7 @@ def require_engine(engine: str):
     try:
         return importlib.import_module(_MODULES[engine])
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(f"engine={engine!r} needs {engine}: pip install 'skflow[engines]' ({exc})",
+        raise ModuleNotFoundError(f"engine={engine!r} needs {engine}: {install_hint('engines')} ({exc})",
                                   name=engine) from None
 
 

@@ -74,7 +74,7 @@ class EngineIndex(BaseEstimator):
         Refitting it after :term:`fit` makes `search` refuse (the stored
         rows came from the old map).
     engine : {"faiss", "usearch"}, default="faiss"
-        Needs the package: ``pip install 'skflow[engines]'``.
+        Needs the package: skflow's ``engines`` extra (faiss-cpu and usearch).
     index : {"flat", "hnsw"}, default="flat"
         Exact, or an HNSW graph at the engine's own default settings.
     hnsw_params : dict, default=None

@@ -17,7 +17,7 @@ from skflow.flow_estimator._arrays import LatentMap
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flows import Glow, LUInvertibleLinear
 from skflow.flows.base import FlowLayer
-from skflow.utils import ONNX, check_output_file, replaced_atomically
+from skflow.utils import ONNX, check_output_file, install_hint, replaced_atomically
 
 
 class FixedLinear(FlowLayer):
@@ -41,7 +41,7 @@ def export_onnx(
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"to_onnx needs onnx and onnxscript: pip install 'skflow[serve]' ({exc})") from None
+        raise ImportError(f"to_onnx needs onnx and onnxscript: {install_hint('serve')} ({exc})") from None
     out = check_output_file(path, kind=ONNX)  # a folder, a user's file, a missing folder: one line, before work
     flow = Glow(**config)
     flow.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in fitted.state_dict().items()})

@@ -4,7 +4,21 @@ show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming o
 import os
 import unicodedata
 
-__all__ = ["check_given_name", "check_name", "name_problem", "printable", "some_names"]
+__all__ = ["EXTRAS", "check_given_name", "check_name", "install_hint", "name_problem", "printable", "some_names"]
+
+# The packages of each optional extra, as pyproject.toml declares them (tests/test_newcomer.py compares). A hint
+# names the packages themselves: "skflow" on PyPI is another project's name.
+EXTRAS = {
+    "ray": ("ray[data]>=2.60", "fsspec[http]"),
+    "serve": ("sentence-transformers>=6.2", "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.18"),
+    "mteb": ("mteb>=2.26",),
+    "engines": ("faiss-cpu>=1.15", "usearch>=2.26"),
+}
+
+
+def install_hint(extra: str) -> str:
+    """What to run for an optional extra: ``pip install "faiss-cpu>=1.15" "usearch>=2.26" (skflow's engines extra)``."""
+    return "pip install " + " ".join(f'"{package}"' for package in EXTRAS[extra]) + f" (skflow's {extra} extra)"
 
 
 def printable(text: str) -> str:
