@@ -35,6 +35,14 @@ logger = logging.getLogger("skflow")
 _PATH_PARAMETERS = ("model_name_or_path", "cache_dir")  # the parameters that take os.PathLike
 
 
+def _keeping_more(max_length: int, limit: int | None) -> str:
+    """What a user can do about truncated texts, for the warning."""
+    if limit is not None and max_length >= limit:
+        return f" {limit} tokens is the most this encoder reads: split longer texts into passages to embed them whole."
+    return (" Raise max_length to keep more of each" + (f" (this encoder reads up to {limit} tokens)" if limit else "")
+            + ", or split long texts into passages.")
+
+
 class BertEmbedder(PairsTransformerMixin, BaseEstimator):
     """Sentence embeddings from any Hugging Face encoder.
 
@@ -326,7 +334,8 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
             n_encoded, n_cached = int(missing[index].sum()), len(flat) - int(missing[index].sum())
             warnings.warn(f"BertEmbedder: {long[index].sum()} of {n_encoded} texts ({long.sum()} distinct) are longer "
                           f"than max_length={self.max_length} tokens and were truncated"
-                          + (f" ({n_cached} more came from the cache, not counted)." if n_cached else "."),
+                          + (f" ({n_cached} more came from the cache, not counted)." if n_cached else ".")
+                          + _keeping_more(self.max_length, settings.position_limit),
                           UserWarning, stacklevel=3)
         return vectors[index].reshape(*shape, dim)
 

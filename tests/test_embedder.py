@@ -305,8 +305,10 @@ def test_the_truncation_warning_counts_texts_as_given_and_says_how_many_distinct
     sentences = load_sts("stsb", split="test", data_home=sts_data_home).pairs[:4, 0].tolist()
     long_a, long_b = " ".join(sentences) * 3, " ".join(reversed(sentences)) * 3
     texts = [long_a, sentences[0], long_b, long_a]
-    with pytest.warns(UserWarning, match=r"BertEmbedder: 3 of 4 texts \(2 distinct\) are longer than max_length=32 "
-                                         r"tokens and were truncated\.$") as seen:
+    expected = (r"BertEmbedder: 3 of 4 texts \(2 distinct\) are longer than max_length=32 tokens and were truncated\. "
+                r"Raise max_length to keep more of each \(this encoder reads up to 512 tokens\), or split long texts "
+                r"into passages\.$")
+    with pytest.warns(UserWarning, match=expected) as seen:
         out = _f32(max_length=32).transform(texts)
     assert {w.filename for w in seen if "truncated" in str(w.message)} == {__file__}
     np.testing.assert_array_equal(out[3], out[0])
@@ -318,6 +320,13 @@ def test_the_truncation_warning_counts_texts_as_given_and_says_how_many_distinct
         cached.transform([long_a])
     with pytest.warns(UserWarning, match=r"2 of 3 texts \(1 distinct\) .*truncated \(2 more came from the cache"):
         cached.transform([long_a, long_b, sentences[2], long_b, long_a])
+
+
+def test_the_truncation_warning_says_what_to_do_and_at_the_encoders_limit_that_raising_it_cannot_help():
+    long_text = "word " * 600
+    with pytest.warns(UserWarning, match=r"truncated\. 512 tokens is the most this encoder reads: split longer texts "
+                                         r"into passages to embed them whole\.$"):
+        _f32(max_length=512).transform([long_text])
 
 
 def test_progress_bar(capsys):

@@ -172,5 +172,6 @@ def test_a_10_mib_text_costs_its_head_not_its_length(long_texts):
     peak_mb = (_resident_kib("VmHWM") - before) / 1024
     assert peak_mb <= 100, f"a 10 MiB text took {peak_mb:.0f} MB"
     assert [str(w.message) for w in seen] == [
-        "BertEmbedder: 1 of 1 texts (1 distinct) are longer than max_length=128 tokens and were truncated."]
+        "BertEmbedder: 1 of 1 texts (1 distinct) are longer than max_length=128 tokens and were truncated. Raise "
+        "max_length to keep more of each (this encoder reads up to 512 tokens), or split long texts into passages."]
     np.testing.assert_array_equal(vector, expected)

@@ -41,6 +41,7 @@ class EncoderSettings:
     normalize: bool
     prompt: str | None
     trust_remote_code: bool
+    position_limit: int | None = None  # the most tokens the encoder reads (its config's), None if unbounded
 
     @property
     def stock_mode(self) -> str | None:
@@ -73,7 +74,8 @@ def encoder_settings(embedder, device: str | None = None, *, encoding: bool = Tr
     reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_layers)
     resolved = resolve_device(device or embedder.device)
     name = embedder.model_name_or_path
-    check_max_length(max_length, position_limit(config), name)
+    limit = position_limit(config)
+    check_max_length(max_length, limit, name)
     # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
     heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
     need = batch_size * max_length * 4 * (4 * hidden_size(config) + heads * max_length)
@@ -85,7 +87,7 @@ def encoder_settings(embedder, device: str | None = None, *, encoding: bool = Tr
         source, hub, check_model_kwargs(embedder.model_kwargs), str(resolved),
         str(resolve_dtype(embedder.dtype, resolved)).removeprefix("torch."), reduction, layers, n_layers,
         hidden_size(config), max_length, batch_size, bool(embedder.normalize), check_prompt(embedder.prompt),
-        bool(embedder.trust_remote_code),
+        bool(embedder.trust_remote_code), limit,
     )
 
 
