@@ -24,17 +24,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.utils import (
-    ONNX,
-    CheckedStateMixin,
-    EmbeddingMapMixin,
-    check_output_file,
-    float_dtypes,
-    replaced_atomically,
-    row_chunks,
-    unchanged_on_failure,
-    validate_embeddings,
-)
+from skflow.base import CheckedStateMixin, EmbeddingMapMixin, float_dtypes, unchanged_on_failure, validate_embeddings
+from skflow.utils import ONNX, check_output_file, replaced_atomically, row_chunks
 
 __all__ = ["LinearPostProcessor", "NotInvertibleError"]
 
@@ -86,7 +77,7 @@ def _has(hook: str, method: str):
 class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
     """``z = (x - mean_) @ components_.T * scale_``, fitted by a subclass; see the module's docstring."""
 
-    # Each fitted attribute and what a restored state must hold there (see skflow.utils.CheckedStateMixin).
+    # Each fitted attribute and what a restored state must hold there (see skflow.base.CheckedStateMixin).
     _FITTED: dict = {"mean_": ("d",), "components_": ("k", "d"), "scale_": ("k",),
                      "n_features_in_": (Integral, "d", "d")}
     _invertible = True  # False: a projection, no inverse_transform at all
