@@ -1,10 +1,11 @@
 """Names skflow is given (paths, folders, columns): one check for all, before any work, and how one-line messages
-show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming one must stay one line."""
+show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming one must stay one line. Numbers
+written as text (an option, a score in a file, a port) are read in ASCII only."""
 
 import os
 import unicodedata
 
-__all__ = ["check_given_name", "check_name", "name_problem", "printable", "some_names"]
+__all__ = ["ascii_number", "check_given_name", "check_name", "name_problem", "printable", "some_names"]
 
 
 def printable(text: str) -> str:
@@ -47,3 +48,31 @@ def check_given_name(option: str, value, error: type[Exception] = ValueError, *,
 def some_names(names: list[str], limit: int = 5) -> str:
     """The first ``limit`` of ``names``, then how many more: a list in a one-line message."""
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def ascii_number(text: str, kind: type[int] | type[float] = int, *, digits: bool = False) -> int | float | None:
+    """``kind(text)`` where ``text`` is ASCII and ``kind`` reads it, else None.
+
+    ``int()`` and ``float()`` also read the digits of other scripts ('٣', '３'), which no number skflow is given may
+    be written in; what they read in ASCII they read here ('+1', ' 1', '1_000', and '1e3' or 'nan' for a float).
+
+    Parameters
+    ----------
+    text : str
+        The number as written.
+    kind : {int, float}, default=int
+        What to read it as.
+    digits : bool, default=False
+        Only the digits 0-9 (no sign, space or '_'), as in a count or a port.
+
+    Returns
+    -------
+    number : int, float or None
+        None where ``text`` is not such a number (``int`` refuses more than 4300 digits; ``float`` reads any length).
+    """
+    if not text.isascii() or (digits and not text.isdigit()):  # isdigit of ASCII text: 0-9 only, at least one
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        return None
