@@ -51,25 +51,10 @@ def some_names(names: list[str], limit: int = 5) -> str:
 
 
 def ascii_number(text: str, kind: type[int] | type[float] = int, *, digits: bool = False) -> int | float | None:
-    """``kind(text)`` where ``text`` is ASCII and ``kind`` reads it, else None.
-
-    ``int()`` and ``float()`` also read the digits of other scripts ('٣', '３'), which no number skflow is given may
-    be written in; what they read in ASCII they read here ('+1', ' 1', '1_000', and '1e3' or 'nan' for a float).
-
-    Parameters
-    ----------
-    text : str
-        The number as written.
-    kind : {int, float}, default=int
-        What to read it as.
-    digits : bool, default=False
-        Only the digits 0-9 (no sign, space or '_'), as in a count or a port.
-
-    Returns
-    -------
-    number : int, float or None
-        None where ``text`` is not such a number (``int`` refuses more than 4300 digits; ``float`` reads any length).
-    """
+    """``kind(text)`` where ``text`` is ASCII that ``kind`` reads, else None: ``int()`` and ``float()`` also read the
+    digits of other scripts ('٣', '３'), which no number skflow is given may be written in. What they read in ASCII
+    stays theirs ('+1', ' 1', '1_000'; '1e3', 'nan' for a float); ``digits``: 0-9 only, no sign, space or '_' (a
+    count, a port). ``int`` refuses more than 4300 digits; ``float`` reads any length."""
     if not text.isascii() or (digits and not text.isdigit()):  # isdigit of ASCII text: 0-9 only, at least one
         return None
     try:
