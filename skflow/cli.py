@@ -66,10 +66,9 @@ def _set(text: str) -> str:
 
 def _within(interval: Interval, text: str):
     """An argparse type: a number in ``interval``, in ASCII (``int`` and ``float`` also read '٣' or '３')."""
-    with contextlib.suppress(ValueError):
-        value = int(text) if interval.type is Integral else float(text)
-        if text.isascii() and interval.is_satisfied_by(value):
-            return value
+    value = utils.ascii_number(text, int if interval.type is Integral else float)
+    if value is not None and interval.is_satisfied_by(value):
+        return value
     raise argparse.ArgumentTypeError(f"must be {interval}, got {text!r}")
 
 

@@ -14,11 +14,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 
 from skflow import ray_jobs
+from skflow.base import Integers
 from skflow.embedder import BertEmbedder
 from skflow.embedding import pinned_model_source
 from skflow.gaussianizer import FlowGaussianizer, check_trainable
 from skflow.ray_jobs import InputError, JobFailedError, JobInterrupted, RayClusterError, load_model, ray_session
-from skflow.utils import Integers, OutputPathError, check_given_name, resolve_device, torch_threads
+from skflow.utils import OutputPathError, check_given_name, resolve_device, torch_threads
 
 __all__ = ["InputError", "JobFailedError", "JobInterrupted", "RayClusterError", "embed", "fit", "load_model",
            "read_texts", "transform"]

@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import StrOptions
 
+from skflow.base import Integers, PairsTransformerMixin
 from skflow.embedding import (
     DEFAULT_MODEL,
     DTYPES,
@@ -25,7 +26,7 @@ from skflow.embedding import (
     resolve_model_source,
     validate_texts,
 )
-from skflow.utils import Integers, PairsTransformerMixin, check_given_name
+from skflow.utils import check_given_name
 
 __all__ = ["DEFAULT_MODEL", "DTYPES", "POOLINGS", "BertEmbedder", "EncoderChangedError", "EncoderNotFoundError"]
 

@@ -8,6 +8,7 @@ from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from skflow.base import Integers, unchanged_on_failure, validate_embeddings
 from skflow.flow_estimator import (
     BaseFlow,
     ConstantFeaturesWarning,
@@ -22,7 +23,7 @@ from skflow.flow_estimator import (
     training_rows,
 )
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.utils import Integers, progress_bar, resolve_device, unchanged_on_failure, validate_embeddings
+from skflow.utils import progress_bar, resolve_device
 
 __all__ = ["MAX_EPOCHS", "ConstantFeaturesWarning", "FlowGaussianizer", "check_trainable"]
 

@@ -149,11 +149,11 @@ def _openmp():
 def test_each_actor_call_runs_with_its_thread_count_in_whatever_thread_ray_uses(corpus, monkeypatch, per_thread):
     import threading
 
-    import skflow.utils._estimators
+    import skflow.utils._runtime
     from skflow.distributed import _MapBatches
 
     if not per_thread:  # no OpenMP runtime threadpoolctl can limit per thread: the count is set all the same
-        monkeypatch.setattr(skflow.utils._estimators, "per_thread_limits", lambda: False)
+        monkeypatch.setattr(skflow.utils._runtime, "per_thread_limits", lambda: False)
     omp, before = _openmp(), torch.get_num_threads()
     folder, _ = corpus
     table = pq.read_table(folder / "part-0.parquet")

@@ -394,7 +394,7 @@ def test_cache_detects_corrupt_and_truncated_entries(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match=r"\(2 corrupt or truncated\)") as seen:
         again = embedder.transform(SENTENCES[:3])
     assert sum(counts) == 2
-    # the caller's line: since transform is wrapped for set_output, stacklevel=2 named skflow/utils/_estimators.py
+    # the caller's line: since transform is wrapped for set_output, stacklevel=2 named the wrapper's module
     assert {w.filename for w in seen if w.category is RuntimeWarning} == {__file__}
     np.testing.assert_array_equal(again, expected)
     with warnings.catch_warnings():

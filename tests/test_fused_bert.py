@@ -369,7 +369,7 @@ def test_without_an_openmp_runtime_to_limit_batches_run_one_at_a_time(monkeypatc
     texts = [f"sentence {i} " + "word " * (i % 11) for i in range(40)]
     embedder = BertEmbedder(pooling="mean", dtype="bfloat16", batch_size=8, show_progress_bar=False)
     streamed = embedder.transform(texts)
-    monkeypatch.setattr(utils._estimators, "_openmp", lambda: types.SimpleNamespace(lib_controllers=[]))
+    monkeypatch.setattr(utils._runtime, "_openmp", lambda: types.SimpleNamespace(lib_controllers=[]))
     seen = _threads_of_batches(monkeypatch)
     alone = embedder.transform(texts)
     assert seen == [(threading.current_thread().name, torch.get_num_threads())] * 5

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 
+from skflow.base import validate_embeddings
 from skflow.persistence import InvalidModelError
-from skflow.utils import validate_embeddings
 from skflow.whitening import LinearPostProcessor, NotInvertibleError
 
 

@@ -197,11 +197,11 @@ def _skflow_estimators() -> list[type]:
 
 def test_every_integer_parameter_refuses_a_bool_in_scikit_learns_words():
     """`ITQRotation(n_iter=True)` fitted 1 step: True is an Integral to Python and to scikit-learn. Every integer
-    constraint of every estimator (and of the Ray commands' actor options) is `skflow.utils.Integers`, which refuses
+    constraint of every estimator (and of the Ray commands' actor options) is `skflow.base.Integers`, which refuses
     True and numpy's True, and takes the ints it took."""
     from sklearn.utils._param_validation import Interval, InvalidParameterError, validate_parameter_constraints
 
-    from skflow.utils import Integers
+    from skflow.base import Integers
 
     owners = {cls.__name__: (getattr(cls, "_parameter_constraints", {}), cls) for cls in _skflow_estimators()}
     owners["skflow.distributed (actor options)"] = (distributed.ACTOR_OPTIONS, None)

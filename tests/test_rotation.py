@@ -129,7 +129,7 @@ def test_a_fit_reads_the_rows_n_iter_plus_two_times_a_chunk_at_a_time(monkeypatc
 
     for module in (rotation_module, covariance_module):
         monkeypatch.setattr(module, "row_chunks", counted)
-    monkeypatch.setattr("skflow.utils._estimators.CHUNK_ROWS", 1000)
+    monkeypatch.setattr("skflow.utils._runtime.CHUNK_ROWS", 1000)
     for n_iter in (0, 7):
         passes.clear()
         itq = ITQRotation(n_components=6, n_iter=n_iter, random_state=0).fit(corpus)

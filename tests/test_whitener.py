@@ -22,7 +22,7 @@ from sklearn_extra_checks import EXTRA_CHECKS, assert_check_estimator_passes
 
 import skflow.whitening
 from skflow.metrics import sts_spearman
-from skflow.utils import _estimators
+from skflow.utils import _runtime
 from skflow.whitening import NotInvertibleError, Whitener
 
 CONFIGS = [Whitener(), Whitener(power=0.25), Whitener(power=0, n_remove=1), Whitener(n_components=2)]
@@ -190,7 +190,7 @@ def test_partial_fit_continues_after_fit_and_a_failed_call_changes_nothing():
 
 
 def test_memmap_fit_equals_in_memory_fit(tmp_path, embeddings, monkeypatch):
-    monkeypatch.setattr(_estimators, "CHUNK_ROWS", 1000)  # three chunks
+    monkeypatch.setattr(_runtime, "CHUNK_ROWS", 1000)  # three chunks
     pairs = embeddings["cls"][0]
     in_memory = Whitener().fit(pairs)
     for name, X in [("rows", pairs.reshape(-1, 384)), ("pairs", pairs)]:
@@ -202,7 +202,7 @@ def test_memmap_fit_equals_in_memory_fit(tmp_path, embeddings, monkeypatch):
 
 @pytest.mark.slow
 def test_a_memmap_is_fitted_and_transformed_a_chunk_at_a_time(tmp_path):
-    rows, chunk_bytes = 200_000, _estimators.CHUNK_ROWS * 64 * 8  # 4 MB of float64 a chunk
+    rows, chunk_bytes = 200_000, _runtime.CHUNK_ROWS * 64 * 8  # 4 MB of float64 a chunk
     X = _memmap(tmp_path / "X.f32", np.random.RandomState(0).normal(size=(rows, 64)).astype(np.float32))
     tracemalloc.start()  # numpy's buffers are traced; the pages of the memory map are not
     try:

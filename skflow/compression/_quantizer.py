@@ -9,16 +9,9 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_co
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from skflow.base import CheckedStateMixin, PairsTransformerMixin, pairs_score, unchanged_on_failure, validate_embeddings
 from skflow.metrics import paired_cosine
-from skflow.utils import (
-    CheckedStateMixin,
-    InvalidModelError,
-    PairsTransformerMixin,
-    pairs_score,
-    row_chunks,
-    unchanged_on_failure,
-    validate_embeddings,
-)
+from skflow.utils import InvalidModelError, row_chunks
 
 __all__ = ["Quantizer"]
 

@@ -5,7 +5,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils import check_random_state
 
-from skflow.utils import Integers, InvalidModelError, row_chunks
+from skflow.base import Integers
+from skflow.utils import InvalidModelError, row_chunks
 from skflow.whitening import MAGNITUDE_LIMIT, LinearPostProcessor, Whitener
 
 __all__ = ["ITQRotation"]

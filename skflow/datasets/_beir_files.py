@@ -21,6 +21,7 @@ from pathlib import Path
 from sklearn.utils import Bunch
 
 from skflow.datasets._files import DataFileError, data_lines, shown
+from skflow.utils import ascii_number
 
 __all__ = ["BEIR_LIMIT", "HELD_LIMIT", "QRELS_HEADER", "BEIRDataError", "TooManyDocuments", "read_folder"]
 
@@ -154,9 +155,11 @@ def _qrels(path: Path, advice: str, held: _Held, queries: dict, corpus: set) -> 
             raise BEIRDataError(f"{path}:{number}: unknown query {shown(query)} (not in queries.jsonl)")
         if document not in corpus:
             raise BEIRDataError(f"{path}:{number}: unknown document {shown(document)} (not in corpus.jsonl)")
-        if not (score.isascii() and score.removeprefix("-").isdigit()):  # int() reads '٣', '+1' and ' 1' too
+        digits = score.removeprefix("-")  # float reads digits of any length (int() refuses 10**4300), exact to 2**53
+        if (magnitude := ascii_number(digits, float, digits=True)) is None:
             raise BEIRDataError(f"{path}:{number}: the score {shown(score, 12)} is not an integer")
-        if len(score) > 11 or not -(2**31) <= int(score) < 2**31:  # as trec_eval reads it (10**400: OverflowError)
+        value = int(magnitude if digits == score else -magnitude) if len(score) <= 11 else 2**31  # longer: outside
+        if not -(2**31) <= value < 2**31:  # as trec_eval reads it (10**400: OverflowError)
             value = score if len(score) <= 12 else f"{score[:12]}... ({len(score):,} characters)"
             raise BEIRDataError(f"{path}:{number}: the score {value} is outside the 32-bit integers")
         if query not in qrels:
@@ -165,7 +168,7 @@ def _qrels(path: Path, advice: str, held: _Held, queries: dict, corpus: set) -> 
         if document in qrels[query]:
             raise BEIRDataError(f"{path}:{number}: query {shown(query)} and document {shown(document)} are judged "
                                 "twice")
-        qrels[query][document] = int(score)
+        qrels[query][document] = value
         held.add(_ENTRY + sys.getsizeof(document), path, number)
     if not qrels:
         raise BEIRDataError(f"{path}: no judgement after the header")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from skflow.datasets._checksums import SHA256, ZENODO_SICK_SHA256
-from skflow.utils import UnreadableFileError, open_regular_file, read_at_most
+from skflow.utils import UnreadableFileError, ascii_number, open_regular_file, read_at_most
 
 DATA_LIMIT = 2**27  # bytes: the largest STS file is a few MB
 LINE_LIMIT = 2**26  # bytes a line of a file read line by line may have: a document, not a corpus
@@ -247,12 +247,8 @@ def text_lines(data: bytes, path: Path, error: type[DataFileError] = STSDataErro
 
 
 def score(text: str, path: Path, number: int, low: float, high: float) -> float:
-    try:
-        if not text.isascii():  # float() reads '٣' and '３' too
-            raise ValueError(text)
-        value = float(text)
-    except ValueError:
-        raise STSDataError(f"{path}:{number}: the score {text!r} is not a number") from None
+    if (value := ascii_number(text, float)) is None:
+        raise STSDataError(f"{path}:{number}: the score {text!r} is not a number")
     if not (math.isfinite(value) and low <= value <= high):
         raise STSDataError(f"{path}:{number}: the score {text!r} is outside [{low:g}, {high:g}]")
     return value

@@ -8,10 +8,11 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from skflow.base import Integers, float_dtypes, unchanged_on_failure
 from skflow.compression import search as exact_search
 from skflow.engines._engines import ENGINES, HNSW_PARAMS, INDEXES, FaissStore, UsearchStore, require_engine
 from skflow.engines._stored import read_pipeline
-from skflow.utils import Integers, InvalidModelError, float_dtypes, row_chunks, unchanged_on_failure
+from skflow.utils import InvalidModelError, row_chunks
 
 __all__ = ["EngineIndex"]
 

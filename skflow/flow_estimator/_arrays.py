@@ -12,9 +12,10 @@ import torch
 from sklearn.utils.validation import check_array
 from torch import nn
 
+from skflow.base import float_dtypes
 from skflow.flow_estimator._scaling import FeatureScaling, check_float32_range
 from skflow.flows import Glow
-from skflow.utils import float_dtypes, row_chunks
+from skflow.utils import row_chunks
 
 
 def validate_latents(X, n_features: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from skflow.base import EmbeddingMapMixin
 from skflow.flow_estimator._arrays import (
     inverse,
     latent_and_log_prob,
@@ -24,7 +25,6 @@ from skflow.flow_estimator._arrays import (
 )
 from skflow.flow_estimator._scaling import FeatureScaling
 from skflow.flow_estimator._state import restore_flow
-from skflow.utils import EmbeddingMapMixin
 
 
 class BaseFlow(ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):

@@ -20,9 +20,10 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
+from skflow.base import check_feature_names
 from skflow.flow_estimator._size import check_flow_size
 from skflow.flows import COUPLINGS, PERMUTATIONS, Glow
-from skflow.utils import InvalidModelError, check_feature_names
+from skflow.utils import InvalidModelError
 
 _CONFIG_INTS = ("n_features", "n_levels", "depth", "hidden_channels")
 TRAINER_KEYS = ("exp_avg", "exp_avg_sq", "n_steps", "generator", "reference_loss")

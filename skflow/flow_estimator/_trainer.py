@@ -286,7 +286,7 @@ class FlowTrainer:
         self.generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8))
 
     def snapshot(self) -> tuple[torch.Tensor, dict]:
-        """The weights and :meth:`state`, for :meth:`rollback` (see ``skflow.utils.unchanged_on_failure``)."""
+        """The weights and :meth:`state`, for :meth:`rollback` (see ``skflow.base.unchanged_on_failure``)."""
         return self.weights(), self.state()
 
     def rollback(self, snapshot: tuple[torch.Tensor, dict]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from skflow.ray_jobs._corpus import InputError
 from skflow.ray_jobs._outputs import JobFailedError
 from skflow.ray_jobs._storage import one_line
-from skflow.utils import OutputPathError
+from skflow.utils import OutputPathError, ascii_number
 
 
 class RayClusterError(ConnectionError):
@@ -28,9 +28,9 @@ def probe(address: str, timeout: float = 10.0) -> None:
         return
     host, _, port = address.rpartition(":") if ":" in address else (address, "", "6379")
     try:
-        if not (port.isascii() and port.isdigit()):  # int() reads '٦٣٧٩' too, which the probe passed and Ray did not
+        if (number := ascii_number(port, digits=True)) is None:  # int() reads '٦٣٧٩' too, which Ray does not
             raise ValueError(port)
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        socket.create_connection((host.strip("[]"), number), timeout=timeout).close()
     except ValueError:
         raise RayClusterError(f"--address {address!r}: expected HOST:PORT") from None
     except OSError as exc:  # refused, unreachable, no answer within the timeout

@@ -1,10 +1,12 @@
 """Names skflow is given (paths, folders, columns): one check for all, before any work, and how one-line messages
-show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming one must stay one line."""
+show them. Arrow, Ray and JSON carry names as UTF-8 text, and a message naming one must stay one line. Numbers
+written as text (an option, a score in a file, a port) are read in ASCII only."""
 
 import os
 import unicodedata
 
-__all__ = ["EXTRAS", "check_given_name", "check_name", "install_hint", "name_problem", "printable", "some_names"]
+__all__ = ["EXTRAS", "ascii_number", "check_given_name", "check_name", "install_hint", "name_problem", "printable",
+           "some_names"]
 
 # The packages of each optional extra, as pyproject.toml declares them (tests/test_newcomer.py compares). A hint
 # names the packages themselves: "skflow" on PyPI is another project's name.
@@ -61,3 +63,16 @@ def check_given_name(option: str, value, error: type[Exception] = ValueError, *,
 def some_names(names: list[str], limit: int = 5) -> str:
     """The first ``limit`` of ``names``, then how many more: a list in a one-line message."""
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def ascii_number(text: str, kind: type[int] | type[float] = int, *, digits: bool = False) -> int | float | None:
+    """``kind(text)`` where ``text`` is ASCII that ``kind`` reads, else None: ``int()`` and ``float()`` also read the
+    digits of other scripts ('٣', '３'), which no number skflow is given may be written in. What they read in ASCII
+    stays theirs ('+1', ' 1', '1_000'; '1e3', 'nan' for a float); ``digits``: 0-9 only, no sign, space or '_' (a
+    count, a port). ``int`` refuses more than 4300 digits; ``float`` reads any length."""
+    if not text.isascii() or (digits and not text.isdigit()):  # isdigit of ASCII text: 0-9 only, at least one
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        return None

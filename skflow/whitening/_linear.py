@@ -14,27 +14,17 @@ with a density defines ``_log_prob_rows`` and gets ``score_samples`` and
 ``_transform_rows`` and ``_inverse_rows``, to stay linear in the width).
 """
 
-import functools
 import os
-import types
 from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.utils import (
-    ONNX,
-    CheckedStateMixin,
-    EmbeddingMapMixin,
-    check_output_file,
-    float_dtypes,
-    replaced_atomically,
-    row_chunks,
-    unchanged_on_failure,
-    validate_embeddings,
-)
+from skflow.base import CheckedStateMixin, EmbeddingMapMixin, float_dtypes, unchanged_on_failure, validate_embeddings
+from skflow.utils import ONNX, check_output_file, replaced_atomically, row_chunks
 
 __all__ = ["LinearPostProcessor", "NotInvertibleError"]
 
@@ -45,55 +35,27 @@ class NotInvertibleError(ValueError, AttributeError):
     """
 
 
-class _OfferedIf:
-    """A method there only where ``check(owner, estimator)`` raises no AttributeError: else ``hasattr`` is False."""
-
-    def __init__(self, check):
-        self.check = check
-
-    def __call__(self, method):
-        self.method = method
-        return functools.update_wrapper(self, method)
-
-    def __get__(self, estimator, owner=None):
-        self.check(type(estimator) if owner is None else owner, estimator)
-        return self.method if estimator is None else types.MethodType(self.method, estimator)
+def _has_density(estimator) -> bool:
+    """``score_samples`` and ``score`` (`available_if`) where the map has a density: ``_log_prob_rows``."""
+    return hasattr(estimator, "_log_prob_rows")
 
 
-def _keeps_every_direction(owner, estimator) -> None:
-    """``inverse_transform`` where the fitted map keeps every direction (unfitted: not known yet, so there)."""
-    if not owner._invertible:
-        raise AttributeError(f"'{owner.__name__}' object has no attribute 'inverse_transform'")
-    n_kept, n_features = len(getattr(estimator, "components_", ())), getattr(estimator, "n_features_in_", 0)
-    if 0 < n_kept < n_features:
-        raise NotInvertibleError(f"{owner.__name__}.inverse_transform needs a map that keeps all {n_features} "
-                                 f"directions, but this one keeps {n_kept}: {owner._lost}.")
-
-
-def _merges_rows(owner, estimator) -> None:
-    """``partial_fit`` where ``_fit_rows`` merges rows into what earlier calls fitted."""
-    if not (hasattr(owner, "_fit_rows") and owner._incremental):
-        raise AttributeError(f"'{owner.__name__}' object has no attribute 'partial_fit'")
-
-
-def _has(hook: str, method: str):
-    def check(owner, estimator) -> None:
-        if not hasattr(owner, hook):
-            raise AttributeError(f"'{owner.__name__}' object has no attribute '{method}'")
-    return check
+def _merges_rows(estimator) -> bool:
+    """``partial_fit`` (`available_if`) where ``_fit_rows`` merges rows into what earlier calls fitted."""
+    return hasattr(estimator, "_fit_rows") and estimator._incremental
 
 
 class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, EmbeddingMapMixin, BaseEstimator):
     """``z = (x - mean_) @ components_.T * scale_``, fitted by a subclass; see the module's docstring."""
 
-    # Each fitted attribute and what a restored state must hold there (see skflow.utils.CheckedStateMixin).
+    # Each fitted attribute and what a restored state must hold there (see skflow.base.CheckedStateMixin).
     _FITTED: dict = {"mean_": ("d",), "components_": ("k", "d"), "scale_": ("k",),
                      "n_features_in_": (Integral, "d", "d")}
     _invertible = True  # False: a projection, no inverse_transform at all
     _incremental = True  # False: _fit_rows needs every row (first is always True), no partial_fit
     _lost = "the directions it leaves out are lost and cannot be recovered"
-    score_samples = _OfferedIf(_has("_log_prob_rows", "score_samples"))(EmbeddingMapMixin.score_samples)
-    score = _OfferedIf(_has("_log_prob_rows", "score"))(EmbeddingMapMixin.score)
+    score_samples = available_if(_has_density)(EmbeddingMapMixin.score_samples)
+    score = available_if(_has_density)(EmbeddingMapMixin.score)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -117,7 +79,7 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
             self._fit_rows(validate_embeddings(self, X, reset=True)[0], first=True)
         return self
 
-    @_OfferedIf(_merges_rows)
+    @available_if(_merges_rows)
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y=None):
         """Merge the rows of ``X`` into the running moments and refit the map from them.
@@ -143,8 +105,8 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
             self._fit_rows(validate_embeddings(self, X, reset=first)[0], first)
         return self
 
-    @_OfferedIf(_keeps_every_direction)
-    def inverse_transform(self, X):
+    @property
+    def inverse_transform(self):
         """Map output vectors back to the data space: the exact inverse of `transform`.
 
         Only a map that keeps every direction has one: on any other fitted
@@ -164,6 +126,18 @@ class LinearPostProcessor(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, Em
         NotInvertibleError
             If the map removes or leaves out directions.
         """
+        # A property, not `available_if`, whose AttributeError would not say why: NotInvertibleError says it, and is
+        # the AttributeError that makes ``hasattr`` False.
+        name = type(self).__name__
+        if not self._invertible:
+            raise AttributeError(f"'{name}' object has no attribute 'inverse_transform'")
+        n_kept, n_features = len(getattr(self, "components_", ())), getattr(self, "n_features_in_", 0)
+        if 0 < n_kept < n_features:  # unfitted: not known yet, so there
+            raise NotInvertibleError(f"{name}.inverse_transform needs a map that keeps all {n_features} "
+                                     f"directions, but this one keeps {n_kept}: {self._lost}.")
+        return self._inverse_transform
+
+    def _inverse_transform(self, X):
         check_is_fitted(self)
         Z = check_array(X, dtype=float_dtypes(X), allow_nd=True, input_name="X")
         if Z.ndim not in (2, 3) or Z.shape[-1] != self._n_features_out:

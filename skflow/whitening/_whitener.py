@@ -5,7 +5,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from skflow.utils import Integers, InvalidModelError
+from skflow.base import Integers
+from skflow.utils import InvalidModelError
 from skflow.whitening._covariance import MAGNITUDE_LIMIT, FewRowsWarning, RunningMoments, warn_few_rows
 from skflow.whitening._linear import LinearPostProcessor
 

@@ -1,32 +1,31 @@
-"""What skflow's estimators share: input checks, the score protocol, chunks of rows, the device and torch's threads,
-progress bars, and fitting that fails leaving the estimator as it was."""
+"""What skflow's estimators share, as scikit-learn's ``sklearn.base`` holds its mixins: input checks, the score
+protocol, outputs in containers, fitting that fails leaving the estimator as it was, and restored state checked
+before it is used.
+
+A saved estimator may be somebody else's file: an estimator with `CheckedStateMixin` declares its fitted attributes
+in a table, ``_FITTED`` (or ``_fitted_spec(state)`` where they depend on its parameters), and ``__setstate__``
+(pickle, joblib, skops) refuses a state that does not match it with an `InvalidModelError`.
+"""
 
 import contextlib
 import functools
-import os
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from numbers import Integral
 
 import numpy as np
-import torch
 from sklearn.base import TransformerMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils._set_output import _wrap_data_with_container
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
-from threadpoolctl import ThreadpoolController
 
 from skflow.metrics import sts_spearman
+from skflow.utils import InvalidModelError
 
-__all__ = ["CHUNK_ROWS", "FLOAT_DTYPES", "EmbeddingMapMixin", "Integers", "PairsTransformerMixin", "float_dtypes",
-           "pairs_score", "per_thread_limits", "physical_memory", "progress_bar", "resolve_device", "row_chunks",
-           "torch_threads", "unchanged_on_failure", "validate_embeddings"]
+__all__ = ["FLOAT_DTYPES", "CheckedStateMixin", "EmbeddingMapMixin", "Integers", "PairsTransformerMixin",
+           "check_feature_names", "float_dtypes", "pairs_score", "unchanged_on_failure", "validate_embeddings"]
 
 FLOAT_DTYPES = [np.float64, np.float32]
-# Rows per chunk: float64 work on a chunk, reads of a memory-mapped array, forward passes without gradients.
-# 8192 rows x 384 features in float64 are 25 MB.
-CHUNK_ROWS = 8192
 
 
 class Integers(Interval):
@@ -177,80 +176,6 @@ def pairs_score(estimator, X, y, vectors: Callable, row_scores: Callable, row_wo
     return float(np.mean(row_scores(X2d)))
 
 
-def row_chunks(X, dtype=None) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows)`` of ``X``, ``CHUNK_ROWS`` at a time (a memory map is never read whole), as ``dtype``."""
-    for start in range(0, X.shape[0], CHUNK_ROWS):
-        rows = X[start : start + CHUNK_ROWS]
-        yield start, rows if dtype is None else np.asarray(rows, dtype=dtype)
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` is CUDA when available, else the CPU; anything else must exist."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):  # meta, mps, xpu...: nowhere skflow can work
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if device != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} was requested, but CUDA is not available on this machine")
-    return torch.device(device)
-
-
-def physical_memory() -> int | None:
-    """This machine's memory in bytes; None on a system that does not say (Windows): then sizes are not bounded."""
-    with contextlib.suppress(AttributeError, ValueError, OSError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return None
-
-
-@contextlib.contextmanager
-def torch_threads(n: int, *, process_wide: bool = False) -> Iterator[None]:
-    """Run the block on ``n`` of torch's CPU threads in the calling thread; its count comes back on exit.
-
-    skflow's one rule for torch's threads (the encoder's batches, the flow's small training steps, the Ray actors'
-    calls): a block of work sets the count of the thread that runs it, the OpenMP count that torch's kernels and
-    oneDNN read there, and nothing else. ``torch.set_num_threads`` is not called: it also sets the process-wide
-    count that every thread copies at its first torch call, so threads started meanwhile, callers running at once
-    among them, would keep the block's count for good. Where no OpenMP runtime can be limited per thread
-    (`per_thread_limits`), the block runs on the count as it is.
-
-    ``process_wide``: the block sets the count with ``torch.set_num_threads``, OpenMP's and MKL's, and threads
-    started during it copy ``n``. For blocks alone in their process (a Ray actor's call) or whose matrix products
-    are MKL's (float32, the flow's small steps): torch pins MKL's count per thread once ``torch.set_num_threads``
-    has been called in the process, and the OpenMP count does not reach it then (measured: MKL kept 2 threads under
-    an OpenMP limit of 1).
-    """
-    before = torch.get_num_threads()  # torch's first call in a thread sets that thread's count: the limit comes after
-    with contextlib.ExitStack() as limit:
-        if process_wide and n != before:
-            torch.set_num_threads(n)
-            limit.callback(torch.set_num_threads, before)
-        elif per_thread_limits() and n != before:
-            limit.enter_context(_openmp().limit(limits=n))
-        yield
-
-
-def per_thread_limits() -> bool:
-    """Whether `torch_threads` can limit a thread's count (threadpoolctl finds the OpenMP runtime torch loaded)."""
-    return bool(_openmp().lib_controllers)
-
-
-@functools.cache
-def _openmp() -> ThreadpoolController:
-    return ThreadpoolController().select(user_api="openmp")
-
-
-@contextlib.contextmanager
-def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[..., None]]:
-    """A tqdm bar on stderr when ``enabled``; yields ``update(n=1, **postfix)``, a no-op otherwise."""
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
-        def update(n: int = 1, **postfix) -> None:
-            bar.set_postfix(postfix, refresh=False)  # shown by the update
-            bar.update(n)
-        yield update
-
-
 @contextlib.contextmanager
 def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
     """Leave ``estimator``, and ``also`` (a trainer with ``snapshot()`` and ``rollback(snapshot)``), as they were if
@@ -265,3 +190,83 @@ def unchanged_on_failure(estimator, also=None) -> Iterator[None]:
         if also is not None:
             also.rollback(saved)
         raise
+
+
+OPTIONAL = ("feature_names_in_", "_sklearn_output_config", "_sklearn_auto_wrap_output_keys")
+
+
+def check_feature_names(state: dict) -> None:
+    """Refuse a saved state whose ``feature_names_in_`` is not None or an array of ``n_features_in_`` strings."""
+    names = state.get("feature_names_in_")
+    if names is not None and not (isinstance(names, np.ndarray) and names.shape == (state.get("n_features_in_"),)
+                                  and all(isinstance(name, str) for name in names)):
+        raise InvalidModelError("feature_names_in_ must be an array of n_features_in_ strings")
+
+
+class CheckedStateMixin:
+    """``__setstate__`` that checks the state against ``_FITTED`` and ``_check_fitted`` first.
+
+    ``_FITTED`` maps each fitted attribute to what a restored state must hold there, in the order checked: a shape
+    (a float64, finite array; a size is a number, a fitted int named before it, or set by the first array that has
+    it), or a number type with bounds (a fitted int named before it, or None: unbounded).
+    """
+
+    _FITTED: dict = {}
+
+    def _fitted_spec(self, state: dict) -> dict:
+        """The table of fitted attributes for ``state`` (one whose fitted attributes depend on its parameters)."""
+        return self._FITTED
+
+    def _check_fitted(self, state: dict) -> None:
+        """What `_FITTED` cannot say: the fitted values against each other (an `InvalidModelError`)."""
+
+    def __setstate__(self, state):
+        super().__setstate__(self._checked_state(state))  # it may be somebody else's file
+
+    def _checked_state(self, state: dict) -> dict:
+        """``state`` with its fitted numbers as Python's, or an `InvalidModelError`: keys other than the parameters
+        and fitted attributes, some fitted attributes only, or values that `_FITTED` and `_check_fitted` refuse."""
+        name, params, fitted = type(self).__name__, self._get_param_names(), self._fitted_spec(state)
+        unknown = sorted(str(key)[:40] for key in state if key not in (*params, *fitted, *OPTIONAL))[:5]
+        if unknown:
+            raise InvalidModelError(f"the saved {name} has unknown attributes: {', '.join(unknown)}")
+        if missing := [key for key in params if key not in state]:
+            raise InvalidModelError(f"the saved {name} lacks its parameters {', '.join(missing)}")
+        if not (present := [key for key in fitted if key in state]):
+            return state  # not fitted
+        if len(present) != len(fitted):
+            lacks = ", ".join(sorted(set(fitted) - set(present)))
+            raise InvalidModelError(f"the saved {name} has some fitted attributes only: lacks {lacks}")
+        state, sizes = dict(state), {}
+        for key, spec in fitted.items():
+            state[key] = _checked(key, state[key], spec, {**sizes, **state})
+            if not isinstance(spec[0], type):  # an array: it sets the sizes it has first
+                sizes.update((size, n) for size, n in zip(spec, state[key].shape, strict=True) if size not in sizes)
+        check_feature_names(state)
+        self._check_fitted(state)
+        return state
+
+
+def _checked(key: str, value, spec: tuple, known: dict):
+    """``value`` (a number as Python's), or an `InvalidModelError` saying what ``spec`` of `_FITTED` wants."""
+    if not isinstance(spec[0], type):
+        if not (isinstance(value, np.ndarray) and value.ndim == len(spec) and value.size):
+            raise InvalidModelError(f"{key} must be a {len(spec)}-D array")
+        shape = tuple(size if isinstance(size, int) else known.get(size, n) for size, n in zip(spec, value.shape))
+        if value.dtype != np.float64:
+            raise InvalidModelError(f"{key} must be a {len(spec)}-D float64 array")
+        if value.shape != shape:
+            raise InvalidModelError(f"{key} must be a float64 array of shape {shape}")
+        if not np.isfinite(value).all():
+            raise InvalidModelError(f"the fitted arrays must be finite: {key} is not")
+        return value
+    kind, low, high = (known.get(bound, bound) for bound in spec)
+    if kind is Integral:
+        typed = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        words = "a positive int" if high is None else f"an int from {low} to {high}"
+    else:
+        typed = isinstance(value, (float, np.floating))
+        words = f"a {'finite ' if high < np.inf else ''}float from {low} to {high}"
+    if not (typed and low <= value <= (np.inf if high is None else high)):
+        raise InvalidModelError(f"{key} must be {low if low == high else words}, got {value!r}")
+    return int(value) if kind is Integral else float(value)
