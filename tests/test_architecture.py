@@ -39,7 +39,7 @@ ALLOWED = {
     "skflow.persistence": {"skflow.saved_models", "skflow.embedding", "skflow.engines", "skflow.utils"} | _ESTIMATORS,
     "skflow.serving": {"skflow.persistence", "skflow.saved_models", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.evaluation": {"skflow.datasets", "skflow.metrics", "skflow.embedding", "skflow.engines"} | _ESTIMATORS,
-    "skflow.mteb": {"skflow.compression", "skflow.embedder"},
+    "skflow.mteb": {"skflow.compression", "skflow.embedder", "skflow.utils"},
     "skflow.ray_jobs": {"skflow.persistence", "skflow.embedding", "skflow.utils"} | _ESTIMATORS,
     "skflow.distributed": {"skflow.ray_jobs", "skflow.embedding", "skflow.base", "skflow.utils"} | _ESTIMATORS,
     "skflow.cli": {"skflow", "skflow.datasets", "skflow.distributed", "skflow.evaluation", "skflow.flows",
