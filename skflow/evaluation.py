@@ -34,6 +34,7 @@ from skflow.embedding import encoder_settings, stock_settings, validate_texts
 from skflow.engines import ENGINES, INDEXES, EngineIndex, require_engine
 from skflow.gaussianizer import FlowGaussianizer
 from skflow.metrics import check_protocol, ndcg_at_k, recall_at_k, sts_report
+from skflow.utils import ascii_number
 from skflow.whitening import Centerer, MeanDirectionRemover, Whitener
 
 __all__ = ["EVALUATION_SETS", "FIT_CORPORA", "INDEXES", "METHODS", "PRECISIONS", "RETRIEVAL_METRICS",
@@ -114,8 +115,7 @@ def make_method(name: str, *, random_state=0, flow_params: dict | None = None):
     if name in ("itq", "rotation"):
         return ITQRotation(random_state=random_state, **({"n_iter": 0} if name == "rotation" else {}))
     match = re.fullmatch(r"(whiten|abtt|pca|itq)-([0-9]+)", name)  # not \d: it takes '٣', '３' and '𝟓' as digits
-    if match and int(match.group(2)) >= 1:
-        k = int(match.group(2))
+    if match and (k := ascii_number(match.group(2), digits=True) or 0) >= 1:  # None: more than int's 4300 digits
         if match.group(1) == "itq":
             return ITQRotation(n_components=k, random_state=random_state)
         sized = {"whiten": {"n_components": k}, "abtt": {"n_remove": k, "power": 0},

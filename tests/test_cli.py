@@ -476,7 +476,7 @@ def test_every_stated_range_is_what_the_parser_takes_at_its_bounds(capsys):
             ("embed", "--max-length"), ("transform", "--workers")} <= numeric
 
 
-@pytest.mark.parametrize("name", ["whiten-0", "whiten-٣", "abtt-３", "whiten-𝟓"])
+@pytest.mark.parametrize("name", ["whiten-0", "whiten-٣", "abtt-３", "whiten-𝟓", "whiten-" + "9" * 5000])
 def test_a_method_number_in_other_digits_is_refused_before_any_work(tmp_path, capsys, monkeypatch, name):
     """``whiten-٣`` was ``Whitener(n_components=3)`` (the regex's \\d takes every script's digits) and
     ``evaluate --method whiten-٣`` started embedding."""

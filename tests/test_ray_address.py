@@ -14,8 +14,9 @@ def test_an_address_where_nothing_listens_or_that_is_malformed_is_one_clear_erro
         port = taken.getsockname()[1]
     with pytest.raises(RayClusterError, match=rf"^no Ray cluster answers at 127\.0\.0\.1:{port} \("):
         probe(f"127.0.0.1:{port}", timeout=5)
-    with pytest.raises(RayClusterError, match="expected HOST:PORT"):
-        probe("127.0.0.1:notaport")
+    for port in ("notaport", "99999", "65536", "0"):  # 99999 raised OverflowError from socket
+        with pytest.raises(RayClusterError, match="expected HOST:PORT"):
+            probe(f"127.0.0.1:{port}")
     with socket.socket() as listening:  # something accepts: the probe passes (ray.init then says the rest)
         listening.bind(("127.0.0.1", 0))
         listening.listen()

@@ -28,7 +28,7 @@ def probe(address: str, timeout: float = 10.0) -> None:
         return
     host, _, port = address.rpartition(":") if ":" in address else (address, "", "6379")
     try:
-        if (number := ascii_number(port, digits=True)) is None:  # int() reads '٦٣٧٩' too, which Ray does not
+        if not 0 < (number := ascii_number(port, digits=True) or 0) < 65536:  # int() reads '٦٣٧٩' too; Ray does not
             raise ValueError(port)
         socket.create_connection((host.strip("[]"), number), timeout=timeout).close()
     except ValueError:
