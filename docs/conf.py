@@ -6,6 +6,7 @@ Build it with warnings as errors (CONTRIBUTING.md)::
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 """
 
+import importlib
 import inspect
 import os
 import shutil
@@ -67,6 +68,27 @@ def _foreign(app, what, name, obj, skip, options):
             if getattr(vars(base).get(name), "__doc__", None):
                 return None if base.__module__.startswith("skflow") else True
     return None
+
+
+def _not_offered(cls) -> list[str]:
+    """The methods ``cls`` never offers, though its class has them: scikit-learn's ``available_if`` (a class-level
+    lookup finds the method whatever the check says: it is asked of the class here) and ``inverse_transform`` of a
+    projection (``_invertible = False``). Their pages would document what every instance lacks."""
+    hidden = []
+    for name in ("partial_fit", "score", "score_samples", "inverse_transform"):
+        member = next((vars(base)[name] for base in cls.__mro__ if name in vars(base)), None)
+        check = getattr(member, "check", None)
+        if (check is not None and not check(cls)) or (isinstance(member, property) and name == "inverse_transform"
+                                                      and getattr(cls, "_invertible", True) is False):
+            hidden.append(name)
+    return hidden
+
+
+# The class template's exclude-members, by the page's full name (skflow's classes that have some to leave out).
+autosummary_context = {"not_offered": {
+    f"{module.__name__}.{name}": ", ".join(hidden)
+    for module in (importlib.import_module(m) for m in ("skflow", "skflow.compression", "skflow.whitening"))
+    for name in module.__all__ if inspect.isclass(cls := getattr(module, name)) and (hidden := _not_offered(cls))}}
 
 
 def _no_type_docstring(app, what, name, obj, options, lines):

@@ -122,6 +122,12 @@ def test_estimator_page_has_navigation_members_and_example(site):
     assert any(">>> from skflow import Whitener" in text for text in examples), examples
     parameters = page.find(id="skflow.Whitener").find_next("dd").get_text()
     assert "n_components" in parameters and "power" in parameters
+    # a method a class never offers (scikit-learn's available_if, a projection's inverse_transform) has no entry
+    members = {cls: {a["href"].rsplit(".", 1)[1] for a in soup(html / "generated" / f"skflow.{cls}.html").select(
+        "nav.page-toc a[href]")} for cls in ("ITQRotation", "MeanDirectionRemover", "Centerer")}
+    assert {"score", "score_samples", "partial_fit"}.isdisjoint(members["ITQRotation"]), members
+    assert {"score", "inverse_transform"}.isdisjoint(members["MeanDirectionRemover"]), members
+    assert {"partial_fit", "inverse_transform"} <= members["Centerer"] and "score" not in members["Centerer"], members
 
 
 @pytest.mark.slow
