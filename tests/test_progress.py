@@ -1,5 +1,9 @@
 """What the flow prints while it trains: nothing with ``verbose=0``, a progress bar on stderr with ``verbose=1``
-(``fit`` and ``partial_fit``), and the CLI's ``evaluate`` shows that bar unless ``--quiet``."""
+(``fit`` and ``partial_fit``), and the CLI's ``evaluate`` shows that bar unless ``--quiet``; in a notebook without
+ipywidgets, the text bar without tqdm's warning."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -64,3 +68,19 @@ def test_evaluate_shows_the_flows_bar_unless_quiet(monkeypatch, tmp_path, capsys
     err = capsys.readouterr().err
     assert ("FlowGaussianizer.fit: 100%" in err) is not quiet and (" 10/10 " in err) is not quiet
     np.testing.assert_equal(list(tmp_path.iterdir()), [])
+
+
+@pytest.mark.slow  # a process of its own: about 5 s
+def test_a_notebook_without_ipywidgets_gets_the_text_bar_and_no_warning():
+    """tqdm.auto picks its widget bar in a Jupyter kernel; without ipywidgets it warned "IProgress not found" first."""
+    code = ("import sys, types, warnings\n"
+            "warnings.simplefilter('always')\n"
+            "sys.modules['IPython'] = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace())\n"
+            "sys.modules['ipykernel.zmqshell'] = types.ModuleType('ipykernel.zmqshell')  # as in a Jupyter kernel\n"
+            "sys.modules['ipywidgets'] = None\n"
+            "from skflow.utils import progress_bar\n"
+            "with progress_bar('fit', 2, enabled=True) as update:\n"
+            "    update(); update()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "IProgress" not in done.stderr and "fit: 100%" in done.stderr and " 2/2 " in done.stderr

@@ -3,6 +3,7 @@ progress bars."""
 
 import contextlib
 import functools
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -84,7 +85,14 @@ def _openmp() -> ThreadpoolController:
 @contextlib.contextmanager
 def progress_bar(desc: str, total: int, *, enabled: bool) -> Iterator[Callable[..., None]]:
     """A tqdm bar on stderr when ``enabled``; yields ``update(n=1, **postfix)``, a no-op otherwise."""
-    from tqdm.auto import tqdm
+    try:  # tqdm.auto's notebook bar needs ipywidgets: without it, a notebook got tqdm's "IProgress not found" warning
+        widgets = importlib.util.find_spec("ipywidgets") is not None
+    except ValueError:  # in sys.modules as None: not importable
+        widgets = False
+    if widgets:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm.std import tqdm
 
     with tqdm(total=total, desc=desc, unit="batch", disable=not enabled) as bar:
         def update(n: int = 1, **postfix) -> None:
