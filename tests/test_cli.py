@@ -523,7 +523,8 @@ def test_sts_at_each_precision_is_scored_through_the_codes(sts_data_home, cache_
     # dominate the cosine of anisotropic vectors); whitened 79.4 in float32, 77.8 as signs
     assert results["none"]["wmean"] + 0.03 < results["none/binary"]["wmean"] < results["whiten"]["wmean"]
     assert 0.7 < results["whiten/binary"]["wmean"] < results["whiten"]["wmean"]
-    with pytest.raises(ValueError, match=r"Unknown precisions \[.int4.\]; valid ones are float32, int8, float8, binary"):
+    with pytest.raises(ValueError, match=r"Unknown precisions \['int4'\]; valid ones are float32, int8, float8, "
+                                         "binary"):
         evaluate(embedder, sets=["stsb"], precisions=["int4"])
     with pytest.raises(ValueError, match="^precisions is empty; give one or more of float32, int8, float8, binary.$"):
         evaluate(embedder, sets=["stsb"], precisions=[])  # was "Unknown precisions True"
