@@ -187,9 +187,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--precision", nargs="+", default=["float32"], choices=PRECISIONS, metavar="PRECISION",
                     help="how vectors are stored, after each method: float32, int8 (codes fitted where the method "
                     "is: the set's corpus, or the --fit-on corpus; scored by the cosine of their dequantized "
-                    "vectors), binary (one bit a dimension, scored by Hamming distance; retrieval also reports "
-                    "float queries against the bits and the Hamming top 100 rescored in float32); one or several "
-                    "(default: float32)")
+                    "vectors), float8 (e4m3 codes after one scale fitted there, 1 byte a dimension, scored by the "
+                    "cosine of the numbers they code; numpy's search only), binary (one bit a dimension, scored "
+                    "by Hamming distance; retrieval also reports float queries against the bits and the Hamming "
+                    "top 100 rescored in float32); one or several (default: float32)")
     ev.add_argument("--engine", default="numpy", choices=SEARCH_ENGINES,
                     help="where retrieval sets are ranked: numpy (skflow's exact search), faiss or usearch (an engine "
                     "index of the stored vectors; int8 rows store the symmetric codes of the unit vectors, binary-asym "

@@ -59,10 +59,11 @@ SEARCH_ENGINES = ("numpy", *ENGINES)
 EXACT_RECALL = "recall@100_vs_exact"  # an approximate index: the share of the exact top 100 that it found
 TWO_STAGE = 1000  # an engine's binary-asym row: its Hamming top 1,000 rescored by the float query
 METHODS = ("none", "whiten", "soft-whiten", "flow")
-# What a stored vector is: float32, int8 codes (scored as their dequantized vectors, by cosine) or binary codes, one
-# bit a dimension (scored by Hamming; for retrieval also a float query against them, "asym", and the Hamming top
-# 100 rescored with the float32 vectors, "rescore"). Quantizers are fitted on the corpus, after the method.
-PRECISIONS = ("float32", "int8", "binary")
+# What a stored vector is: float32, int8 codes (scored as their dequantized vectors, by cosine), float8 (e4m3) codes
+# (the cosine of the numbers they code) or binary codes, one bit a dimension (scored by Hamming; for retrieval also a
+# float query against them, "asym", and the Hamming top 100 rescored with the float32 vectors, "rescore").
+# Quantizers are fitted on the corpus, after the method.
+PRECISIONS = ("float32", "int8", "float8", "binary")
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 TARGET = "target"  # each set's own sentences: BERT-flow's setting
 FIT_CORPORA = (TARGET, *EVALUATION_SETS, "stsb-train", "sickr-train")
@@ -197,10 +198,12 @@ def evaluate(
         sentence-transformers settings (`skflow.embedding.stock_settings`;
         all-MiniLM-L6-v2: mean pooling, 256 tokens), else as ``embedder``.
         STS sets use ``embedder`` as it is.
-    precisions : sequence of {"float32", "int8", "binary"}, default=("float32",)
+    precisions : sequence of {"float32", "int8", "float8", "binary"}, default=("float32",)
         How vectors are stored and scored, after each method: float32;
         int8 codes (`~skflow.Quantizer`, fitted on the corpus the method is
-        fitted on, scored by the cosine of their dequantized vectors); binary
+        fitted on, scored by the cosine of their dequantized vectors); float8
+        codes (e4m3, one scale fitted the same way; the cosine of the numbers
+        they code; numpy's search only, no engine); binary
         codes (scored by Hamming distance; for retrieval also
         ``/binary-asym``, float queries against the codes, and
         ``/binary-rescore``, the Hamming top 100 rescored with float32
@@ -256,6 +259,7 @@ def evaluate(
         raise ValueError(f"Unknown precisions {bad}; valid ones are {', '.join(PRECISIONS)}.")
     if not precisions:
         raise ValueError(f"precisions is empty; give one or more of {', '.join(PRECISIONS)}.")
+    _check_engine_precisions(engine, precisions)
     unknown = [s for s in sets if s not in EVALUATION_SETS and beir_folder(s) is None]
     if unknown:
         raise ValueError(f"Unknown sets {unknown}; valid names are {', '.join(EVALUATION_SETS)}, or the path of a "
@@ -574,15 +578,17 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
     ----------
     queries, documents : array-like of shape (n_queries, d), (n_documents, d)
         Float vectors (after any post-processing).
-    precisions : sequence of {"float32", "int8", "binary"}, default=("float32",)
+    precisions : sequence of {"float32", "int8", "float8", "binary"}, default=("float32",)
         ``"float32"``: cosine; ``"int8"``: the cosine of the dequantized
-        int8 codes (:class:`~skflow.Quantizer`) of both; ``"binary"``: three
+        int8 codes (:class:`~skflow.Quantizer`) of both; ``"float8"``: the
+        cosine of the numbers that the float8 (e4m3) codes of both stand for
+        (``search(..., codes="float8")``; no engine holds them); ``"binary"``: three
         searches of the documents' bits, ``"binary"`` (Hamming distance to
         the query's bits), ``"binary-asym"`` (the float query's dot product
         with the bits as signs) and ``"binary-rescore"`` (the Hamming top
         ``k`` rescored with the float32 vectors).
     fitted_on : array-like of shape (n, d), default=None
-        What the int8 ranges are fitted on (default: ``documents``).
+        What the int8 ranges and the float8 scale are fitted on (default: ``documents``).
     k : int, default=100
         Documents found a query (at most all of them).
     engine : {"numpy", "faiss", "usearch"}, default="numpy"
@@ -620,6 +626,7 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
     fitted_on = documents if fitted_on is None else fitted_on
     k = min(k, len(documents))
     if engine != "numpy":
+        _check_engine_precisions(engine, precisions)
         return _engine_search(queries, documents, precisions, fitted_on, k, engine, index)
     found = {}
     for precision in precisions:
@@ -628,6 +635,9 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
         elif precision == "int8":
             codes = Quantizer(precision="int8").fit(fitted_on)
             found["int8"] = search(*(codes.inverse_transform(codes.transform(x)) for x in (queries, documents)), k)
+        elif precision == "float8":
+            codes = Quantizer(precision="float8").fit(fitted_on)
+            found["float8"] = search(codes.transform(queries), codes.transform(documents), k, codes="float8")
         elif precision == "binary":
             codes = Quantizer(precision="binary").fit(fitted_on)
             query_bits, document_bits = codes.transform(queries), codes.transform(documents)
@@ -637,6 +647,13 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
         else:
             raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
     return found
+
+
+def _check_engine_precisions(engine: str, precisions) -> None:
+    """float8 codes are searched by skflow's own search: no engine index holds them (before any work)."""
+    if engine != "numpy" and "float8" in precisions:
+        raise ValueError(f"precision 'float8' has no {engine} index: faiss and usearch hold no e4m3 codes; "
+                         "search them with engine='numpy' (skflow.compression.search).")
 
 
 def _engine_search(queries, documents, precisions, fitted_on, k: int, engine: str, index: str) -> dict:

@@ -504,12 +504,13 @@ def test_the_docs_list_every_value_each_option_takes():
 
 
 def test_sts_at_each_precision_is_scored_through_the_codes(sts_data_home, cache_dir):
-    """int8 codes by the cosine of their dequantized vectors, binary codes by Hamming distance, each quantizer fitted
-    on the set's sentences after the method."""
+    """int8 codes by the cosine of their dequantized vectors, float8 codes by the cosine of their numbers, binary
+    codes by Hamming distance, each quantizer fitted on the set's sentences after the method."""
     embedder = BertEmbedder(pooling="cls", cache_dir=cache_dir, show_progress_bar=False)
     results = evaluate(embedder, methods=["none", "whiten"], sets=["stsb"], data_home=sts_data_home,
                        precisions=PRECISIONS)["sets"]["stsb"]
-    assert list(results) == ["none", "none/int8", "none/binary", "whiten", "whiten/int8", "whiten/binary"]
+    assert list(results) == ["none", "none/int8", "none/float8", "none/binary", "whiten", "whiten/int8",
+                             "whiten/float8", "whiten/binary"]
     full = load_sts("stsb", data_home=sts_data_home)
     embeddings, test = embedder.transform(full.pairs), full.subsets == "test"
     signs = Whitener().fit(embeddings.reshape(-1, 384)).transform(embeddings[test]) > 0
@@ -517,13 +518,15 @@ def test_sts_at_each_precision_is_scored_through_the_codes(sts_data_home, cache_
     assert results["whiten/binary"]["wmean"] == pytest.approx(spearmanr(-hamming, full.scores[test]).statistic)
     for method in ("none", "whiten"):
         assert abs(results[f"{method}/int8"]["wmean"] - results[method]["wmean"]) < 0.005  # 256 levels
+        assert abs(results[f"{method}/float8"]["wmean"] - results[method]["wmean"]) < 0.005  # 4 significant bits
     # measured: raw CLS 73.4 in float32, 78.1 as signs (their Hamming distance ignores the few dimensions that
     # dominate the cosine of anisotropic vectors); whitened 79.4 in float32, 77.8 as signs
     assert results["none"]["wmean"] + 0.03 < results["none/binary"]["wmean"] < results["whiten"]["wmean"]
     assert 0.7 < results["whiten/binary"]["wmean"] < results["whiten"]["wmean"]
-    with pytest.raises(ValueError, match="Unknown precisions \\['int4'\\]; valid ones are float32, int8, binary"):
+    with pytest.raises(ValueError, match=r"Unknown precisions \['int4'\]; valid ones are float32, int8, float8, "
+                                         "binary"):
         evaluate(embedder, sets=["stsb"], precisions=["int4"])
-    with pytest.raises(ValueError, match="^precisions is empty; give one or more of float32, int8, binary.$"):
+    with pytest.raises(ValueError, match="^precisions is empty; give one or more of float32, int8, float8, binary.$"):
         evaluate(embedder, sets=["stsb"], precisions=[])  # was "Unknown precisions True"
 
 

@@ -22,7 +22,7 @@ from skflow.compression import _search, search
 from skflow.metrics import sts_spearman
 from skflow.persistence import InvalidModelError
 
-PRECISIONS = ["int8", "uint8", "binary", "ubinary"]
+PRECISIONS = ["int8", "uint8", "binary", "ubinary"]  # sentence-transformers' (float8: tests/test_float8.py)
 
 
 def _bits(codes: np.ndarray, n_features: int) -> np.ndarray:
@@ -38,7 +38,7 @@ def _brute_force(score_matrix: np.ndarray, k: int):
 
 
 # ------------------------------------------------------------------ scikit-learn
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", [*PRECISIONS, "float8"])
 def test_check_estimator_passes_every_check(precision):
     results = check_estimator(Quantizer(precision=precision), on_fail=None, on_skip=None)
     not_passed = [(r["check_name"], r["status"], repr(r["exception"])) for r in results if r["status"] != "passed"]
@@ -49,7 +49,7 @@ def test_check_estimator_passes_every_check(precision):
 
 
 @pytest.mark.parametrize("check", EXTRA_CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("precision", ["int8", "binary"])
+@pytest.mark.parametrize("precision", ["int8", "binary", "float8"])
 def test_checks_outside_check_estimator(precision, check):
     check("Quantizer", Quantizer(precision=precision))
 
@@ -122,7 +122,7 @@ def test_fit_refuses_values_beyond_float32():
 
 def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
     X = np.random.RandomState(0).normal(size=(50, 10)).astype(np.float32)
-    for precision in PRECISIONS:
+    for precision in [*PRECISIONS, "float8"]:
         quantizer = Quantizer(precision=precision).fit(X)
         for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / f"{precision}.skops")),
                        joblib.load(joblib.dump(quantizer, tmp_path / f"{precision}.joblib")[0])):
@@ -158,13 +158,13 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         with pytest.raises(InvalidModelError, match="n_features_in_ must be an int from 1 to 16777216"):
             Quantizer().__setstate__({**binary, "n_features_in_": width})
     for precision in (np.array(["binary", "binary"]), np.array(["binary"]), ["binary"]):  # not a str: refused
-        with pytest.raises(InvalidModelError, match="precision must be one of int8, uint8, binary, ubinary"):
+        with pytest.raises(InvalidModelError, match="precision must be one of int8, uint8, binary, ubinary, float8"):
             Quantizer().__setstate__({**binary, "precision": precision})
     path = skflow.dump(Quantizer(precision="binary").fit(X), tmp_path / "b.skops")
     loaded = skflow.load(path)
     loaded.precision = "int4"
     with pytest.raises(InvalidModelError, match="int4.skops: the saved Quantizer's precision must be one of int8, "
-                                                "uint8, binary, ubinary, got 'int4'"):
+                                                "uint8, binary, ubinary, float8, got 'int4'"):
         skflow.load(skflow.dump(loaded, tmp_path / "int4.skops"))
 
 

@@ -251,12 +251,13 @@ def test_pipelines_an_engine_cannot_hold_are_refused_before_any_work(synthetic):
         "FlowGaussianizer, is not a step an engine index can hold": make_pipeline(
             MeanDirectionRemover(), FlowGaussianizer(max_epochs=1, random_state=0)),
         "precision='uint8'": make_pipeline(Quantizer(precision="uint8")),
+        "precision='float8': faiss and usearch hold no e4m3 codes": make_pipeline(Quantizer(precision="float8")),
         "a Whitener after its Quantizer": make_pipeline(Quantizer(), Whitener()),
         "a Whitener after its Normalizer": make_pipeline(Normalizer(), Whitener()),
         "norm='l1'": make_pipeline(Normalizer(norm="l1")),
     }
     for message, pipeline in refused.items():
-        if message.startswith("FlowG") or "uint8" in message:
+        if message.startswith("FlowG") or "uint8" in message or "float8" in message:
             pipeline.fit(corpus[:200])
         else:
             pipeline.steps[0][1].fit(corpus[:200])
@@ -390,6 +391,12 @@ def test_evaluate_refuses_an_index_without_an_engine_before_any_work(tmp_path, c
     with pytest.raises(SystemExit) as exit_status:
         main(["evaluate", "--sets", "scifact", "--engine", "annoy"])
     assert exit_status.value.code == 2 and "argument --engine: invalid choice: 'annoy'" in capsys.readouterr().err
+    assert main(["evaluate", "--sets", "scifact", "--engine", "faiss", "--precision", "float32", "float8",
+                 "--output", str(output), "--quiet"]) == 2
+    assert capsys.readouterr().err == ("error: precision 'float8' has no faiss index: faiss and usearch hold no e4m3 "
+                                       "codes; search them with engine='numpy' (skflow.compression.search).\n")
+    with pytest.raises(ValueError, match="precision 'float8' has no usearch index"):
+        search_stored(np.ones((1, 4)), np.ones((3, 4)), ["float8"], engine="usearch")
     assert list(tmp_path.iterdir()) == []
 
 

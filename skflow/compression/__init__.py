@@ -1,4 +1,4 @@
-"""Compressed vectors: int8 and binary codes (:class:`Quantizer`), a rotation fitted for binary codes
+"""Compressed vectors: int8, float8 and binary codes (:class:`Quantizer`), a rotation fitted for binary codes
 (:class:`ITQRotation`) and their exact top-k search (:func:`search`); see ``docs/retrieval.md``."""
 
 from skflow.compression._quantizer import Quantizer

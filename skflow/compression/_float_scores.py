@@ -12,17 +12,18 @@ __all__ = ["FloatMetric", "fixed_dots", "float_candidates", "float_top_k"]
 
 
 class FloatMetric:
-    """The vectors of a float metric: ``queries`` (n_queries, d) in ``dtype`` and their norms (float64)."""
+    """The vectors of a float metric: ``queries`` (n_queries, d) in ``dtype`` and their norms (float64); ``table``:
+    the numbers the corpus's codes stand for (float8: 256 of them), looked up a block of rows at a time."""
 
-    def __init__(self, metric: str, queries: np.ndarray, corpus: np.ndarray):
-        self.metric = metric
+    def __init__(self, metric: str, queries: np.ndarray, corpus: np.ndarray, table: np.ndarray | None = None):
+        self.metric, self.table = metric, table
         if metric == "asymmetric":  # q . (2 b - 1): the documents' bits as +-1, a byte at a time from a table
             self.dtype = np.result_type(queries.dtype, np.float32)
             self._table = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(self.dtype) * 2 - 1
             self._flip = np.uint8(128 if corpus.dtype == np.int8 else 0)  # "binary" codes: the packed bytes - 128
             self.queries = queries.astype(self.dtype)
         else:
-            self.dtype = np.result_type(queries.dtype, corpus.dtype, np.float32)
+            self.dtype = np.result_type(queries.dtype, corpus.dtype if table is None else table.dtype, np.float32)
             self.queries = np.ascontiguousarray(queries, dtype=self.dtype)
             if metric == "cosine":
                 rows, norms = _unit_parts(self.queries)
@@ -36,6 +37,8 @@ class FloatMetric:
         if self.metric == "asymmetric":
             n = self.queries.shape[1]
             return self._table[rows.view(np.uint8) ^ self._flip].reshape(len(rows), -1)[:, :n], None, np.sqrt(n)
+        if self.table is not None:
+            rows = self.table[rows]
         if self.metric == "cosine":
             return *_unit_parts(rows.astype(self.dtype, copy=False)), 1.0  # unit vectors: norms of 1
         vectors = rows.astype(self.dtype, copy=False)
@@ -145,6 +148,10 @@ def _merge(best, query_of: np.ndarray, scores: np.ndarray, indices: np.ndarray, 
 def _refuse(metric: FloatMetric, rows: np.ndarray, names: np.ndarray, query: int, row: int) -> None:
     """The ``ValueError`` for a non-finite score: a corpus row that is not finite (``names``: the rows' indices in
     the corpus), else the pair that overflowed."""
+    if metric.table is not None and not (finite := np.isfinite(metric.table[rows]).all(axis=1)).all():
+        bad = np.flatnonzero(~finite)[0]
+        raise ValueError(f"corpus must be float8 codes: row {names[bad]} holds "
+                         f"{rows[bad][~np.isfinite(metric.table[rows[bad]])][0]:#04x}, e4m3's NaN (0x7f, 0xff)")
     if rows.dtype.kind == "f" and not (finite := np.isfinite(rows).all(axis=1)).all():
         bad = np.flatnonzero(~finite)[0]
         raise ValueError(f"corpus must be finite: row {names[bad]} holds {rows[bad][~np.isfinite(rows[bad])][0]}")

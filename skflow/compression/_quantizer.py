@@ -1,5 +1,5 @@
 """Quantizer: embeddings as int8 codes (per-dimension ranges fitted on a corpus) or packed sign bits, in
-sentence-transformers' layouts."""
+sentence-transformers' layouts, or as float8 (e4m3) numbers after one power-of-2 scale."""
 
 from numbers import Integral, Real
 
@@ -10,24 +10,27 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow.base import CheckedStateMixin, PairsTransformerMixin, pairs_score, unchanged_on_failure, validate_embeddings
+from skflow.compression._float8 import E4M3_MAX, E4M3_VALUES, e4m3_bits, e4m3_nan_codes
 from skflow.metrics import paired_cosine
 from skflow.utils import InvalidModelError, row_chunks
 
 __all__ = ["Quantizer"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-PRECISIONS = ("int8", "uint8", "binary", "ubinary")
+PRECISIONS = ("int8", "uint8", "binary", "ubinary", "float8")
 RANGES = ("per-dimension", "symmetric")
 SYMMETRIC_LEVEL = 127  # ranges="symmetric": codes -127..127, 0 for 0
 SMALLEST_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))  # a float32 scale above 0
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
 MAX_BITS = 2**24  # the widest binary code a saved state may declare (2 MB a vector)
+# float8: the scale is a power of 2 from 2**-149 (float32's smallest) to 2**120 (float32's largest value / 448)
+FLOAT8_SCALES = (2.0**-149, 2.0**120)
 
 
 class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransformerMixin, BaseEstimator):
-    """Compress embeddings to int8 codes or to one bit per dimension, as sentence-transformers stores them.
+    """Compress embeddings to int8 codes or one bit a dimension, as sentence-transformers stores them, or to float8.
 
-    The codes are those of sentence-transformers' ``quantize_embeddings``,
+    The int8 and binary codes are those of sentence-transformers' ``quantize_embeddings``,
     bit for bit, with the fitted corpus as its ``calibration_embeddings``,
     computed in the dtype it computes in: float64 rows in float64, float32
     and float16 rows in float32, a torch tensor as it reads one (bfloat16 as
@@ -47,6 +50,21 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
       with zero bits), stored as the packed byte minus 128 (int8);
       ``"ubinary"`` stores the packed bytes (uint8). Nothing is fitted but
       the width. ``n_features / 8`` bytes per vector, rounded up.
+    - ``"float8"``: each value divided by one scale (``scale_``) and rounded
+      to the nearest float8 e4m3 number (``float8_e4m3fn``: 4 exponent bits,
+      3 mantissa bits, largest 448, no infinities), ties to the even
+      mantissa, stored as its bit pattern (uint8): what torch's cast to
+      ``torch.float8_e4m3fn`` gives, bit for bit, computed here exactly in
+      numpy. The scale is the smallest power of 2 that brings the largest
+      absolute value seen in :term:`fit` within 448 (it lands in (224,
+      448]), so the division is exact; a value beyond the corpus saturates
+      at +-448 (clipped, never NaN). Every value keeps 4 significant bits:
+      it is within ``2**-4`` of itself, relatively, down to ``2**-6``
+      times the scale (smaller ones have fixed steps of ``2**-9`` times the
+      scale). One scale for all dimensions, not one each: a floating-point
+      code is relative already, and a power of 2 shared by all dimensions
+      changes no cosine nor any ranking, so `search` compares the codes
+      without it. One byte per dimension.
 
     With ``ranges="symmetric"`` (int8 only), one range ``[-s, s]`` serves
     every dimension, ``s`` the largest absolute value seen in :term:`fit`
@@ -63,12 +81,14 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     `FlowGaussianizer`, a rotation): a centred or rotated corpus uses the bits
     and levels better. Search the codes with `skflow.compression.search`:
     ``metric="dot"`` for int8 codes (an exact integer dot), ``"hamming"`` or
-    ``"asymmetric"`` for binary ones.
+    ``"asymmetric"`` for binary ones, ``codes="float8"`` for float8 ones
+    (the cosine of the numbers they code, or a float query against them).
 
     Parameters
     ----------
-    precision : {"int8", "uint8", "binary", "ubinary"}, default="int8"
-        The code, named as in sentence-transformers.
+    precision : {"int8", "uint8", "binary", "ubinary", "float8"}, default="int8"
+        The code, named as in sentence-transformers (``"float8"``: e4m3
+        numbers, see above).
     ranges : {"per-dimension", "symmetric"}, default="per-dimension"
         int8 codes: each dimension's ``[min, max]`` (sentence-transformers'
         codes), or one ``[-s, s]`` for all, symmetric about 0 (see above;
@@ -82,8 +102,11 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         sentence-transformers' ``ranges`` argument. Not set where
         ``ranges="symmetric"``.
     scale_ : float
-        ``ranges="symmetric"`` only: ``s``, the largest absolute value of
-        the rows seen in :term:`fit` (a float32 number; 1 where they are
+        ``ranges="symmetric"``: ``s``, the largest absolute value of the
+        rows seen in :term:`fit` (a float32 number; 1 where they are all 0).
+        ``precision="float8"``: the power of 2 the rows are divided by
+        before rounding, the smallest that brings their largest absolute
+        value within 448 (from ``2**-149`` to ``2**120``; 1 where they are
         all 0).
     n_features_in_ : int
         Number of features seen during :term:`fit`.
@@ -103,7 +126,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     sentence-transformers dequantizes to the interval's lower end instead.
     For binary codes it gives the vectors of signs, ``+1`` for a set bit and
     ``-1`` otherwise: their cosine is ``1 - 2 h / n_features`` for a Hamming
-    distance ``h``, so `score` ranks pairs by Hamming distance.
+    distance ``h``, so `score` ranks pairs by Hamming distance. For float8
+    codes it gives the numbers they code times ``scale_`` (a table of the
+    256 patterns), within ``2**-4`` of each input, relatively, from
+    ``2**-6 * scale_`` up to the largest value seen in :term:`fit`.
 
     Examples
     --------
@@ -150,6 +176,18 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     array([[21169., -5040.,  8064.],
            [-5040.,  5040.,     0.],
            [ 8064.,     0.,  4032.]])
+
+    float8: one power-of-2 scale, then the e4m3 bit patterns (sign, 4
+    exponent bits, 3 mantissa bits); 0.3 is coded as 0.3125, ``1.010 x
+    2**-2``: 4 significant bits.
+
+    >>> fp8 = Quantizer(precision="float8").fit(X)
+    >>> fp8.scale_  # 2.0 / 2**-7 = 256, within 448
+    0.0078125
+    >>> fp8.transform([[-1.0, 0.3, 2.0]])  # 0b11110000: -1 x 2**(14 - 7) = -128 = -1.0 / scale_
+    array([[240,  98, 120]], dtype=uint8)
+    >>> fp8.inverse_transform(fp8.transform([[-1.0, 0.3, 2.0]]))
+    array([[-1.    ,  0.3125,  2.    ]], dtype=float32)
     """
 
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
@@ -164,7 +202,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Fit the per-dimension ranges of int8 codes (binary codes: the width only).
+        """Fit the per-dimension ranges of int8 codes, the scale of float8 ones (binary codes: the width only).
 
         Parameters
         ----------
@@ -184,12 +222,13 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                              f"{self.precision!r}.")
         with unchanged_on_failure(self):
             X2d = validate_embeddings(self, _as_numpy(X), reset=True)[0]
-            if self._symmetric:
+            if self._symmetric or self.precision == "float8":
                 largest = max((float(np.abs(part).max(initial=0)) for _, part in row_chunks(X2d)), default=0.0)
                 if largest > FLOAT32_MAX:
                     raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the scale is a "
                                      "float32 number.")
-                self.scale_ = float(np.float32(largest)) or 1.0
+                self.scale_ = (_float8_scale(largest) if self.precision == "float8"
+                               else float(np.float32(largest)) or 1.0)
                 vars(self).pop("ranges_", None)
             elif self._integers:
                 low, high = np.full(X2d.shape[1], np.inf), np.full(X2d.shape[1], -np.inf)
@@ -215,9 +254,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         Returns
         -------
         codes : ndarray of shape (n_samples, n_codes) or (n_samples, k, n_codes)
-            int8 for ``"int8"`` and ``"binary"``, uint8 for ``"uint8"`` and
-            ``"ubinary"``; ``n_codes`` is ``n_features`` for int8 and uint8,
-            ``ceil(n_features / 8)`` for binary codes.
+            int8 for ``"int8"`` and ``"binary"``, uint8 for ``"uint8"``,
+            ``"ubinary"`` and ``"float8"`` (e4m3 bit patterns); ``n_codes``
+            is ``n_features`` for int8, uint8 and float8, ``ceil(n_features
+            / 8)`` for binary codes.
         """
         check_is_fitted(self, self._fitted_names)
         X2d, shape = validate_embeddings(self, _as_numpy(X), reset=False)
@@ -227,12 +267,13 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return codes.reshape(*shape[:-1], codes.shape[-1])
 
     def inverse_transform(self, X):
-        """Vectors from codes: int8's interval centres, binary codes' signs (+1 and -1); see the Notes.
+        """Vectors from codes: int8's interval centres, binary codes' signs (+1, -1), float8's numbers; see the Notes.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_codes) or (n_samples, k, n_codes)
-            Codes of this quantizer (int8 or uint8 as `transform` gives them).
+            Codes of this quantizer (int8 or uint8 as `transform` gives them;
+            float8: uint8, never e4m3's NaN patterns 0x7F and 0xFF).
 
         Returns
         -------
@@ -245,6 +286,9 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
                              f".inverse_transform expects 2-D or 3-D {np.dtype(self._code_dtype).name} codes of "
                              f"width {self._n_features_out}.")
+        if self.precision == "float8" and (nan := e4m3_nan_codes(codes)).any():
+            raise ValueError(f"X holds {np.uint8(codes[nan][0]):#04x} at {tuple(map(int, np.argwhere(nan)[0]))}: "
+                             "e4m3's NaN (0x7f, 0xff), not a code of a Quantizer.")
         return self._vectors(codes.reshape(-1, codes.shape[-1])).reshape(*codes.shape[:-1], self.n_features_in_)
 
     def score(self, X, y=None):
@@ -262,7 +306,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         score : float
             With 3-D pairs and ``y``: the Spearman correlation between gold
             scores and the similarity of the pairs' codes: the cosine of the
-            dequantized vectors for int8 codes, the negative Hamming distance
+            dequantized vectors for int8 and float8 codes, the negative Hamming distance
             for binary codes (the cosine of their sign vectors, the same
             ranking). Otherwise: the mean cosine between each row and its
             `inverse_transform`, 1 for codes that lose nothing.
@@ -291,7 +335,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """What a fit of this precision sets: int8 codes need the ranges or the scale (a binary fit has none)."""
         if self._integers:
             return ["scale_" if self._symmetric else "ranges_", "n_features_in_"]
-        return ["n_features_in_"]
+        return ["scale_", "n_features_in_"] if self.precision == "float8" else ["n_features_in_"]
 
     @property
     def _code_dtype(self) -> type:
@@ -299,7 +343,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     @property
     def _n_features_out(self) -> int:
-        return self.n_features_in_ if self._integers else -(-self.n_features_in_ // 8)
+        return -(-self.n_features_in_ // 8) if self.precision in ("binary", "ubinary") else self.n_features_in_
 
     def _starts_steps(self) -> tuple[np.ndarray, np.ndarray]:
         """sentence-transformers' float32 starts and steps (a zero range: step 1)."""
@@ -309,6 +353,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     def _codes(self, rows: np.ndarray) -> np.ndarray:
         """sentence-transformers' ``quantize_embeddings`` of ``rows``, operation for operation."""
+        if self.precision == "float8":  # division by a power of 2: exact, then one rounding
+            return e4m3_bits(rows.astype(np.float64, copy=False) * (1 / self.scale_))
         if self._symmetric:
             scaled = rows * (SYMMETRIC_LEVEL / np.float64(self.scale_))
             return np.clip(np.rint(scaled), -SYMMETRIC_LEVEL, SYMMETRIC_LEVEL).astype(np.int8)
@@ -320,6 +366,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return (packed - 128).astype(np.int8) if self.precision == "binary" else packed
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
+        if self.precision == "float8":  # the table's numbers times a power of 2: exact, then float32
+            return (E4M3_VALUES[codes].astype(np.float64) * self.scale_).astype(np.float32)
         if self._symmetric:
             return (codes * (self.scale_ / SYMMETRIC_LEVEL)).astype(np.float32)
         if self._integers:
@@ -357,9 +405,13 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                     "n_features_in_": (Integral, 1, MAX_BITS)}
         if precision in ("int8", "uint8"):
             return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
+        if precision == "float8":
+            return {"scale_": (Real, *FLOAT8_SCALES), "n_features_in_": (Integral, 1, MAX_BITS)}
         return {"n_features_in_": (Integral, 1, MAX_BITS)}  # no array bounds it: get_feature_names_out would build them
 
     def _check_fitted(self, state: dict) -> None:
+        if state.get("precision") == "float8" and np.frexp(state["scale_"])[0] != 0.5:
+            raise InvalidModelError("scale_ must be a power of 2 (float8 codes)")
         if "scale_" in state and float(np.float32(state["scale_"])) != state["scale_"]:
             raise InvalidModelError("scale_ must be a float32 number")
         ranges = state.get("ranges_")
@@ -367,6 +419,15 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                        and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")
+
+
+def _float8_scale(largest: float) -> float:
+    """The smallest power of 2 ``p`` with ``largest / p <= 448`` (at least 2**-149; 1 for 0)."""
+    if largest == 0:
+        return 1.0
+    fraction, exponent = np.frexp(largest)  # largest = fraction * 2**exponent, fraction in [0.5, 1)
+    shift = 9 if fraction * 2**9 <= E4M3_MAX else 8  # largest / 2**(exponent - shift) in (224, 448]
+    return max(float(np.ldexp(1.0, int(exponent) - shift)), FLOAT8_SCALES[0])
 
 
 def _as_numpy(X):

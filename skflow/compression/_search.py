@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
 
 __all__ = ["search"]
@@ -16,8 +17,8 @@ EXACT_FLOAT64 = 2**53
 BLAS_QUERIES = 32
 
 
-def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
-           candidates=None) -> tuple[np.ndarray, np.ndarray]:
+def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=None,
+           codes=None) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` corpus rows that score highest against each query, best first.
 
     Exact (brute force), the corpus read a block of rows at a time for every
@@ -59,13 +60,22 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
 
             _, top = search(query_bits, corpus_bits, 100, metric="hamming")
             scores, indices = search(query_vectors, corpus_vectors, 10, candidates=top)
+    codes : {None, "float8"}, default=None
+        ``"float8"``: the corpus holds float8 codes of a `Quantizer`
+        (``precision="float8"``: e4m3 bit patterns as uint8, one byte a
+        dimension), scored by ``metric="cosine"`` or ``"dot"`` as the numbers
+        they code, a block at a time. The queries are float8 codes too, or
+        float vectors of the same width (a float query against the codes).
+        The quantizer's ``scale_``, one power of 2 for every dimension, is
+        left out: it changes no cosine and no ranking (dot scores are those
+        of the coded numbers). ``None``: integer arrays are integers.
 
     Returns
     -------
     scores : ndarray of shape (n_queries, k)
         Each result's score, in decreasing order: int64 for codes
         (``"hamming"`` and integer ``"dot"``), else float (float32 when both
-        sides are float32).
+        sides are float32 or float8 codes).
     indices : ndarray of int64 of shape (n_queries, k)
         The corpus rows.
 
@@ -84,7 +94,9 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus", finite=False)  # checked a block at a time
-    codes = metric in ("hamming", "asymmetric")
+    if codes is not None:
+        queries = _float8_queries(queries, corpus, metric, codes)
+    table, codes = (None if codes is None else E4M3_VALUES), metric in ("hamming", "asymmetric")
     if codes and corpus.dtype not in (np.int8, np.uint8):
         raise ValueError(f"metric={metric!r} needs packed binary codes (int8 or uint8) as the corpus, got "
                          f"{corpus.dtype}")
@@ -117,7 +129,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
         _check_k(k, len(corpus), "documents")
     else:
         candidates = _candidates(candidates, len(queries), len(corpus), k)
-    float_metric = FloatMetric(metric, queries, corpus)
+    float_metric = FloatMetric(metric, queries, corpus, table)
     if candidates is None:
         # what a document costs in memory, in numbers: its vector (where its dtype changes, or its bits unpacked),
         # and per query its score, a partitioned copy (the first block's) and a mask; a pair rescored, two rows
@@ -127,6 +139,30 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine",
     # a candidate costs its row, read, and its vector where the dtype changes
     step = max(1, CHUNK_ELEMENTS // (candidates.shape[1] * 2 * queries.shape[1]))
     return _top_k(float_candidates(float_metric, corpus, candidates, k, step), candidates, k)
+
+
+def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes) -> np.ndarray:
+    """``codes="float8"``: the checks, before any work, and the queries as float vectors (codes decoded)."""
+    if not (isinstance(codes, str) and codes == "float8"):
+        raise ValueError(f"codes must be None or 'float8', got {codes!r}")
+    if metric not in ("cosine", "dot"):
+        raise ValueError(f"codes='float8' are scored by metric='cosine' or 'dot', not {metric!r}")
+    if corpus.dtype != np.uint8:
+        raise ValueError(f"codes='float8' needs the corpus as float8 codes, e4m3 bit patterns in uint8 (a Quantizer's "
+                         f"precision='float8'), got {corpus.dtype}")
+    if queries.dtype != np.uint8 and queries.dtype.kind != "f":
+        raise ValueError(f"codes='float8' needs the queries as float8 codes (uint8) or float vectors, got "
+                         f"{queries.dtype}")
+    if queries.shape[1] != corpus.shape[1]:
+        raise ValueError(f"float8 codes are one byte a dimension: the queries have {queries.shape[1]} "
+                         f"{'bytes' if queries.dtype == np.uint8 else 'features'}, the corpus {corpus.shape[1]} bytes")
+    if queries.dtype == np.uint8:
+        if (nan := e4m3_nan_codes(queries)).any():
+            query, column = np.argwhere(nan)[0]
+            raise ValueError(f"queries must be float8 codes: query {query} holds {queries[query, column]:#04x}, "
+                             "e4m3's NaN (0x7f, 0xff)")
+        queries = E4M3_VALUES[queries]
+    return queries
 
 
 # ---------------------------------------------------------------- integer scores

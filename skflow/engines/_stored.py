@@ -125,6 +125,9 @@ def read_pipeline(pipeline) -> StoredForm:
             if step.precision == "uint8":
                 raise ValueError("the pipeline's Quantizer has precision='uint8': an engine stores int8 codes, give "
                                  "it precision='int8' (its uint8 codes are the int8 ones plus 128).")
+            if step.precision == "float8":
+                raise ValueError("the pipeline's Quantizer has precision='float8': faiss and usearch hold no e4m3 "
+                                 "codes; search them with skflow.compression.search(..., codes='float8').")
             quantizer = step
         else:
             raise ValueError(f"step {position} of the pipeline, {name}, is not a step an engine index can hold: it "
