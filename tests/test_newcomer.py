@@ -96,6 +96,10 @@ def test_the_install_hints_name_each_extras_packages_as_pyproject_pins_them():
     assert {name: list(packages) for name, packages in EXTRAS.items()} == {name: extras[name] for name in EXTRAS}
     assert install_hint("engines") == 'pip install "faiss-cpu>=1.15" "usearch>=2.26" (skflow\'s engines extra)'
     assert not [path for path in (ROOT / "skflow").rglob("*.py") if "skflow[" in path.read_text(encoding="utf-8")]
+    guides = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")]
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").split("\n## 0.1.0")[0]  # its fix names it
+    assert not [path.name for path in guides if "skflow[" in path.read_text(encoding="utf-8")]
+    assert changelog.count("skflow[") == 1, "an entry of this release still says to install skflow[...]"
 
 
 @pytest.mark.slow  # pip builds an editable install: about 15 s
