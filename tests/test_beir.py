@@ -69,6 +69,13 @@ def test_a_small_folder_loads_as_modified(tmp_path):
         load_beir("scifact", data_home=tmp_path, download_if_missing=False)
 
 
+def test_a_zero_padded_score_is_its_number(tmp_path):
+    """Leading zeros are no part of a score's size: '0000000000001' is 1 (it was "outside the 32-bit integers")."""
+    _folder(tmp_path, qrels=f"{HEADER}\nq1\td1\t{'0' * 12}1\nq1\td2\t-{'0' * 5000}2\nq2\td3\t00{2**31 - 1}\n")
+    data = load_beir("scifact", data_home=tmp_path, download_if_missing=False, allow_modified=True)
+    assert data.qrels == {"q1": {"d1": 1, "d2": -2}, "q2": {"d3": 2**31 - 1}}
+
+
 def _corpus_lines(*lines: str) -> str:
     return "\n".join(lines) + "\n"
 

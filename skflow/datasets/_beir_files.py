@@ -158,7 +158,8 @@ def _qrels(path: Path, advice: str, held: _Held, queries: dict, corpus: set) -> 
         digits = score.removeprefix("-")  # float reads digits of any length (int() refuses 10**4300), exact to 2**53
         if (magnitude := ascii_number(digits, float, digits=True)) is None:
             raise BEIRDataError(f"{path}:{number}: the score {shown(score, 12)} is not an integer")
-        value = int(magnitude if digits == score else -magnitude) if len(score) <= 11 else 2**31  # longer: outside
+        # at most 10 digits after the leading zeros ('0000000000001' is 1, as trec_eval reads it): exact in a float
+        value = int(magnitude if digits == score else -magnitude) if len(digits.lstrip("0")) <= 10 else 2**31
         if not -(2**31) <= value < 2**31:  # as trec_eval reads it (10**400: OverflowError)
             value = score if len(score) <= 12 else f"{score[:12]}... ({len(score):,} characters)"
             raise BEIRDataError(f"{path}:{number}: the score {value} is outside the 32-bit integers")
