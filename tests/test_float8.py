@@ -1,6 +1,8 @@
 """float8 (e4m3) codes: the table of the 256 patterns and the rounding, bit for bit against torch's cast; the round
 trip, STS-B Spearman and search on real embeddings of the bundled encoder; saved states and bad input refused."""
 
+import warnings
+
 import joblib
 import numpy as np
 import pytest
@@ -124,6 +126,21 @@ def test_search_scores_the_numbers_the_codes_stand_for(sentences):
     stored = search_stored(queries, corpus, ["float32", "float8"], k=10)
     assert list(stored) == ["float32", "float8"]
     assert np.array_equal(stored["float8"][1], search(q_codes, c_codes, 10, codes="float8")[1])
+
+
+def test_codes_of_values_near_float32s_largest_decode_to_finite_numbers():
+    """The scale 2**120 (values up to float32's largest) times e4m3's numbers from 256 up is past float32's largest:
+    inverse_transform gave inf (and score nan) for the codes of a corpus fit accepted; now float32's largest."""
+    largest = np.finfo(np.float32).max
+    X = np.array([[largest, 0.0], [0.0, -largest], [0.5, 0.25]], dtype=np.float32)
+    quantizer = Quantizer(precision="float8").fit(X)
+    assert quantizer.scale_ == 2.0**120
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow
+        decoded = quantizer.inverse_transform(np.array([[0x78, 0x7E], [0xFE, 0x00]], dtype=np.uint8))  # 256, 448
+        np.testing.assert_array_equal(decoded, [[largest, largest], [-largest, 0.0]])
+        np.testing.assert_array_equal(quantizer.inverse_transform(quantizer.transform(X[:2])), X[:2])
+        assert np.isfinite(quantizer.score(X))
 
 
 # ------------------------------------------------------------------ refused

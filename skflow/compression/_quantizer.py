@@ -366,8 +366,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return (packed - 128).astype(np.int8) if self.precision == "binary" else packed
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
-        if self.precision == "float8":  # the table's numbers times a power of 2: exact, then float32
-            return (E4M3_VALUES[codes].astype(np.float64) * self.scale_).astype(np.float32)
+        if self.precision == "float8":  # the table's numbers times a power of 2: exact, then float32 (beyond
+            # float32's largest, which scale_ 2**120 reaches from 256 up, that largest: it was inf)
+            values = E4M3_VALUES[codes].astype(np.float64) * self.scale_
+            return np.clip(values, -FLOAT32_MAX, FLOAT32_MAX).astype(np.float32)
         if self._symmetric:
             return (codes * (self.scale_ / SYMMETRIC_LEVEL)).astype(np.float32)
         if self._integers:
