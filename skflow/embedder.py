@@ -315,10 +315,10 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
             cache.check_writable()  # before any encoding: a bad cache_dir must not cost the work
             vectors[:], found = cache.get_many(unique)
             missing = ~found
-        long = np.zeros(len(unique), dtype=bool)
+        long, limit = np.zeros(len(unique), dtype=bool), None
         if missing.any():
             todo = [unique[i] for i in np.flatnonzero(missing)]
-            encoded, truncated = self._encode(todo, settings)
+            encoded, truncated, limit = self._encode(todo, settings)
             vectors[missing] = encoded
             long[np.flatnonzero(missing)[truncated]] = True
             if cache is not None:
@@ -336,7 +336,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
             warnings.warn(f"BertEmbedder: {long[index].sum()} of {n_encoded} texts ({long.sum()} distinct) are longer "
                           f"than max_length={self.max_length} tokens and were truncated"
                           + (f" ({n_cached} more came from the cache, not counted)." if n_cached else ".")
-                          + _keeping_more(self.max_length, settings.position_limit),
+                          + _keeping_more(self.max_length, limit),
                           UserWarning, stacklevel=3)
         return vectors[index].reshape(*shape, dim)
 
@@ -378,7 +378,7 @@ class BertEmbedder(PairsTransformerMixin, BaseEstimator):
             )
         return encoder_settings(self)
 
-    def _encode(self, texts: list[str], settings: EncoderSettings) -> tuple[np.ndarray, list[int]]:
+    def _encode(self, texts: list[str], settings: EncoderSettings) -> tuple[np.ndarray, list[int], int | None]:
         show = self.show_progress_bar
         if show is None:
             show = logger.getEffectiveLevel() <= logging.INFO

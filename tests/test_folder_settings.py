@@ -245,8 +245,11 @@ def test_a_roberta_like_encoder_reserves_its_padding_offset(tmp_path, sts_data_h
     embedder = BertEmbedder(encoder, pooling="mean", max_length=32, dtype="float32", device="cpu",
                             show_progress_bar=False)
     texts = load_sts("stsb", split="test", data_home=sts_data_home).pairs[:40].ravel()
-    with pytest.warns(UserWarning, match="1 of 1 texts"):
-        assert embedder.transform([LONG]).shape == (1, 32)
+    with pytest.warns(UserWarning, match=r"1 of 1 texts .*truncated\. 32 tokens is the most this encoder reads"):
+        assert embedder.transform([LONG]).shape == (1, 32)  # said "Raise max_length ... (reads up to 34 tokens)"
+    with pytest.warns(UserWarning, match=r"Raise max_length to keep more of each \(this encoder reads up to 32 "):
+        BertEmbedder(encoder, pooling="mean", max_length=20, dtype="float32", device="cpu",
+                     show_progress_bar=False).transform([LONG])
     folder = export_sentence_transformer(make_pipeline(embedder, Whitener().fit(embedder.transform(texts))),
                                          tmp_path / "exported")
     _edit(folder / ST, max_seq_length=33)

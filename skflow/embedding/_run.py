@@ -41,7 +41,6 @@ class EncoderSettings:
     normalize: bool
     prompt: str | None
     trust_remote_code: bool
-    position_limit: int | None = None  # the most tokens the encoder reads (its config's), None if unbounded
 
     @property
     def stock_mode(self) -> str | None:
@@ -74,8 +73,7 @@ def encoder_settings(embedder, device: str | None = None, *, encoding: bool = Tr
     reduction, layers = resolve_pooling(embedder.pooling, embedder.layers, n_layers)
     resolved = resolve_device(device or embedder.device)
     name = embedder.model_name_or_path
-    limit = position_limit(config)
-    check_max_length(max_length, limit, name)
+    check_max_length(max_length, position_limit(config), name)
     # float32 bytes per token of one layer: hidden and feed-forward states, and the attention scores
     heads = config.num_attention_heads if isinstance(getattr(config, "num_attention_heads", None), int) else 1
     need = batch_size * max_length * 4 * (4 * hidden_size(config) + heads * max_length)
@@ -87,7 +85,7 @@ def encoder_settings(embedder, device: str | None = None, *, encoding: bool = Tr
         source, hub, check_model_kwargs(embedder.model_kwargs), str(resolved),
         str(resolve_dtype(embedder.dtype, resolved)).removeprefix("torch."), reduction, layers, n_layers,
         hidden_size(config), max_length, batch_size, bool(embedder.normalize), check_prompt(embedder.prompt),
-        bool(embedder.trust_remote_code), limit,
+        bool(embedder.trust_remote_code),
     )
 
 
@@ -110,11 +108,14 @@ def check_max_length(max_length: int, limit: int | None, name) -> None:
         raise ValueError(f"max_length={max_length} exceeds what {name!r} supports ({limit} positions).")
 
 
-def encode_texts(texts: list[str], settings: EncoderSettings, show_progress_bar: bool) -> tuple[np.ndarray, list[int]]:
-    """Float32 vectors of ``texts`` (prompts already prepended), and the indices of the texts truncated."""
+def encode_texts(texts: list[str], settings: EncoderSettings,
+                 show_progress_bar: bool) -> tuple[np.ndarray, list[int], int | None]:
+    """Float32 vectors of ``texts`` (prompts already prepended), the indices of the texts truncated, and the most
+    tokens the loaded encoder reads (a RoBERTa-like table's reserved positions counted; None if unbounded)."""
     tokenizer, model = load_encoder(*settings.source, settings.device, settings.dtype, max(settings.layers),
                                     settings.hub, frozen_kwargs(settings.model_kwargs))
-    check_max_length(settings.max_length, position_limit(model.config, model), settings.source.path_or_id)
+    limit = position_limit(model.config, model)
+    check_max_length(settings.max_length, limit, settings.source.path_or_id)
     ids, truncated = tokenize(tokenizer, texts, settings.max_length)
     n_batches = -(-len(texts) // settings.batch_size)
     with progress_bar("BertEmbedder", n_batches, enabled=show_progress_bar) as update:
@@ -123,4 +124,4 @@ def encode_texts(texts: list[str], settings: EncoderSettings, show_progress_bar:
     if settings.normalize:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
-    return vectors, truncated
+    return vectors, truncated, limit
