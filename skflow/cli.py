@@ -190,7 +190,9 @@ def _parser() -> argparse.ArgumentParser:
                     "vectors), float8 (e4m3 codes after one scale fitted there, 1 byte a dimension, scored by the "
                     "cosine of the numbers they code; numpy's search only), binary (one bit a dimension, scored "
                     "by Hamming distance; retrieval also reports float queries against the bits and the Hamming "
-                    "top 100 rescored in float32); one or several (default: float32)")
+                    "top 100 rescored in float32), int4 or int2 (4 or 2 bits a dimension, a Gaussian's levels around "
+                    "each dimension's mean and spread fitted there; retrieval scores the float query against them; "
+                    "numpy's search only); one or several (default: float32)")
     ev.add_argument("--engine", default="numpy", choices=SEARCH_ENGINES,
                     help="where retrieval sets are ranked: numpy (skflow's exact search), faiss or usearch (an engine "
                     "index of the stored vectors; int8 rows store the symmetric codes of the unit vectors, binary-asym "

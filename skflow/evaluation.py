@@ -61,9 +61,11 @@ TWO_STAGE = 1000  # an engine's binary-asym row: its Hamming top 1,000 rescored 
 METHODS = ("none", "whiten", "soft-whiten", "flow")
 # What a stored vector is: float32, int8 codes (scored as their dequantized vectors, by cosine), float8 (e4m3) codes
 # (the cosine of the numbers they code) or binary codes, one bit a dimension (scored by Hamming; for retrieval also a
-# float query against them, "asym", and the Hamming top 100 rescored with the float32 vectors, "rescore").
+# float query against them, "asym", and the Hamming top 100 rescored with the float32 vectors, "rescore"), or 4- and
+# 2-bit codes (for retrieval a float query against them; for STS pairs the cosine of their levels).
 # Quantizers are fitted on the corpus, after the method.
-PRECISIONS = ("float32", "int8", "float8", "binary")
+PRECISIONS = ("float32", "int8", "float8", "binary", "int4", "int2")
+NO_ENGINE = ("float8", "int4", "int2")  # codes that no engine index holds: skflow's own search only
 _EVAL_SPLIT = {"stsb": "test", "sickr": "test"}
 TARGET = "target"  # each set's own sentences: BERT-flow's setting
 FIT_CORPORA = (TARGET, *EVALUATION_SETS, "stsb-train", "sickr-train")
@@ -198,7 +200,7 @@ def evaluate(
         sentence-transformers settings (`skflow.embedding.stock_settings`;
         all-MiniLM-L6-v2: mean pooling, 256 tokens), else as ``embedder``.
         STS sets use ``embedder`` as it is.
-    precisions : sequence of {"float32", "int8", "float8", "binary"}, default=("float32",)
+    precisions : sequence of {"float32", "int8", "float8", "binary", "int4", "int2"}, default=("float32",)
         How vectors are stored and scored, after each method: float32;
         int8 codes (`~skflow.Quantizer`, fitted on the corpus the method is
         fitted on, scored by the cosine of their dequantized vectors); float8
@@ -207,7 +209,11 @@ def evaluate(
         codes (scored by Hamming distance; for retrieval also
         ``/binary-asym``, float queries against the codes, and
         ``/binary-rescore``, the Hamming top 100 rescored with float32
-        vectors). Results other than float32 are under ``"ROW/PRECISION"``.
+        vectors); int4 and int2 codes (4 and 2 bits a dimension, fitted the
+        same way; for retrieval the float query against the documents'
+        codes, for STS the cosine of both sentences' codes, by the vectors
+        they stand for; numpy's search only). Results other than float32 are
+        under ``"ROW/PRECISION"``.
     engine : {"numpy", "faiss", "usearch"}, default="numpy"
         Where retrieval sets are ranked: skflow's exact search, or an
         engine index of the stored vectors (`skflow.engines.EngineIndex`;
@@ -578,17 +584,20 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
     ----------
     queries, documents : array-like of shape (n_queries, d), (n_documents, d)
         Float vectors (after any post-processing).
-    precisions : sequence of {"float32", "int8", "float8", "binary"}, default=("float32",)
+    precisions : sequence of {"float32", "int8", "float8", "binary", "int4", "int2"}, default=("float32",)
         ``"float32"``: cosine; ``"int8"``: the cosine of the dequantized
         int8 codes (:class:`~skflow.Quantizer`) of both; ``"float8"``: the
         cosine of the numbers that the float8 (e4m3) codes of both stand for
-        (``search(..., codes="float8")``; no engine holds them); ``"binary"``: three
+        (``search(..., codes="float8")``; no engine holds them);
+        ``"int4"``, ``"int2"``: the cosine of the float query and the vectors
+        that the documents' 4- or 2-bit codes stand for (``search(...,
+        codes=quantizer)``; no engine holds them); ``"binary"``: three
         searches of the documents' bits, ``"binary"`` (Hamming distance to
         the query's bits), ``"binary-asym"`` (the float query's dot product
         with the bits as signs) and ``"binary-rescore"`` (the Hamming top
         ``k`` rescored with the float32 vectors).
     fitted_on : array-like of shape (n, d), default=None
-        What the int8 ranges and the float8 scale are fitted on (default: ``documents``).
+        What the quantizers are fitted on (default: ``documents``).
     k : int, default=100
         Documents found a query (at most all of them).
     engine : {"numpy", "faiss", "usearch"}, default="numpy"
@@ -638,6 +647,9 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
         elif precision == "float8":
             codes = Quantizer(precision="float8").fit(fitted_on)
             found["float8"] = search(codes.transform(queries), codes.transform(documents), k, codes="float8")
+        elif precision in ("int4", "int2"):
+            codes = Quantizer(precision=precision).fit(fitted_on)
+            found[precision] = search(queries, codes.transform(documents), k, codes=codes)
         elif precision == "binary":
             codes = Quantizer(precision="binary").fit(fitted_on)
             query_bits, document_bits = codes.transform(queries), codes.transform(documents)
@@ -650,9 +662,11 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
 
 
 def _check_engine_precisions(engine: str, precisions) -> None:
-    """float8 codes are searched by skflow's own search: no engine index holds them (before any work)."""
-    if engine != "numpy" and "float8" in precisions:
-        raise ValueError(f"precision 'float8' has no {engine} index: faiss and usearch hold no e4m3 codes; "
+    """float8, int4 and int2 codes are searched by skflow's own search: no engine index holds them (before any
+    work)."""
+    if engine != "numpy" and (held := [precision for precision in precisions if precision in NO_ENGINE]):
+        raise ValueError(f"precision {held[0]!r} has no {engine} index: faiss and usearch hold no "
+                         f"{'e4m3' if held[0] == 'float8' else 'such'} codes; "
                          "search them with engine='numpy' (skflow.compression.search).")
 
 

@@ -38,7 +38,7 @@ def _brute_force(score_matrix: np.ndarray, k: int):
 
 
 # ------------------------------------------------------------------ scikit-learn
-@pytest.mark.parametrize("precision", [*PRECISIONS, "float8"])
+@pytest.mark.parametrize("precision", [*PRECISIONS, "float8", "int4", "int2"])
 def test_check_estimator_passes_every_check(precision):
     results = check_estimator(Quantizer(precision=precision), on_fail=None, on_skip=None)
     not_passed = [(r["check_name"], r["status"], repr(r["exception"])) for r in results if r["status"] != "passed"]
@@ -49,7 +49,7 @@ def test_check_estimator_passes_every_check(precision):
 
 
 @pytest.mark.parametrize("check", EXTRA_CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("precision", ["int8", "binary", "float8"])
+@pytest.mark.parametrize("precision", ["int8", "binary", "float8", "int4", "int2"])
 def test_checks_outside_check_estimator(precision, check):
     check("Quantizer", Quantizer(precision=precision))
 
@@ -162,10 +162,10 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
             Quantizer().__setstate__({**binary, "precision": precision})
     path = skflow.dump(Quantizer(precision="binary").fit(X), tmp_path / "b.skops")
     loaded = skflow.load(path)
-    loaded.precision = "int4"
-    with pytest.raises(InvalidModelError, match="int4.skops: the saved Quantizer's precision must be one of int8, "
-                                                "uint8, binary, ubinary, float8, got 'int4'"):
-        skflow.load(skflow.dump(loaded, tmp_path / "int4.skops"))
+    loaded.precision = "int3"
+    with pytest.raises(InvalidModelError, match="int3.skops: the saved Quantizer's precision must be one of int8, "
+                                                "uint8, binary, ubinary, float8, int4, int2, got 'int3'"):
+        skflow.load(skflow.dump(loaded, tmp_path / "int3.skops"))
 
 
 def test_a_refit_as_binary_codes_saves_and_loads_and_int8_codes_need_their_ranges(tmp_path):

@@ -167,7 +167,8 @@ def test_bad_codes_are_refused_before_any_work():
     corpus_nan = codes.copy()
     corpus_nan[7, 0] = 0x7F
     refused = {
-        "codes must be None or 'float8', got 'float16'": dict(queries=codes, corpus=codes, codes="float16"),
+        "codes must be None, 'float8' or a fitted Quantizer, got 'float16'": dict(queries=codes, corpus=codes,
+                                                                                 codes="float16"),
         "codes='float8' are scored by metric='cosine' or 'dot', not 'hamming'": dict(
             queries=codes, corpus=codes, metric="hamming", codes="float8"),
         "needs the corpus as float8 codes, e4m3 bit patterns in uint8 .*, got int8": dict(
@@ -203,7 +204,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         "scale_ must be a finite float from ": {**state, "scale_": np.nan},
         "lacks scale_": {k: v for k, v in state.items() if k != "scale_"},
         "unknown attributes: ranges_": {**state, "ranges_": np.zeros((2, 10))},
-        "precision must be one of int8, uint8, binary, ubinary, float8, got 'float16'": {**state,
+        "precision must be one of int8, uint8, binary, ubinary, float8, int4, int2, got 'float16'": {**state,
                                                                                           "precision": "float16"},
         "ranges='symmetric' with precision 'float8'": {**state, "ranges": "symmetric"},
     }

@@ -13,17 +13,20 @@ __all__ = ["FloatMetric", "fixed_dots", "float_candidates", "float_top_k"]
 
 class FloatMetric:
     """The vectors of a float metric: ``queries`` (n_queries, d) in ``dtype`` and their norms (float64); ``table``:
-    the numbers the corpus's codes stand for (float8: 256 of them), looked up a block of rows at a time."""
+    the numbers the corpus's codes stand for (float8: 256 of them), looked up a block of rows at a time; ``decode``:
+    a function of a block of coded rows giving their float32 vectors (a `Quantizer`'s)."""
 
-    def __init__(self, metric: str, queries: np.ndarray, corpus: np.ndarray, table: np.ndarray | None = None):
-        self.metric, self.table = metric, table
+    def __init__(self, metric: str, queries: np.ndarray, corpus: np.ndarray, table: np.ndarray | None = None,
+                 decode=None):
+        self.metric, self.table, self.decode = metric, table, decode
         if metric == "asymmetric":  # q . (2 b - 1): the documents' bits as +-1, a byte at a time from a table
             self.dtype = np.result_type(queries.dtype, np.float32)
             self._table = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(self.dtype) * 2 - 1
             self._flip = np.uint8(128 if corpus.dtype == np.int8 else 0)  # "binary" codes: the packed bytes - 128
             self.queries = queries.astype(self.dtype)
         else:
-            self.dtype = np.result_type(queries.dtype, corpus.dtype if table is None else table.dtype, np.float32)
+            stored = table.dtype if table is not None else np.float32 if decode is not None else corpus.dtype
+            self.dtype = np.result_type(queries.dtype, stored, np.float32)
             self.queries = np.ascontiguousarray(queries, dtype=self.dtype)
             if metric == "cosine":
                 rows, norms = _unit_parts(self.queries)
@@ -39,6 +42,8 @@ class FloatMetric:
             return self._table[rows.view(np.uint8) ^ self._flip].reshape(len(rows), -1)[:, :n], None, np.sqrt(n)
         if self.table is not None:
             rows = self.table[rows]
+        elif self.decode is not None:
+            rows = self.decode(rows)
         if self.metric == "cosine":
             return *_unit_parts(rows.astype(self.dtype, copy=False)), 1.0  # unit vectors: norms of 1
         vectors = rows.astype(self.dtype, copy=False)

@@ -1,5 +1,6 @@
 """Quantizer: embeddings as int8 codes (per-dimension ranges fitted on a corpus) or packed sign bits, in
-sentence-transformers' layouts, or as float8 (e4m3) numbers after one power-of-2 scale."""
+sentence-transformers' layouts, as float8 (e4m3) numbers after one power-of-2 scale, or as packed 4- and 2-bit codes
+(a Gaussian's Lloyd-Max levels, per dimension)."""
 
 from numbers import Integral, Real
 
@@ -17,7 +18,12 @@ from skflow.utils import InvalidModelError, row_chunks
 __all__ = ["Quantizer"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-PRECISIONS = ("int8", "uint8", "binary", "ubinary", "float8")
+PRECISIONS = ("int8", "uint8", "binary", "ubinary", "float8", "int4", "int2")
+BITS = {"int4": 4, "int2": 2}  # the packed multi-bit codes: bits a dimension
+# The Lloyd-Max levels of a standard Gaussian (Max 1960): the 2**bits values, and the cut points halfway between them,
+# of least mean squared error; the upper half (the lower is its mirror image)
+GAUSSIAN_LEVELS = {2: (0.45278, 1.510418),
+                   4: (0.128395, 0.388048, 0.656759, 0.94234, 1.256231, 1.618046, 2.069017, 2.73259)}
 RANGES = ("per-dimension", "symmetric")
 SYMMETRIC_LEVEL = 127  # ranges="symmetric": codes -127..127, 0 for 0
 SMALLEST_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))  # a float32 scale above 0
@@ -65,6 +71,23 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
       code is relative already, and a power of 2 shared by all dimensions
       changes no cosine nor any ranking, so `search` compares the codes
       without it. One byte per dimension.
+    - ``"int4"``, ``"int2"``: 4 or 2 bits a dimension (16 or 4 levels),
+      packed two or four codes a byte (the first dimension in the high
+      bits of the first byte; a width that is not a multiple of 2 or 4 is
+      padded with zero bits), uint8. Each dimension's mean ``m`` and
+      standard deviation ``s`` are fitted, and a value is coded by the
+      nearest of the levels ``m + s g`` (``levels_``), ``g`` the Lloyd-Max
+      levels of a standard Gaussian (Max 1960: the 16 or 4 values, and the
+      cut points halfway between them, of least mean squared error; for 2
+      bits +-0.4528 and +-1.5104). After a rotation (`ITQRotation`) each
+      coordinate of an embedding is close to a Gaussian, which is why
+      vector stores quantize there (TurboQuant, RaBitQ); a value beyond the
+      corpus gets the outermost level. ``n_features / 2`` or ``/ 4`` bytes
+      per vector, rounded up. `inverse_transform` gives the levels, and
+      `skflow.compression.search` scores a float query against the vectors
+      they stand for (``codes=quantizer``): ``docs/retrieval.md`` measures
+      them against per-dimension ranges cut evenly (MTEB's int4) and bins of
+      equal counts.
 
     With ``ranges="symmetric"`` (int8 only), one range ``[-s, s]`` serves
     every dimension, ``s`` the largest absolute value seen in :term:`fit`
@@ -86,9 +109,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     Parameters
     ----------
-    precision : {"int8", "uint8", "binary", "ubinary", "float8"}, default="int8"
+    precision : {"int8", "uint8", "binary", "ubinary", "float8", "int4", "int2"}, default="int8"
         The code, named as in sentence-transformers (``"float8"``: e4m3
-        numbers, see above).
+        numbers; ``"int4"``, ``"int2"``: packed 4- and 2-bit codes, as MTEB
+        names 4 bits; see above).
     ranges : {"per-dimension", "symmetric"}, default="per-dimension"
         int8 codes: each dimension's ``[min, max]`` (sentence-transformers'
         codes), or one ``[-s, s]`` for all, symmetric about 0 (see above;
@@ -108,6 +132,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         before rounding, the smallest that brings their largest absolute
         value within 448 (from ``2**-149`` to ``2**120``; 1 where they are
         all 0).
+    levels_ : ndarray of shape (2**bits, `n_features_in_`)
+        ``"int4"`` and ``"int2"`` only: the value each code stands for, in
+        each dimension (increasing with the code): the dimension's mean plus
+        its standard deviation times a Gaussian's Lloyd-Max levels.
     n_features_in_ : int
         Number of features seen during :term:`fit`.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -188,6 +216,22 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     array([[240,  98, 120]], dtype=uint8)
     >>> fp8.inverse_transform(fp8.transform([[-1.0, 0.3, 2.0]]))
     array([[-1.    ,  0.3125,  2.    ]], dtype=float32)
+
+    2 bits a dimension: four levels around each dimension's mean, four
+    codes a byte.
+
+    >>> rng = np.random.RandomState(0)
+    >>> Z = rng.normal(size=(1000, 4)) * [1.0, 2.0, 0.5, 1.0]
+    >>> int2 = Quantizer(precision="int2").fit(Z)
+    >>> np.round(int2.levels_[:, 1], 2)  # the second dimension: about 2 x (-1.51, -0.45, 0.45, 1.51)
+    array([-2.92, -0.88,  0.87,  2.92])
+    >>> codes = int2.transform(Z[:2])  # codes 3, 2, 3, 3 -> 0b11101111 = 239; 3, 0, 3, 1 -> 205
+    >>> codes, codes.nbytes
+    (array([[239],
+           [205]], dtype=uint8), 2)
+    >>> np.round(int2.inverse_transform(codes), 2)  # each value's nearest level
+    array([[ 1.42,  0.87,  0.73,  1.49],
+           [ 1.42, -2.92,  0.73, -0.46]], dtype=float32)
     """
 
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
@@ -202,7 +246,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Fit the per-dimension ranges of int8 codes, the scale of float8 ones (binary codes: the width only).
+        """Fit the per-dimension ranges of int8 codes, the scale of float8 ones, the levels of 4- and 2-bit ones.
 
         Parameters
         ----------
@@ -230,6 +274,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                 self.scale_ = (_float8_scale(largest) if self.precision == "float8"
                                else float(np.float32(largest)) or 1.0)
                 vars(self).pop("ranges_", None)
+            elif self.precision in BITS:
+                self.levels_ = _gaussian_levels(X2d, BITS[self.precision])
+                vars(self).pop("ranges_", None)
+                vars(self).pop("scale_", None)
             elif self._integers:
                 low, high = np.full(X2d.shape[1], np.inf), np.full(X2d.shape[1], -np.inf)
                 for _, part in row_chunks(X2d):
@@ -242,6 +290,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             else:  # a refit as binary codes: no ranges of an earlier int8 fit (a saved state holding them is refused)
                 vars(self).pop("ranges_", None)
                 vars(self).pop("scale_", None)
+            if self.precision not in BITS:
+                vars(self).pop("levels_", None)
         return self
 
     def transform(self, X):
@@ -255,9 +305,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         -------
         codes : ndarray of shape (n_samples, n_codes) or (n_samples, k, n_codes)
             int8 for ``"int8"`` and ``"binary"``, uint8 for ``"uint8"``,
-            ``"ubinary"`` and ``"float8"`` (e4m3 bit patterns); ``n_codes``
-            is ``n_features`` for int8, uint8 and float8, ``ceil(n_features
-            / 8)`` for binary codes.
+            ``"ubinary"``, ``"float8"`` (e4m3 bit patterns), ``"int4"`` and
+            ``"int2"``; ``n_codes`` is ``n_features`` for int8, uint8 and
+            float8, ``ceil(n_features * bits / 8)`` for packed codes (binary:
+            1 bit, int2: 2, int4: 4).
         """
         check_is_fitted(self, self._fitted_names)
         X2d, shape = validate_embeddings(self, _as_numpy(X), reset=False)
@@ -267,7 +318,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return codes.reshape(*shape[:-1], codes.shape[-1])
 
     def inverse_transform(self, X):
-        """Vectors from codes: int8's interval centres, binary codes' signs (+1, -1), float8's numbers; see the Notes.
+        """Vectors from codes: int8's interval centres, binary codes' signs (+1, -1), float8's numbers, int4's and
+        int2's levels; see the Notes.
 
         Parameters
         ----------
@@ -333,6 +385,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     @property
     def _fitted_names(self) -> list[str]:
         """What a fit of this precision sets: int8 codes need the ranges or the scale (a binary fit has none)."""
+        if self.precision in BITS:
+            return ["levels_", "n_features_in_"]
         if self._integers:
             return ["scale_" if self._symmetric else "ranges_", "n_features_in_"]
         return ["scale_", "n_features_in_"] if self.precision == "float8" else ["n_features_in_"]
@@ -342,8 +396,13 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return np.int8 if self.precision in ("int8", "binary") else np.uint8
 
     @property
+    def _bits(self) -> int:
+        """Bits a dimension of packed codes (binary: 1), else 8."""
+        return BITS.get(self.precision, 1 if self.precision in ("binary", "ubinary") else 8)
+
+    @property
     def _n_features_out(self) -> int:
-        return -(-self.n_features_in_ // 8) if self.precision in ("binary", "ubinary") else self.n_features_in_
+        return -(-self.n_features_in_ * self._bits // 8)
 
     def _starts_steps(self) -> tuple[np.ndarray, np.ndarray]:
         """sentence-transformers' float32 starts and steps (a zero range: step 1)."""
@@ -355,6 +414,12 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """sentence-transformers' ``quantize_embeddings`` of ``rows``, operation for operation."""
         if self.precision == "float8":  # division by a power of 2: exact, then one rounding
             return e4m3_bits(rows.astype(np.float64, copy=False) * (1 / self.scale_))
+        if self.precision in BITS:  # the number of cut points below each value: its level
+            cuts = (self.levels_[1:] + self.levels_[:-1]) / 2
+            levels = np.zeros(rows.shape, np.uint8)
+            for cut in cuts:
+                levels += rows > cut
+            return _pack(levels, self._bits)
         if self._symmetric:
             scaled = rows * (SYMMETRIC_LEVEL / np.float64(self.scale_))
             return np.clip(np.rint(scaled), -SYMMETRIC_LEVEL, SYMMETRIC_LEVEL).astype(np.int8)
@@ -370,6 +435,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             # float32's largest, which scale_ 2**120 reaches from 256 up, that largest: it was inf)
             values = E4M3_VALUES[codes].astype(np.float64) * self.scale_
             return np.clip(values, -FLOAT32_MAX, FLOAT32_MAX).astype(np.float32)
+        if self.precision in BITS:
+            levels = _unpack(codes.reshape(-1, codes.shape[-1]), self._bits, self.n_features_in_)
+            decoded = np.take_along_axis(self.levels_, levels.astype(np.intp), axis=0)  # levels_[code, dimension]
+            return decoded.astype(np.float32).reshape(*codes.shape[:-1], self.n_features_in_)
         if self._symmetric:
             return (codes * (self.scale_ / SYMMETRIC_LEVEL)).astype(np.float32)
         if self._integers:
@@ -407,6 +476,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                     "n_features_in_": (Integral, 1, MAX_BITS)}
         if precision in ("int8", "uint8"):
             return {"ranges_": (2, "d"), "n_features_in_": (Integral, "d", "d")}
+        if precision in BITS:
+            return {"levels_": (2 ** BITS[precision], "d"), "n_features_in_": (Integral, "d", "d")}
         if precision == "float8":
             return {"scale_": (Real, *FLOAT8_SCALES), "n_features_in_": (Integral, 1, MAX_BITS)}
         return {"n_features_in_": (Integral, 1, MAX_BITS)}  # no array bounds it: get_feature_names_out would build them
@@ -416,11 +487,49 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             raise InvalidModelError("scale_ must be a power of 2 (float8 codes)")
         if "scale_" in state and float(np.float32(state["scale_"])) != state["scale_"]:
             raise InvalidModelError("scale_ must be a float32 number")
+        levels = state.get("levels_")
+        if levels is not None and not (np.abs(levels).max() <= FLOAT32_MAX and np.all(levels[1:] >= levels[:-1])):
+            raise InvalidModelError("levels_ must hold finite numbers within float32's range, increasing along each "
+                                    "column (each code's value, in each dimension)")
         ranges = state.get("ranges_")
         if ranges is not None and not (np.all(ranges[0] <= ranges[1]) and np.abs(ranges).max() <= FLOAT32_MAX
                                        and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")
+
+
+def _gaussian_levels(X2d: np.ndarray, bits: int) -> np.ndarray:
+    """``(2**bits, d)``: each dimension's mean plus its standard deviation times a Gaussian's Lloyd-Max levels, from two
+    passes over the rows (float64)."""
+    total = np.zeros(X2d.shape[1])
+    for _, part in row_chunks(X2d):
+        total += part.sum(axis=0, dtype=np.float64)
+    mean, squares = total / len(X2d), np.zeros(X2d.shape[1])
+    for _, part in row_chunks(X2d):
+        squares += ((part.astype(np.float64) - mean) ** 2).sum(axis=0)
+    with np.errstate(over="ignore"):
+        upper = np.array(GAUSSIAN_LEVELS[bits])
+        levels = mean + np.sqrt(squares / len(X2d)) * np.concatenate([-upper[::-1], upper])[:, None]
+    if not np.abs(levels).max() <= FLOAT32_MAX:
+        raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the levels of its codes would be "
+                         "too")
+    return levels
+
+
+def _pack(levels: np.ndarray, bits: int) -> np.ndarray:
+    """Codes of ``bits`` bits (uint8, one a value) packed ``8 // bits`` a byte, the first in the high bits, padded
+    with zero bits."""
+    per_byte = 8 // bits
+    padded = np.zeros((len(levels), -(-levels.shape[1] // per_byte) * per_byte), np.uint8)
+    padded[:, : levels.shape[1]] = levels
+    shifts = np.arange(per_byte - 1, -1, -1, dtype=np.uint8) * bits
+    return np.bitwise_or.reduce(padded.reshape(len(levels), -1, per_byte) << shifts, axis=-1)
+
+
+def _unpack(packed: np.ndarray, bits: int, width: int) -> np.ndarray:
+    """`_pack` undone: ``(n, width)`` codes (the padding dropped)."""
+    shifts = np.arange(8 // bits - 1, -1, -1, dtype=np.uint8) * bits
+    return ((packed[..., None] >> shifts) & np.uint8(2**bits - 1)).reshape(len(packed), -1)[:, :width]
 
 
 def _float8_scale(largest: float) -> float:

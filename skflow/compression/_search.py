@@ -1,9 +1,11 @@
 """Exact top-k search of queries against a stored corpus, for float vectors and for the codes of a `Quantizer`."""
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
+from skflow.compression._quantizer import Quantizer
 
 __all__ = ["search"]
 
@@ -60,7 +62,15 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
 
             _, top = search(query_bits, corpus_bits, 100, metric="hamming")
             scores, indices = search(query_vectors, corpus_vectors, 10, candidates=top)
-    codes : {None, "float8"}, default=None
+    codes : {None, "float8"} or Quantizer, default=None
+        A fitted `Quantizer`: the corpus holds its codes, scored by
+        ``metric="cosine"`` or ``"dot"`` as the vectors they stand for
+        (its `Quantizer.inverse_transform`, a block of rows at a time): a
+        float query against 4- or 2-bit codes (``precision="int4"``,
+        ``"int2"``), or int8 or binary ones. The queries are float vectors,
+        or the same quantizer's codes. A float8 quantizer is
+        ``codes="float8"``.
+
         ``"float8"``: the corpus holds float8 codes of a `Quantizer`
         (``precision="float8"``: e4m3 bit patterns as uint8, one byte a
         dimension), scored by ``metric="cosine"`` or ``"dot"`` as the numbers
@@ -94,9 +104,12 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus", finite=False)  # checked a block at a time
-    if codes is not None:
-        queries = _float8_queries(queries, corpus, metric, codes)
-    table, codes = (None if codes is None else E4M3_VALUES), metric in ("hamming", "asymmetric")
+    table = decode = None
+    if isinstance(codes, Quantizer) and codes.precision != "float8":
+        queries, decode = _quantizer_queries(queries, corpus, metric, codes)
+    elif codes is not None:
+        queries, table = _float8_queries(queries, corpus, metric, codes), E4M3_VALUES
+    codes = metric in ("hamming", "asymmetric")
     if codes and corpus.dtype not in (np.int8, np.uint8):
         raise ValueError(f"metric={metric!r} needs packed binary codes (int8 or uint8) as the corpus, got "
                          f"{corpus.dtype}")
@@ -107,7 +120,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
         raise ValueError(f"metric='asymmetric' needs float queries of {8 * corpus.shape[1] - 7} to "
                          f"{8 * corpus.shape[1]} features (one bit each in the corpus's {corpus.shape[1]} bytes), "
                          f"got {queries.dtype} of {queries.shape[1]}")
-    if not codes and queries.shape[1] != corpus.shape[1]:
+    if not codes and decode is None and queries.shape[1] != corpus.shape[1]:
         raise ValueError(f"queries have {queries.shape[1]} features but the corpus has {corpus.shape[1]}")
     if not codes and {queries.dtype, corpus.dtype} == {np.dtype(np.int8), np.dtype(np.uint8)}:
         raise ValueError("queries and corpus are int8 and uint8 codes: a Quantizer's uint8 codes are its int8 ones "
@@ -129,7 +142,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
         _check_k(k, len(corpus), "documents")
     else:
         candidates = _candidates(candidates, len(queries), len(corpus), k)
-    float_metric = FloatMetric(metric, queries, corpus, table)
+    float_metric = FloatMetric(metric, queries, corpus, table, decode)
     if candidates is None:
         # what a document costs in memory, in numbers: its vector (where its dtype changes, or its bits unpacked),
         # and per query its score, a partitioned copy (the first block's) and a mask; a pair rescored, two rows
@@ -141,10 +154,33 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
     return _top_k(float_candidates(float_metric, corpus, candidates, k, step), candidates, k)
 
 
+def _quantizer_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, quantizer: Quantizer):
+    """``codes=quantizer``: the checks, before any work; the queries as float vectors (codes decoded), and the decoder
+    of the corpus's rows."""
+    check_is_fitted(quantizer, quantizer._fitted_names)
+    name = f"codes=Quantizer(precision={quantizer.precision!r})"
+    if metric not in ("cosine", "dot"):
+        raise ValueError(f"{name} are scored by metric='cosine' or 'dot' (of the vectors they stand for), not "
+                         f"{metric!r}")
+    dtype, width = np.dtype(quantizer._code_dtype), quantizer._n_features_out
+    if corpus.dtype != dtype or corpus.shape[1] != width:
+        raise ValueError(f"{name} needs the corpus as that quantizer's codes, {dtype.name} of {width} bytes a row "
+                         f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
+    if queries.dtype == dtype and queries.shape[1] == width:
+        return quantizer.inverse_transform(queries), quantizer._vectors
+    if queries.dtype.kind != "f" or queries.shape[1] != quantizer.n_features_in_:
+        raise ValueError(f"{name} needs the queries as float vectors of its {quantizer.n_features_in_} features or "
+                         f"as its codes ({dtype.name} of {width} bytes), got {queries.dtype} of {queries.shape[1]}")
+    return queries, quantizer._vectors
+
+
 def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes) -> np.ndarray:
-    """``codes="float8"``: the checks, before any work, and the queries as float vectors (codes decoded)."""
-    if not (isinstance(codes, str) and codes == "float8"):
-        raise ValueError(f"codes must be None or 'float8', got {codes!r}")
+    """``codes="float8"`` (or a float8 Quantizer): the checks, before any work, and the queries as float vectors
+    (codes decoded)."""
+    if isinstance(codes, Quantizer):
+        check_is_fitted(codes, codes._fitted_names)
+    elif not (isinstance(codes, str) and codes == "float8"):
+        raise ValueError(f"codes must be None, 'float8' or a fitted Quantizer, got {codes!r}")
     if metric not in ("cosine", "dot"):
         raise ValueError(f"codes='float8' are scored by metric='cosine' or 'dot', not {metric!r}")
     if corpus.dtype != np.uint8:

@@ -128,6 +128,10 @@ def read_pipeline(pipeline) -> StoredForm:
             if step.precision == "float8":
                 raise ValueError("the pipeline's Quantizer has precision='float8': faiss and usearch hold no e4m3 "
                                  "codes; search them with skflow.compression.search(..., codes='float8').")
+            if step.precision in ("int4", "int2"):
+                raise ValueError(f"the pipeline's Quantizer has precision={step.precision!r}: faiss and usearch hold "
+                                 "no codes of a Gaussian's levels; search them with skflow.compression.search(..., "
+                                 "codes=quantizer).")
             quantizer = step
         else:
             raise ValueError(f"step {position} of the pipeline, {name}, is not a step an engine index can hold: it "

@@ -1,0 +1,195 @@
+"""4- and 2-bit codes (Quantizer precision "int4", "int2"): the Gaussian's Lloyd-Max levels, the packing, the levels
+fitted on real embeddings of the bundled encoder, their round trip and STS-B Spearman, the search of a float query
+against them, saved states and bad input refused."""
+
+import joblib
+import numpy as np
+import pytest
+from scipy.stats import norm
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer
+
+import skflow
+from skflow import ITQRotation, Quantizer
+from skflow.compression import search
+from skflow.compression._quantizer import GAUSSIAN_LEVELS
+from skflow.engines import EngineIndex
+from skflow.evaluation import search_stored
+from skflow.metrics import sts_spearman
+from skflow.persistence import InvalidModelError
+
+BITS = {"int4": 4, "int2": 2}
+
+
+@pytest.fixture(scope="module")
+def sentences(stsb_test_mean):
+    pairs, scores = stsb_test_mean
+    return pairs, scores, pairs.reshape(-1, pairs.shape[-1])
+
+
+def _levels(upper) -> np.ndarray:
+    return np.concatenate([-np.array(upper)[::-1], upper])
+
+
+# ------------------------------------------------------------------ the levels and the format
+@pytest.mark.parametrize("bits", [2, 4])
+def test_the_levels_are_a_gaussians_lloyd_max_fixed_point(bits):
+    """Each level is the mean of a standard Gaussian between the cut points around it (halfway between levels)."""
+    levels = _levels(GAUSSIAN_LEVELS[bits])
+    assert len(levels) == 2**bits and np.all(np.diff(levels) > 0)
+    cuts = np.concatenate([[-np.inf], (levels[1:] + levels[:-1]) / 2, [np.inf]])
+    low, high = cuts[:-1], cuts[1:]
+    centroids = (norm.pdf(low) - norm.pdf(high)) / (norm.cdf(high) - norm.cdf(low))
+    np.testing.assert_allclose(centroids, levels, atol=2e-6)
+    # the mean squared error Max (1960) tabulates: 0.1175 for 4 levels, 0.009497 for 16
+    grid = np.linspace(-9, 9, 1_800_001)
+    nearest = levels[np.searchsorted(cuts[1:-1], grid)]
+    error = np.sum((grid - nearest) ** 2 * norm.pdf(grid)) * (grid[1] - grid[0])
+    assert error == pytest.approx({2: 0.1175, 4: 0.009497}[bits], rel=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["int4", "int2"])
+def test_codes_of_real_embeddings_are_each_values_nearest_level_packed_high_bits_first(precision, sentences):
+    _, _, X = sentences
+    X = X[:, :383]  # a width that does not fill the last byte
+    bits = BITS[precision]
+    quantizer = Quantizer(precision=precision).fit(X)
+    mean, std = X.astype(np.float64).mean(axis=0), X.astype(np.float64).std(axis=0)
+    np.testing.assert_allclose(quantizer.levels_, mean + std * _levels(GAUSSIAN_LEVELS[bits])[:, None], rtol=1e-9,
+                               atol=1e-12)
+    codes = quantizer.transform(X[:300])
+    assert codes.dtype == np.uint8 and codes.shape == (300, -(-383 * bits // 8))  # 192 or 96 bytes
+    nearest = np.abs(X[:300, None, :] - quantizer.levels_[None]).argmin(axis=1)  # the reference, value by value
+    per_byte = 8 // bits
+    unpacked = np.stack([(codes >> (bits * (per_byte - 1 - i))) & (2**bits - 1) for i in range(per_byte)], axis=-1)
+    unpacked = unpacked.reshape(300, -1)
+    np.testing.assert_array_equal(unpacked[:, :383], nearest)
+    assert not unpacked[:, 383:].any()  # zero padding
+    decoded = quantizer.inverse_transform(codes)
+    assert decoded.dtype == np.float32
+    np.testing.assert_array_equal(decoded, np.take_along_axis(quantizer.levels_, nearest, axis=0).astype(np.float32))
+    pairs_codes = quantizer.transform(np.stack([X[:5], X[5:10]], axis=1))  # 3-D: pairs
+    assert pairs_codes.shape == (5, 2, codes.shape[1]) and np.array_equal(pairs_codes[:, 0], codes[:5])
+
+
+@pytest.mark.parametrize(("precision", "kept"), [("int4", 0.994522), ("int2", 0.934886)])
+def test_round_trip_and_sts_spearman_on_real_embeddings(precision, kept, sentences):
+    pairs, scores, X = sentences
+    quantizer = Quantizer(precision=precision).fit(X)
+    assert quantizer.score(X) == pytest.approx(kept, abs=2e-5)  # the mean cosine of each row with its levels
+    float_rho, rho = sts_spearman(pairs, scores), quantizer.score(pairs, scores)
+    assert float_rho == pytest.approx(0.8203, abs=0.002)
+    # measured: 4 bits lose 0.1 point, 2 bits 1.15 (the cosine of two sentences' levels)
+    assert float_rho - rho == pytest.approx({"int4": 0.0010, "int2": 0.0115}[precision], abs=0.0005)
+
+
+def test_a_constant_dimension_and_values_beyond_the_corpus():
+    X = np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 5.0]])
+    quantizer = Quantizer(precision="int2").fit(X)
+    np.testing.assert_allclose(quantizer.levels_[:, 1], 5.0)  # no spread: every level the value
+    far = quantizer.transform([[100.0, -7.0], [-100.0, 5.0]])
+    np.testing.assert_array_equal(quantizer.inverse_transform(far), np.float32([[quantizer.levels_[3, 0], 5.0],
+                                                                                [quantizer.levels_[0, 0], 5.0]]))
+
+
+# ------------------------------------------------------------------ search
+@pytest.mark.parametrize("precision", ["int4", "int2"])
+def test_a_float_query_against_the_codes_scores_the_vectors_they_stand_for(precision, sentences):
+    pairs, _, _ = sentences
+    queries, corpus = pairs[:, 0], pairs[:, 1]  # each first sentence should find its pair's second
+    quantizer = Quantizer(precision=precision).fit(corpus)
+    codes = quantizer.transform(corpus)
+    decoded = quantizer.inverse_transform(codes)
+    for metric in ("cosine", "dot"):
+        scores, indices = search(queries, codes, 10, metric=metric, codes=quantizer)
+        expected = search(queries, decoded, 10, metric=metric)
+        assert np.array_equal(indices, expected[1]) and np.array_equal(scores, expected[0])
+    symmetric = search(quantizer.transform(queries), codes, 10, codes=quantizer)  # the queries' codes too
+    assert np.array_equal(symmetric[1], search(quantizer.inverse_transform(quantizer.transform(queries)), decoded,
+                                               10)[1])
+    top = search(queries, codes, 50, codes=quantizer)[1]
+    rescored = search(queries, codes, 10, codes=quantizer, candidates=top)
+    assert np.array_equal(rescored[1], search(queries, decoded, 10, candidates=top)[1])
+    found = {name: int((top == np.arange(len(queries))[:, None]).any(axis=1).sum()) for name, top in {
+        "float": search(queries, corpus, 10)[1], "codes": search(queries, codes, 10, codes=quantizer)[1]}.items()}
+    assert found == {"float": 1067, "codes": {"int4": 1071, "int2": 1063}[precision]}, found  # of 1,379 (measured)
+    stored = search_stored(queries, corpus, ["float32", precision], k=10)  # evaluate's: the cosine
+    assert list(stored) == ["float32", precision]
+    assert np.array_equal(stored[precision][1], search(queries, codes, 10, codes=quantizer)[1])
+
+
+def test_after_a_random_rotation_of_unit_vectors(sentences):
+    """The recipe the docs give: unit vectors, a random rotation of the centred corpus, 2 bits a dimension, the
+    float query's dot with the levels (which ranks as its cosine with the unit vectors)."""
+    pairs, _, _ = sentences
+    queries, corpus = pairs[:, 0], pairs[:, 1]
+    pipeline = make_pipeline(Normalizer(), ITQRotation(n_iter=0, random_state=0), Quantizer(precision="int2"))
+    codes = pipeline.fit(corpus).transform(corpus)
+    assert codes.shape == (len(corpus), 96)
+    mapped = pipeline[:-1].transform(queries)
+    top = search(mapped, codes, 10, metric="dot", codes=pipeline[-1])[1]
+    hits = int((top == np.arange(len(queries))[:, None]).any(axis=1).sum())
+    assert hits == 1068, hits  # of 1,379; float32 finds 1,067 (measured)
+
+
+# ------------------------------------------------------------------ refused
+def test_bad_input_is_refused_before_any_work(tmp_path):
+    X = np.random.RandomState(0).normal(size=(40, 12))
+    int4, int2 = Quantizer(precision="int4").fit(X), Quantizer(precision="int2").fit(X)
+    codes = int4.transform(X)
+    for wrong in (codes[:, :5], codes.view(np.int8), X.astype(np.float32)):
+        with pytest.raises(ValueError, match=r"expects 2-D or 3-D uint8 codes of width 6"):
+            int4.inverse_transform(wrong)
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        Quantizer(precision="int2").fit([[3e38, 0.0], [-3e38, 1.0]])
+    with pytest.raises(ValueError, match="ranges='symmetric' gives signed codes"):
+        Quantizer(precision="int4", ranges="symmetric").fit(X)
+    refused = {
+        r"codes=Quantizer\(precision='int4'\) are scored by metric='cosine' or 'dot'.*not 'hamming'": dict(
+            queries=X, corpus=codes, metric="hamming", codes=int4),
+        r"needs the corpus as that quantizer's codes, uint8 of 6 bytes a row \(12 features\), got uint8 of 3": dict(
+            queries=X, corpus=int2.transform(X), codes=int4),
+        "needs the corpus as that quantizer's codes.*got float64 of 12": dict(queries=X, corpus=X, codes=int4),
+        r"needs the queries as float vectors of its 12 features or as its codes \(uint8 of 6 bytes\), got float64 "
+        "of 11": dict(queries=X[:, :11], corpus=codes, codes=int4),
+        "needs the queries as float vectors.*got uint8 of 3": dict(queries=int2.transform(X), corpus=codes,
+                                                                  codes=int4),
+    }
+    for message, arguments in refused.items():
+        with pytest.raises(ValueError, match=message):
+            search(**arguments)
+    from sklearn.exceptions import NotFittedError
+    with pytest.raises(NotFittedError):
+        search(X, codes, codes=Quantizer(precision="int4"))
+    index = EngineIndex(make_pipeline(int2), engine="faiss")
+    with pytest.raises(ValueError, match="precision='int2': faiss and usearch hold no codes of a Gaussian's levels"):
+        index.fit(X)
+    assert not hasattr(index, "index_")
+    with pytest.raises(ValueError, match="precision 'int4' has no usearch index"):
+        search_stored(X, X, ["int4"], engine="usearch")
+
+
+def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
+    X = np.random.RandomState(0).normal(size=(50, 10)).astype(np.float32)
+    quantizer = Quantizer(precision="int4").fit(X)
+    for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / "int4.skops")),
+                   joblib.load(joblib.dump(quantizer, tmp_path / "int4.joblib")[0])):
+        assert np.array_equal(loaded.levels_, quantizer.levels_)
+        assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+    state = quantizer.__getstate__()
+    assert set(state) == {"precision", "ranges", "levels_", "n_features_in_"}
+    decreasing, nan = state["levels_"][::-1].copy(), state["levels_"].copy()
+    nan[3, 2] = np.nan
+    crafted = {
+        "levels_ must hold finite numbers within float32's range, increasing along each column": {
+            **state, "levels_": decreasing},
+        "the fitted arrays must be finite: levels_ is not": {**state, "levels_": nan},
+        "levels_ .*shape": {**state, "levels_": state["levels_"][:4]},  # int2's number of levels
+        "lacks levels_": {k: v for k, v in state.items() if k != "levels_"},
+        "unknown attributes: ranges_": {**state, "ranges_": np.zeros((2, 10))},
+    }
+    for message, bad in crafted.items():
+        with pytest.raises(InvalidModelError, match=message):
+            Quantizer().__setstate__(bad)
+    refit = quantizer.set_params(precision="int8").fit(X)  # no stale levels_, and back
+    assert not hasattr(refit, "levels_") and set(refit.set_params(precision="int2").fit(X).__getstate__()) == set(state)
