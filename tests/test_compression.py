@@ -38,9 +38,10 @@ def _brute_force(score_matrix: np.ndarray, k: int):
 
 
 # ------------------------------------------------------------------ scikit-learn
-@pytest.mark.parametrize("precision", [*PRECISIONS, "float8", "int4", "int2"])
+@pytest.mark.parametrize("precision", [*PRECISIONS, "float8", "int4", "int2", "int2+correction"])
 def test_check_estimator_passes_every_check(precision):
-    results = check_estimator(Quantizer(precision=precision), on_fail=None, on_skip=None)
+    precision, _, corrected = precision.partition("+")
+    results = check_estimator(Quantizer(precision=precision, correction=bool(corrected)), on_fail=None, on_skip=None)
     not_passed = [(r["check_name"], r["status"], repr(r["exception"])) for r in results if r["status"] != "passed"]
     assert not_passed == []
     names = {r["check_name"] for r in results}

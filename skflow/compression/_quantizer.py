@@ -25,6 +25,8 @@ BITS = {"int4": 4, "int2": 2}  # the packed multi-bit codes: bits a dimension
 GAUSSIAN_LEVELS = {2: (0.45278, 1.510418),
                    4: (0.128395, 0.388048, 0.656759, 0.94234, 1.256231, 1.618046, 2.069017, 2.73259)}
 RANGES = ("per-dimension", "symmetric")
+CORRECTED = ("binary", "ubinary", "int4", "int2")  # the codes a per-vector correction may follow
+FACTOR_BYTES = 4  # the correction: a little-endian float32 after each row's code
 SYMMETRIC_LEVEL = 127  # ranges="symmetric": codes -127..127, 0 for 0
 SMALLEST_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))  # a float32 scale above 0
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
@@ -117,6 +119,20 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         int8 codes: each dimension's ``[min, max]`` (sentence-transformers'
         codes), or one ``[-s, s]`` for all, symmetric about 0 (see above;
         ``precision="int8"`` only).
+    correction : bool, default=False
+        Binary, int4 and int2 codes: append to each row's code its
+        correction factor, ``a = |x|^2 / <v, x>`` for the row ``x`` and the
+        vector ``v`` its code stands for, as a little-endian float32 (4
+        bytes more a vector). `inverse_transform` then gives ``a v``, whose
+        dot product with any query ``q`` is RaBitQ's estimate of ``<q, x>``
+        (Gao and Long, SIGMOD 2024: unbiased where the code's rotation is
+        random), rather than ``<q, v>``, which is biased by each row's own
+        quantization: a float query ranks the corrected codes by
+        ``search(q, codes, k, metric="dot", codes=quantizer)``. A row with
+        ``<v, x> <= 0`` (a zero row) gets 0. The factor changes no cosine,
+        so it serves the ``"dot"`` metric only; the factor's bytes are not
+        bits, so a Hamming search must leave them out (``codes[:,
+        :-4]``).
 
     Attributes
     ----------
@@ -236,13 +252,15 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
 
-    _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))], "ranges": [StrOptions(set(RANGES))]}
+    _parameter_constraints: dict = {"precision": [StrOptions(set(PRECISIONS))], "ranges": [StrOptions(set(RANGES))],
+                                    "correction": ["boolean"]}
     # float16 stays float16, as in sentence-transformers: its codes are computed in float32 (float16 - float32)
     _kept_dtypes = [np.float64, np.float32, np.float16]
 
-    def __init__(self, *, precision="int8", ranges="per-dimension"):
+    def __init__(self, *, precision="int8", ranges="per-dimension", correction=False):
         self.precision = precision
         self.ranges = ranges
+        self.correction = correction
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -264,6 +282,9 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         if self.ranges == "symmetric" and self.precision != "int8":
             raise ValueError(f"ranges='symmetric' gives signed codes, -127 to 127: it needs precision='int8', not "
                              f"{self.precision!r}.")
+        if self.correction and self.precision not in CORRECTED:
+            raise ValueError(f"correction=True follows binary, ubinary, int4 or int2 codes, whose vectors are few "
+                             f"levels, not precision={self.precision!r}.")
         with unchanged_on_failure(self):
             X2d = validate_embeddings(self, _as_numpy(X), reset=True)[0]
             if self._symmetric or self.precision == "float8":
@@ -338,6 +359,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
                              f".inverse_transform expects 2-D or 3-D {np.dtype(self._code_dtype).name} codes of "
                              f"width {self._n_features_out}.")
+        if self.correction and not np.isfinite(factors := _factors(codes)).all():
+            row = int(np.flatnonzero(~np.isfinite(factors))[0])
+            raise ValueError(f"X row {row} holds the correction factor {factors[row]}: not a code of a Quantizer, "
+                             "whose factors are finite.")
         if self.precision == "float8" and (nan := e4m3_nan_codes(codes)).any():
             raise ValueError(f"X holds {np.uint8(codes[nan][0]):#04x} at {tuple(map(int, np.argwhere(nan)[0]))}: "
                              "e4m3's NaN (0x7f, 0xff), not a code of a Quantizer.")
@@ -402,7 +427,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     @property
     def _n_features_out(self) -> int:
-        return -(-self.n_features_in_ * self._bits // 8)
+        return -(-self.n_features_in_ * self._bits // 8) + (FACTOR_BYTES if self.correction else 0)
 
     def _starts_steps(self) -> tuple[np.ndarray, np.ndarray]:
         """sentence-transformers' float32 starts and steps (a zero range: step 1)."""
@@ -411,14 +436,26 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return ranges[0, :], np.where(steps == 0, 1, steps)
 
     def _codes(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of ``rows``, and after each its correction factor (``correction=True``)."""
+        codes = self._plain_codes(rows)
+        if not self.correction:
+            return codes
+        rows, vectors = rows.astype(np.float64), self._plain_vectors(codes).astype(np.float64)
+        kept = np.einsum("ij,ij->i", vectors, rows)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            factors = np.where(kept > 0, np.einsum("ij,ij->i", rows, rows) / kept, 0.0)
+        factors = np.clip(factors, 0, FLOAT32_MAX).astype("<f4").view(np.uint8).reshape(len(rows), FACTOR_BYTES)
+        return np.hstack([codes, factors.view(codes.dtype)])
+
+    def _plain_codes(self, rows: np.ndarray) -> np.ndarray:
         """sentence-transformers' ``quantize_embeddings`` of ``rows``, operation for operation."""
         if self.precision == "float8":  # division by a power of 2: exact, then one rounding
             return e4m3_bits(rows.astype(np.float64, copy=False) * (1 / self.scale_))
         if self.precision in BITS:  # the number of cut points below each value: its level
-            cuts = (self.levels_[1:] + self.levels_[:-1]) / 2
-            levels = np.zeros(rows.shape, np.uint8)
+            cuts, rows = (self.levels_[1:] + self.levels_[:-1]) / 2, rows.astype(np.float64)  # compared in float64
+            levels, above = np.zeros(rows.shape, np.uint8), np.empty(rows.shape, bool)
             for cut in cuts:
-                levels += rows > cut
+                levels += np.greater(rows, cut, out=above)
             return _pack(levels, self._bits)
         if self._symmetric:
             scaled = rows * (SYMMETRIC_LEVEL / np.float64(self.scale_))
@@ -431,6 +468,15 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return (packed - 128).astype(np.int8) if self.precision == "binary" else packed
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
+        """The vectors the codes stand for, each times its correction factor (``correction=True``)."""
+        if not self.correction:
+            return self._plain_vectors(codes)
+        factors = _factors(codes)  # a crafted one may not be finite: its row's vector is not (refused by callers)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return (self._plain_vectors(codes[..., :-FACTOR_BYTES]) * factors.reshape(*codes.shape[:-1], 1)).astype(
+                np.float32)
+
+    def _plain_vectors(self, codes: np.ndarray) -> np.ndarray:
         if self.precision == "float8":  # the table's numbers times a power of 2: exact, then float32 (beyond
             # float32's largest, which scale_ 2**120 reaches from 256 up, that largest: it was inf)
             values = E4M3_VALUES[codes].astype(np.float64) * self.scale_
@@ -465,6 +511,11 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                     f"{str(precision)[:40]!r}")
         if "ranges" not in state:
             raise InvalidModelError("the saved Quantizer lacks its parameters ranges")
+        if "correction" not in state:
+            raise InvalidModelError("the saved Quantizer lacks its parameters correction")
+        if not isinstance(state["correction"], bool) or state["correction"] and precision not in CORRECTED:
+            raise InvalidModelError(f"the saved Quantizer's correction must be False, or True with precision binary, "
+                                    f"ubinary, int4 or int2, got {str(state['correction'])[:40]!r} with {precision!r}")
         if not isinstance(ranges := state["ranges"], str) or ranges not in RANGES:
             raise InvalidModelError(f"the saved Quantizer's ranges must be one of {', '.join(RANGES)}, got "
                                     f"{str(ranges)[:40]!r}")
@@ -496,6 +547,12 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                        and np.array_equal(ranges.astype(np.float32), ranges)):
             raise InvalidModelError("ranges_ must hold float32 numbers, each minimum (row 0) at most its maximum "
                                     "(row 1)")
+
+
+def _factors(codes: np.ndarray) -> np.ndarray:
+    """The float32 correction factors in the last 4 bytes of each row of ``codes`` (any leading shape), flattened."""
+    tail = np.ascontiguousarray(codes[..., -FACTOR_BYTES:]).view(np.uint8)
+    return tail.reshape(-1, FACTOR_BYTES).view("<f4")[:, 0]
 
 
 def _gaussian_levels(X2d: np.ndarray, bits: int) -> np.ndarray:

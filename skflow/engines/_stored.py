@@ -128,6 +128,10 @@ def read_pipeline(pipeline) -> StoredForm:
             if step.precision == "float8":
                 raise ValueError("the pipeline's Quantizer has precision='float8': faiss and usearch hold no e4m3 "
                                  "codes; search them with skflow.compression.search(..., codes='float8').")
+            if step.correction:
+                raise ValueError("the pipeline's Quantizer has correction=True: faiss and usearch hold no per-vector "
+                                 "factors beside the codes; search them with skflow.compression.search(..., "
+                                 "metric='dot', codes=quantizer).")
             if step.precision in ("int4", "int2"):
                 raise ValueError(f"the pipeline's Quantizer has precision={step.precision!r}: faiss and usearch hold "
                                  "no codes of a Gaussian's levels; search them with skflow.compression.search(..., "

@@ -1,0 +1,221 @@
+"""1-, 2- and 4-bit codes and int8 after a rotation, against the bytes stored a vector: retrieval nDCG@10 on SciFact,
+Cranfield and CISI over seeds, the quantizers the literature offers side by side, and the speed of coding and search
+as a ratio to int8.
+
+Each set is embedded with all-MiniLM-L6-v2 as MTEB runs it (mean pooling, 256 tokens, float32). Every code is
+fitted on the corpus only: unit vectors (``Normalizer``), then ``ITQRotation(n_components=K)`` (``n_iter=0``: the
+top K principal directions randomly rotated, "random"; ``n_iter=50``: ITQ, "itq"), then a ``Quantizer``; the float
+query (mapped by the same steps) is scored by its dot product with the vectors the documents' codes stand for
+(``search(..., metric="dot", codes=quantizer)``), which ranks as the cosine with the documents where K keeps every
+direction. Bytes a vector: ``K * bits / 8``. Rows:
+
+- ``binary`` (1 bit), ``int2``, ``int4`` (a Gaussian's Lloyd-Max levels around each dimension's mean and spread,
+  skflow's), ``int8`` (per-dimension ranges cut in 256, sentence-transformers');
+- the same codes with RaBitQ's per-vector correction (``correction=True``, 4 bytes more a vector);
+- the alternatives for 2 and 4 bits, after the same random rotation: ``min-max`` (each dimension's range cut in
+  equal steps, MTEB's int4: ``floor((x - min) / ((max - min) / (2**bits - 1)))``, decoded to the step's centre) and
+  ``equal-count`` (each dimension's bins holding equal shares of the corpus, decoded to their means);
+- ``faiss RaBitQ``: faiss's own RaBitQ index (``IndexRaBitQ`` with ``nb_bits`` 1, 2, 4 behind a seeded random
+  rotation, inner product of the unit vectors, its per-vector factors in the bytes given), with a float query and
+  with its default 4-bit query;
+- ``truncation``: the first ``bytes / 4`` coordinates in float32, the cosine (Matryoshka's cut; this encoder was not
+  trained for it).
+
+Every randomised row is reported over ``--seeds`` (mean and range), as a share of the corpus's raw float32 nDCG@10.
+The speed: ``--speed-rows`` corpus rows (the SciFact vectors tiled, with Gaussian noise of 0.01 a coordinate, after
+the random rotation), the time to code them (``Quantizer.transform``) and to search 100 float queries against the
+codes (top 10), each per vector and as a ratio to int8's (int8 searched as its integer dot with the query's codes,
+as an engine does).
+
+    python benchmarks/multibit_codes.py --cache-dir DIR [--data-home DATA] [--seeds 0 1 2 3 4] [--speed-rows 200000]
+"""
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from _study import Clock, environment
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer
+
+from skflow import BertEmbedder, ITQRotation, Quantizer
+from skflow.compression import search
+from skflow.datasets import load_beir
+from skflow.evaluation import retrieval_report
+
+SETS = ("scifact", "cranfield", "cisi")
+# (bytes, K, precision): every code of skflow's at each size
+CODES = [(24, 192, "binary"), (24, 96, "int2"), (24, 48, "int4"),
+         (48, 384, "binary"), (48, 192, "int2"), (48, 96, "int4"),
+         (96, 384, "int2"), (96, 192, "int4"), (96, 96, "int8"),
+         (192, 384, "int4"), (192, 192, "int8"),
+         (384, 384, "int8")]
+CORRECTED = [(24, 192, "binary"), (48, 384, "binary"), (48, 192, "int2"), (96, 384, "int2"), (192, 384, "int4")]
+ALTERNATIVES = [(48, 192, 2), (96, 384, 2), (96, 192, 4), (192, 384, 4)]  # (bytes, K, bits), random rotation
+
+
+def share(ndcg: float, base: float) -> float:
+    return 100 * ndcg / base
+
+
+def ndcg_at_10(found, data) -> float:
+    return 100 * retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)["ndcg@10"]
+
+
+def skflow_code(documents, queries, K: int, precision: str, n_iter: int, seed: int, correction: bool = False):
+    """The top 100 of each query: unit vectors, rotation, Quantizer, float query against the codes."""
+    pipeline = make_pipeline(Normalizer(), ITQRotation(n_components=K, n_iter=n_iter, random_state=seed),
+                             Quantizer(precision=precision, correction=correction)).fit(documents)
+    codes, mapped = pipeline.transform(documents), pipeline[:-1].transform(queries)
+    return search(mapped, codes, 100, metric="dot", codes=pipeline[-1])
+
+
+def alternative(rotated, mapped, bits: int, kind: str):
+    """The top 100 with per-dimension min-max steps or equal-count bins (decoded to their means)."""
+    levels = 2**bits
+    if kind == "min-max":
+        low, high = rotated.min(axis=0), rotated.max(axis=0)
+        step = np.where(high > low, (high - low) / (levels - 1), 1)
+        codes = np.clip(np.floor((rotated - low) / step), 0, levels - 1)
+        decoded = low + (codes + 0.5) * step
+    else:
+        cuts = np.quantile(rotated, np.arange(1, levels) / levels, axis=0)
+        codes = (rotated[None] > cuts[:, None]).sum(axis=0)
+        means = np.zeros((levels, rotated.shape[1]))
+        for level in range(levels):
+            inside = codes == level
+            means[level] = np.where(inside.any(axis=0), (rotated * inside).sum(axis=0) / np.maximum(inside.sum(axis=0),
+                                                                                                     1), 0)
+        decoded = np.take_along_axis(means, codes, axis=0)
+    return search(mapped, decoded.astype(np.float32), 100, metric="dot")
+
+
+def rabitq(d: int, bits: int, query_bits: int, seed: int):
+    """faiss's own RaBitQ (``"RR{d},RaBitQ{bits}"``, the random rotation seeded), inner product, the query
+    quantized to ``query_bits`` (0: a float query)."""
+    import faiss
+
+    rotation = faiss.RandomRotationMatrix(d, d)
+    rotation.init(seed)
+    codes = faiss.IndexRaBitQ(d, faiss.METRIC_INNER_PRODUCT, bits)
+    codes.qb = query_bits
+    index = faiss.IndexPreTransform(rotation, codes)
+    return index
+
+
+def study(data, documents, queries, seeds) -> dict:
+    """``{row: [share, ...]}`` for every code and alternative; ``"float32"``: the raw nDCG@10."""
+    base = ndcg_at_10(search(queries, documents, 100), data)
+    rows = {"float32": [base]}
+    for size, K, precision in CODES:
+        for rotation, n_iter in (("random", 0), ("itq", 50)):
+            rows[f"{size} B: {precision} of {K}, {rotation}"] = [
+                share(ndcg_at_10(skflow_code(documents, queries, K, precision, n_iter, seed), data), base)
+                for seed in seeds]
+    for size, K, precision in CORRECTED:
+        for rotation, n_iter in (("random", 0), ("itq", 50)):
+            rows[f"{size + 4} B: {precision} of {K} + correction, {rotation}"] = [
+                share(ndcg_at_10(skflow_code(documents, queries, K, precision, n_iter, seed, True), data), base)
+                for seed in seeds]
+    unit = Normalizer().fit_transform(documents)
+    for size, K, bits in ALTERNATIVES:
+        for kind in ("min-max", "equal-count"):
+            values = []
+            for seed in seeds:
+                rotation = ITQRotation(n_components=K, n_iter=0, random_state=seed).fit(unit)
+                rotated = rotation.transform(unit).astype(np.float64)
+                mapped = rotation.transform(Normalizer().transform(queries))
+                values.append(share(ndcg_at_10(alternative(rotated, mapped, bits, kind), data), base))
+            rows[f"{size} B: {bits} bits of {K}, random, {kind}"] = values
+    unit_queries = Normalizer().transform(queries)
+    for bits in (1, 2, 4):
+        for query_bits in (0, 4):
+            values = []
+            for seed in seeds:
+                index = rabitq(unit.shape[1], bits, query_bits, seed)
+                index.train(unit)
+                index.add(unit)
+                values.append(share(ndcg_at_10(index.search(unit_queries, 100), data), base))
+            query = "float query" if query_bits == 0 else "4-bit query (faiss's default)"
+            rows[f"faiss RaBitQ, {bits} bit{'s' if bits > 1 else ''} ({index.sa_code_size()} B), {query}"] = values
+    for size in (24, 48, 96, 192, 384, 768):
+        width = size // 4
+        rows[f"{size} B: truncation to {width} float32"] = [
+            share(ndcg_at_10(search(queries[:, :width], documents[:, :width], 100), data), base)]
+    return rows
+
+
+def speed(documents: np.ndarray, queries: np.ndarray, n_rows: int) -> list[str]:
+    """Per vector: coding and searching ``n_rows`` tiled rows at each precision, and the ratio to int8's."""
+    rng = np.random.RandomState(0)
+    rotation = make_pipeline(Normalizer(), ITQRotation(n_iter=0, random_state=0)).fit(documents)
+    rows = np.resize(rotation.transform(documents), (n_rows, documents.shape[1]))
+    rows += rng.normal(scale=0.01, size=rows.shape).astype(np.float32)
+    mapped = rotation.transform(queries[:100])
+    timings = {}
+    for precision in ("int8", "int4", "int2", "binary"):
+        quantizer = Quantizer(precision=precision).fit(rows)
+        start = time.perf_counter()
+        codes = quantizer.transform(rows)
+        coded = time.perf_counter() - start
+        start = time.perf_counter()
+        if precision == "int8":  # as an engine compares int8: the integer dot of the codes
+            search(quantizer.transform(mapped), codes, 10, metric="dot")
+        else:
+            search(mapped, codes, 10, metric="dot", codes=quantizer)
+        timings[precision] = (coded / n_rows, (time.perf_counter() - start) / (n_rows * len(mapped)), codes.nbytes)
+    lines = ["| code | bytes a vector | coding, ns a vector | ratio to int8 | search, ns a vector and query | "
+             "ratio to int8 |", "|---|---:|---:|---:|---:|---:|"]
+    for precision, (coding, searching, nbytes) in timings.items():
+        lines.append(f"| {precision} | {nbytes // n_rows} | {1e9 * coding:.0f} | {coding / timings['int8'][0]:.2f} | "
+                     f"{1e9 * searching:.1f} | {searching / timings['int8'][1]:.2f} |")
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", help="embedding cache (each text embedded once)")
+    parser.add_argument("--data-home", default=os.environ.get("SKFLOW_RETRIEVAL_DATA"),
+                        help="the folder of the sets in BEIR's layout (default: $SKFLOW_RETRIEVAL_DATA)")
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--speed-rows", type=int, default=200_000)
+    args = parser.parse_args(argv)
+    clock = Clock()
+    embedder = BertEmbedder(pooling="mean", max_length=256, dtype="float32", cache_dir=args.cache_dir,
+                            show_progress_bar=False)
+    results, scifact = {}, None
+    for name in args.sets:
+        data = load_beir(name if name == "scifact" else Path(args.data_home) / name, data_home=args.data_home)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "BertEmbedder: .* longer than max_length")  # as MTEB truncates
+            documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
+        scifact = scifact or (documents, queries)
+        results[name] = study(data, documents, queries, args.seeds)
+        print(f"[{clock}] {name} done", file=sys.stderr, flush=True)
+    names = list(results)
+    lines = ["| code | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines.append("| float32 nDCG@10 | " + " | ".join(f"{results[n]['float32'][0]:.2f}" for n in names) + " |")
+    for row in results[names[0]]:
+        if row != "float32":
+            cells = []
+            for name in names:
+                values = results[name][row]
+                cells.append(f"{np.mean(values):.1f}%" + (f" ({min(values):.1f}-{max(values):.1f})"
+                                                           if len(values) > 1 else ""))
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    speed_lines = speed(*scifact, args.speed_rows)
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    print("\n".join([
+        f"Written by `python benchmarks/multibit_codes.py {command}` in {clock}. {environment()}. The share of each "
+        f"corpus's raw float32 nDCG@10, mean over seeds {args.seeds} (range):", "", *lines, "",
+        f"Speed, {args.speed_rows:,} rows of {scifact[0].shape[1]} dimensions (SciFact's vectors tiled with noise):",
+        "", *speed_lines]))
+
+
+if __name__ == "__main__":
+    main()
