@@ -197,7 +197,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
 
 # ------------------------------------------------------------------ the per-vector correction
 @pytest.mark.parametrize("precision", ["binary", "ubinary", "int4", "int2"])
-def test_the_correction_factor_follows_each_code_as_a_float32(precision, sentences):
+def test_the_correction_factor_follows_each_code_as_a_float32(precision, sentences, tmp_path):
     _, _, X = sentences
     plain = Quantizer(precision=precision).fit(X)
     corrected = Quantizer(precision=precision, correction=True).fit(X)
@@ -208,15 +208,9 @@ def test_the_correction_factor_follows_each_code_as_a_float32(precision, sentenc
     factors = np.ascontiguousarray(codes[:, -4:]).view(np.uint8).view("<f4")[:, 0]
     np.testing.assert_allclose(factors, (rows**2).sum(axis=1) / (vectors * rows).sum(axis=1), rtol=1e-6)
     np.testing.assert_allclose(corrected.inverse_transform(codes), vectors * factors[:, None], rtol=1e-6)
-    for loaded in (skflow.load(skflow.dump(corrected, Path_of(precision))), joblib.load(joblib.dump(
-            corrected, Path_of(precision, ".joblib"))[0])):
+    for loaded in (skflow.load(skflow.dump(corrected, tmp_path / "q.skops")),
+                   joblib.load(joblib.dump(corrected, tmp_path / "q.joblib")[0])):
         assert loaded.correction and np.array_equal(loaded.transform(X[:50]), codes[:50])
-
-
-def Path_of(precision: str, suffix: str = ".skops"):
-    import tempfile
-    from pathlib import Path
-    return Path(tempfile.mkdtemp()) / f"{precision}{suffix}"
 
 
 def test_the_corrected_sign_code_is_an_unbiased_estimate_of_the_dot_product(sentences):
