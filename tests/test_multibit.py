@@ -272,3 +272,27 @@ def test_search_of_corrected_codes_and_bad_factors_refused(sentences, tmp_path):
     for message, bad_state in crafted.items():
         with pytest.raises(InvalidModelError, match=message):
             Quantizer().__setstate__(bad_state)
+
+
+# ------------------------------------------------------------------ found in review
+def test_a_set_params_after_fit_is_refused_where_the_fit_does_not_serve_it():
+    """int4's 16 levels packed as 2-bit codes overflowed into the next dimension's bits; correction=True after an int8
+    fit gave int8 codes with a factor, which fit refuses."""
+    from sklearn.exceptions import NotFittedError
+    X = np.random.RandomState(0).normal(size=(40, 12))
+    for fitted, other in (("int4", "int2"), ("int2", "int4")):
+        quantizer = Quantizer(precision=fitted).fit(X)
+        codes = quantizer.transform(X)
+        quantizer.set_params(precision=other)
+        message = rf"^This Quantizer's levels_ are {2**BITS[fitted]} a dimension, those of precision='{fitted}', not " \
+                  rf"'{other}': call fit again.$"
+        for use in (lambda: quantizer.transform(X), lambda: quantizer.inverse_transform(codes),
+                    lambda: quantizer.score(X), lambda: search(X, codes, 3, codes=quantizer)):
+            with pytest.raises(NotFittedError, match=message):
+                use()
+    for precision in ("int8", "float8"):
+        quantizer = Quantizer(precision=precision).fit(X).set_params(correction=True)
+        with pytest.raises(ValueError, match=f"correction=True follows binary.*not precision='{precision}'"):
+            quantizer.transform(X)
+    with pytest.raises(ValueError, match="ranges='symmetric' gives signed codes"):
+        Quantizer(precision="int4").fit(X).set_params(ranges="symmetric").transform(X)

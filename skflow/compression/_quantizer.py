@@ -7,6 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
+from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
@@ -279,12 +280,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         self : object
             The fitted estimator.
         """
-        if self.ranges == "symmetric" and self.precision != "int8":
-            raise ValueError(f"ranges='symmetric' gives signed codes, -127 to 127: it needs precision='int8', not "
-                             f"{self.precision!r}.")
-        if self.correction and self.precision not in CORRECTED:
-            raise ValueError(f"correction=True follows binary, ubinary, int4 or int2 codes, whose vectors are few "
-                             f"levels, not precision={self.precision!r}.")
+        self._check_combination()
         with unchanged_on_failure(self):
             X2d = validate_embeddings(self, _as_numpy(X), reset=True)[0]
             if self._symmetric or self.precision == "float8":
@@ -331,7 +327,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             float8, ``ceil(n_features * bits / 8)`` for packed codes (binary:
             1 bit, int2: 2, int4: 4).
         """
-        check_is_fitted(self, self._fitted_names)
+        self._check_is_fitted()
         X2d, shape = validate_embeddings(self, _as_numpy(X), reset=False)
         codes = np.empty((X2d.shape[0], self._n_features_out), dtype=self._code_dtype)
         for start, part in row_chunks(X2d):
@@ -353,7 +349,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         X_original : ndarray of shape (n_samples, `n_features_in_`) or (n_samples, k, `n_features_in_`)
             float32.
         """
-        check_is_fitted(self, self._fitted_names)
+        self._check_is_fitted()
         codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
         if codes.ndim not in (2, 3) or codes.shape[-1] != self._n_features_out or codes.dtype != self._code_dtype:
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
@@ -388,7 +384,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             ranking). Otherwise: the mean cosine between each row and its
             `inverse_transform`, 1 for codes that lose nothing.
         """
-        check_is_fitted(self, self._fitted_names)
+        self._check_is_fitted()
         return pairs_score(self, _as_numpy(X), y, self._round_trip, self._kept_cosine,
                            "the mean cosine with the dequantized rows")
 
@@ -399,6 +395,25 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         return tags
 
     # -------------------------------------------------------------- helpers
+    def _check_combination(self) -> None:
+        """The parameters that depend on each other, in fit and before a fitted quantizer is used (a `set_params` may
+        come between)."""
+        if self.ranges == "symmetric" and self.precision != "int8":
+            raise ValueError(f"ranges='symmetric' gives signed codes, -127 to 127: it needs precision='int8', not "
+                             f"{self.precision!r}.")
+        if self.correction and self.precision not in CORRECTED:
+            raise ValueError(f"correction=True follows binary, ubinary, int4 or int2 codes, whose vectors are few "
+                             f"levels, not precision={self.precision!r}.")
+
+    def _check_is_fitted(self) -> None:
+        """Fitted for the present parameters (int4's 16 levels are no int2 codes' 4), before any use."""
+        self._check_combination()
+        check_is_fitted(self, self._fitted_names)
+        if self.precision in BITS and len(self.levels_) != 2**self._bits:
+            fitted = next(name for name, bits in BITS.items() if 2**bits == len(self.levels_))
+            raise NotFittedError(f"This {type(self).__name__}'s levels_ are {len(self.levels_)} a dimension, those of "
+                                 f"precision={fitted!r}, not {self.precision!r}: call fit again.")
+
     @property
     def _integers(self) -> bool:
         return self.precision in ("int8", "uint8")

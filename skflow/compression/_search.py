@@ -1,7 +1,6 @@
 """Exact top-k search of queries against a stored corpus, for float vectors and for the codes of a `Quantizer`."""
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
@@ -157,7 +156,7 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
 def _quantizer_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, quantizer: Quantizer):
     """``codes=quantizer``: the checks, before any work; the queries as float vectors (codes decoded), and the decoder
     of the corpus's rows."""
-    check_is_fitted(quantizer, quantizer._fitted_names)
+    quantizer._check_is_fitted()
     name = f"codes=Quantizer(precision={quantizer.precision!r})"
     if metric not in ("cosine", "dot"):
         raise ValueError(f"{name} are scored by metric='cosine' or 'dot' (of the vectors they stand for), not "
@@ -178,7 +177,7 @@ def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes)
     """``codes="float8"`` (or a float8 Quantizer): the checks, before any work, and the queries as float vectors
     (codes decoded)."""
     if isinstance(codes, Quantizer):
-        check_is_fitted(codes, codes._fitted_names)
+        codes._check_is_fitted()
     elif not (isinstance(codes, str) and codes == "float8"):
         raise ValueError(f"codes must be None, 'float8' or a fitted Quantizer, got {codes!r}")
     if metric not in ("cosine", "dot"):
