@@ -296,3 +296,15 @@ def test_a_set_params_after_fit_is_refused_where_the_fit_does_not_serve_it():
             quantizer.transform(X)
     with pytest.raises(ValueError, match="ranges='symmetric' gives signed codes"):
         Quantizer(precision="int4").fit(X).set_params(ranges="symmetric").transform(X)
+
+
+def test_a_correction_given_as_a_numpy_bool_is_saved_and_loaded(tmp_path):
+    """The parameter's constraint takes np.True_; its saved state was refused ("must be False, or True ..., got
+    'True'")."""
+    X = np.random.RandomState(0).normal(size=(40, 12))
+    for correction in (np.True_, np.False_):
+        quantizer = Quantizer(precision="int2", correction=correction).fit(X)
+        for loaded in (skflow.load(skflow.dump(quantizer, tmp_path / "q.skops")),
+                       joblib.load(joblib.dump(quantizer, tmp_path / "q.joblib")[0])):
+            assert loaded.correction == correction
+            assert np.array_equal(loaded.transform(X), quantizer.transform(X))

@@ -528,7 +528,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             raise InvalidModelError("the saved Quantizer lacks its parameters ranges")
         if "correction" not in state:
             raise InvalidModelError("the saved Quantizer lacks its parameters correction")
-        if not isinstance(state["correction"], bool) or state["correction"] and precision not in CORRECTED:
+        # a bool, or numpy's: the parameter's constraint takes np.True_, and a fit keeps it
+        if not isinstance(state["correction"], (bool, np.bool_)) or state["correction"] and precision not in CORRECTED:
             raise InvalidModelError(f"the saved Quantizer's correction must be False, or True with precision binary, "
                                     f"ubinary, int4 or int2, got {str(state['correction'])[:40]!r} with {precision!r}")
         if not isinstance(ranges := state["ranges"], str) or ranges not in RANGES:
