@@ -141,7 +141,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         with pytest.raises(ValueError, match=r"expects 2-D or 3-D uint8 codes of width 6"):
             int4.inverse_transform(wrong)
     with pytest.raises(ValueError, match="beyond float32's range"):
-        Quantizer(precision="int2").fit([[3e38, 0.0], [-3e38, 1.0]])
+        Quantizer(precision="int2").fit([[1e39, 0.0], [-1e39, 1.0]])  # 3e38 is within it: clipped levels
     with pytest.raises(ValueError, match="ranges='symmetric' gives signed codes"):
         Quantizer(precision="int4", ranges="symmetric").fit(X)
     refused = {
@@ -308,3 +308,17 @@ def test_a_correction_given_as_a_numpy_bool_is_saved_and_loaded(tmp_path):
                        joblib.load(joblib.dump(quantizer, tmp_path / "q.joblib")[0])):
             assert loaded.correction == correction
             assert np.array_equal(loaded.transform(X), quantizer.transform(X))
+
+
+@pytest.mark.parametrize("precision", ["int4", "int2"])
+def test_a_float32_corpus_near_float32s_limit_gets_finite_levels(precision):
+    """Its mean plus 2.7 (int4) or 1.5 (int2) standard deviations passed float32's largest: the fit was refused as
+    'X has values beyond float32's range', which they are not. The levels are now clipped to float32's range."""
+    X = np.float32(np.random.RandomState(0).uniform(-3e38, 3e38, size=(100, 3)))
+    X[:, 0] = np.float32(3.4e38) * np.resize([1, -1], 100)  # a spread of 3.4e38: 1.5 of it passes float32's largest
+    quantizer = Quantizer(precision=precision).fit(X)
+    assert np.abs(quantizer.levels_).max() <= np.finfo(np.float32).max
+    assert np.all(np.diff(quantizer.levels_, axis=0) >= 0)
+    assert np.isfinite(quantizer.inverse_transform(quantizer.transform(X))).all()
+    with pytest.raises(ValueError, match=r"^X has values beyond float32's range \(\+-3.403e\+38\)"):
+        Quantizer(precision=precision).fit([[1e39, 0.0], [0.0, 1.0]])

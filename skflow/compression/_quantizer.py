@@ -152,7 +152,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
     levels_ : ndarray of shape (2**bits, `n_features_in_`)
         ``"int4"`` and ``"int2"`` only: the value each code stands for, in
         each dimension (increasing with the code): the dimension's mean plus
-        its standard deviation times a Gaussian's Lloyd-Max levels.
+        its standard deviation times a Gaussian's Lloyd-Max levels, clipped
+        to float32's range.
     n_features_in_ : int
         Number of features seen during :term:`fit`.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -574,19 +575,21 @@ def _factors(codes: np.ndarray) -> np.ndarray:
 def _gaussian_levels(X2d: np.ndarray, bits: int) -> np.ndarray:
     """``(2**bits, d)``: each dimension's mean plus its standard deviation times a Gaussian's Lloyd-Max levels, from two
     passes over the rows (float64)."""
-    total = np.zeros(X2d.shape[1])
-    for _, part in row_chunks(X2d):
-        total += part.sum(axis=0, dtype=np.float64)
+    total, largest = np.zeros(X2d.shape[1]), 0.0
+    with np.errstate(over="ignore"):
+        for _, part in row_chunks(X2d):
+            total += part.sum(axis=0, dtype=np.float64)
+            largest = max(largest, float(np.abs(part).max(initial=0)))
+    if largest > FLOAT32_MAX:
+        raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the levels of its codes are "
+                         "float32 numbers.")
     mean, squares = total / len(X2d), np.zeros(X2d.shape[1])
     for _, part in row_chunks(X2d):
         squares += ((part.astype(np.float64) - mean) ** 2).sum(axis=0)
-    with np.errstate(over="ignore"):
-        upper = np.array(GAUSSIAN_LEVELS[bits])
-        levels = mean + np.sqrt(squares / len(X2d)) * np.concatenate([-upper[::-1], upper])[:, None]
-    if not np.abs(levels).max() <= FLOAT32_MAX:
-        raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the levels of its codes would be "
-                         "too")
-    return levels
+    upper = np.array(GAUSSIAN_LEVELS[bits])
+    levels = mean + np.sqrt(squares / len(X2d)) * np.concatenate([-upper[::-1], upper])[:, None]
+    # within float32's range: a spread near it (values of +-3.4e38) put the outer levels beyond
+    return np.clip(levels, -FLOAT32_MAX, FLOAT32_MAX)
 
 
 def _pack(levels: np.ndarray, bits: int) -> np.ndarray:
