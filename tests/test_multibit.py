@@ -322,3 +322,21 @@ def test_a_float32_corpus_near_float32s_limit_gets_finite_levels(precision):
     assert np.isfinite(quantizer.inverse_transform(quantizer.transform(X))).all()
     with pytest.raises(ValueError, match=r"^X has values beyond float32's range \(\+-3.403e\+38\)"):
         Quantizer(precision=precision).fit([[1e39, 0.0], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize("precision", ["binary", "int4", "int2"])
+def test_a_corrected_code_of_a_huge_row_decodes_to_finite_numbers(precision):
+    """A row near float32's limit (3e38, a float32 number) got a factor whose product with its levels was inf: the
+    quantizer's own code decoded to inf, and search refused it as a code with a bad factor."""
+    X = np.random.RandomState(0).normal(size=(50, 12))
+    quantizer = Quantizer(precision=precision, correction=True).fit(X)
+    huge = np.vstack([np.full(12, 3e38), np.full(12, 1e300), X[:1] * 1e38])
+    codes = quantizer.transform(huge)
+    assert np.isfinite(quantizer.inverse_transform(codes)).all()
+    corpus = np.vstack([quantizer.transform(X), codes])
+    np.testing.assert_array_equal(search(X[:3] * 1e-38, corpus, 2, metric="cosine", codes=quantizer)[1],
+                                  search(X[:3], quantizer.inverse_transform(corpus), 2)[1])
+    plain = quantizer.transform(X)  # rows far from the limit keep their factor exactly
+    vectors = Quantizer(precision=precision).fit(X).inverse_transform(plain[:, :-4]).astype(np.float64)
+    np.testing.assert_allclose(plain[:, -4:].copy().view("<f4")[:, 0],
+                               (X**2).sum(axis=1) / (vectors * X).sum(axis=1), rtol=1e-6)

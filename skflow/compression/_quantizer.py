@@ -130,7 +130,9 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         random), rather than ``<q, v>``, which is biased by each row's own
         quantization: a float query ranks the corrected codes by
         ``search(q, codes, k, metric="dot", codes=quantizer)``. A row with
-        ``<v, x> <= 0`` (a zero row) gets 0. The factor changes no cosine,
+        ``<v, x> <= 0`` (a zero row) gets 0, and a row near float32's
+        largest value at most what keeps ``a v`` within float32's range.
+        The factor changes no cosine,
         so it serves the ``"dot"`` metric only; the factor's bytes are not
         bits, so a Hamming search must leave them out (``codes[:,
         :-4]``).
@@ -460,7 +462,10 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         kept = np.einsum("ij,ij->i", vectors, rows)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             factors = np.where(kept > 0, np.einsum("ij,ij->i", rows, rows) / kept, 0.0)
-        factors = np.clip(factors, 0, FLOAT32_MAX).astype("<f4").view(np.uint8).reshape(len(rows), FACTOR_BYTES)
+            # at most what keeps a v within float32's range (a row near it, 3e38, had levels times a factor of inf)
+            largest = FLOAT32_MAX * (1 - 2.0**-20) / np.abs(vectors).max(axis=1)
+        factors = np.clip(factors, 0, np.minimum(largest, FLOAT32_MAX)).astype("<f4")
+        factors = factors.view(np.uint8).reshape(len(rows), FACTOR_BYTES)
         return np.hstack([codes, factors.view(codes.dtype)])
 
     def _plain_codes(self, rows: np.ndarray) -> np.ndarray:
