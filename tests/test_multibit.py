@@ -340,3 +340,22 @@ def test_a_corrected_code_of_a_huge_row_decodes_to_finite_numbers(precision):
     vectors = Quantizer(precision=precision).fit(X).inverse_transform(plain[:, :-4]).astype(np.float64)
     np.testing.assert_allclose(plain[:, -4:].copy().view("<f4")[:, 0],
                                (X**2).sum(axis=1) / (vectors * X).sum(axis=1), rtol=1e-6)
+
+
+def test_crafted_factors_negative_or_not_finite_are_refused_where_they_are():
+    """A negative factor, which no fit gives, flipped the vector silently; a bad factor in 3-D codes was named by its
+    row of the flattened codes, and one in the queries' codes (search) as a row of "X"."""
+    X = np.random.RandomState(0).normal(size=(20, 12))
+    quantizer = Quantizer(precision="int4", correction=True).fit(X)
+    codes = quantizer.transform(X)
+    negative = codes.copy()
+    negative[5, -4:] = np.frombuffer(np.float32(-2.0).tobytes(), np.uint8)
+    with pytest.raises(ValueError, match=r"^X row 5 holds the correction factor -2.0: not a code of a Quantizer, whose "
+                                         r"factors are finite and not negative.$"):
+        quantizer.inverse_transform(negative)
+    with pytest.raises(ValueError, match="corpus row 5 is not a code of the Quantizer"):
+        search(X, negative, 3, metric="dot", codes=quantizer)
+    with pytest.raises(ValueError, match=r"^X row \(2, 1\) holds the correction factor -2.0"):
+        quantizer.inverse_transform(negative.reshape(10, 2, -1))
+    with pytest.raises(ValueError, match=r"^queries row 5 holds the correction factor -2.0: not a code"):
+        search(negative, codes, 3, metric="dot", codes=quantizer)

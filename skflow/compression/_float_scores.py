@@ -159,7 +159,7 @@ def _refuse(metric: FloatMetric, rows: np.ndarray, names: np.ndarray, query: int
                          f"{rows[bad][~np.isfinite(metric.table[rows[bad]])][0]:#04x}, e4m3's NaN (0x7f, 0xff)")
     if metric.decode is not None and not (finite := np.isfinite(metric.decode(rows)).all(axis=1)).all():
         raise ValueError(f"corpus row {names[np.flatnonzero(~finite)[0]]} is not a code of the Quantizer: the vector "
-                         "it stands for is not finite (a correction factor that is not)")
+                         "it stands for is not finite (a correction factor that is not finite, or negative)")
     if rows.dtype.kind == "f" and not (finite := np.isfinite(rows).all(axis=1)).all():
         bad = np.flatnonzero(~finite)[0]
         raise ValueError(f"corpus must be finite: row {names[bad]} holds {rows[bad][~np.isfinite(rows[bad])][0]}")

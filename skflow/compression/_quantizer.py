@@ -358,10 +358,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but {type(self).__name__}"
                              f".inverse_transform expects 2-D or 3-D {np.dtype(self._code_dtype).name} codes of "
                              f"width {self._n_features_out}.")
-        if self.correction and not np.isfinite(factors := _factors(codes)).all():
-            row = int(np.flatnonzero(~np.isfinite(factors))[0])
-            raise ValueError(f"X row {row} holds the correction factor {factors[row]}: not a code of a Quantizer, "
-                             "whose factors are finite.")
+        self._check_factors(codes, "X")
         if self.precision == "float8" and (nan := e4m3_nan_codes(codes)).any():
             raise ValueError(f"X holds {np.uint8(codes[nan][0]):#04x} at {tuple(map(int, np.argwhere(nan)[0]))}: "
                              "e4m3's NaN (0x7f, 0xff), not a code of a Quantizer.")
@@ -416,6 +413,17 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             fitted = next(name for name, bits in BITS.items() if 2**bits == len(self.levels_))
             raise NotFittedError(f"This {type(self).__name__}'s levels_ are {len(self.levels_)} a dimension, those of "
                                  f"precision={fitted!r}, not {self.precision!r}: call fit again.")
+
+    def _check_factors(self, codes: np.ndarray, name: str) -> None:
+        """Refuse corrected ``codes`` (2-D or 3-D) whose factor no fit gives: not finite, or negative."""
+        if not self.correction:
+            return
+        factors = _factors(codes)
+        if not (kept := np.isfinite(factors) & (factors >= 0)).all():
+            bad = int(np.flatnonzero(~kept)[0])
+            row = tuple(map(int, np.unravel_index(bad, codes.shape[:-1])))
+            raise ValueError(f"{name} row {row[0] if len(row) == 1 else row} holds the correction factor "
+                             f"{factors[bad]}: not a code of a Quantizer, whose factors are finite and not negative.")
 
     @property
     def _integers(self) -> bool:
@@ -492,7 +500,9 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """The vectors the codes stand for, each times its correction factor (``correction=True``)."""
         if not self.correction:
             return self._plain_vectors(codes)
-        factors = _factors(codes)  # a crafted one may not be finite: its row's vector is not (refused by callers)
+        factors = _factors(codes)
+        # a crafted factor, not finite or negative: its row's vector is not finite (refused by callers)
+        factors = np.where(factors >= 0, factors, np.float32(np.nan))
         with np.errstate(invalid="ignore", over="ignore"):
             return (self._plain_vectors(codes[..., :-FACTOR_BYTES]) * factors.reshape(*codes.shape[:-1], 1)).astype(
                 np.float32)

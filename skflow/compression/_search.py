@@ -166,6 +166,7 @@ def _quantizer_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, qua
         raise ValueError(f"{name} needs the corpus as that quantizer's codes, {dtype.name} of {width} bytes a row "
                          f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
     if queries.dtype == dtype and queries.shape[1] == width:
+        quantizer._check_factors(queries, "queries")
         return quantizer.inverse_transform(queries), quantizer._vectors
     if queries.dtype.kind != "f" or queries.shape[1] != quantizer.n_features_in_:
         raise ValueError(f"{name} needs the queries as float vectors of its {quantizer.n_features_in_} features or "
