@@ -359,3 +359,18 @@ def test_crafted_factors_negative_or_not_finite_are_refused_where_they_are():
         quantizer.inverse_transform(negative.reshape(10, 2, -1))
     with pytest.raises(ValueError, match=r"^queries row 5 holds the correction factor -2.0: not a code"):
         search(negative, codes, 3, metric="dot", codes=quantizer)
+
+
+def test_search_names_the_wrong_codes_argument_on_one_line_and_checks_a_float8_quantizers_width():
+    from sklearn.pipeline import make_pipeline
+    X = np.random.RandomState(0).normal(size=(20, 12))
+    pipeline = make_pipeline(Normalizer(), ITQRotation(n_iter=0, random_state=0), Quantizer(precision="int2")).fit(X)
+    with pytest.raises(ValueError, match=r"^codes must be None, 'float8' or a fitted Quantizer, got a Pipeline \(its "
+                                         r"last step, pipeline\[-1\], is one\)$"):
+        search(X, pipeline.transform(X), 3, codes=pipeline)
+    with pytest.raises(ValueError, match=r"^codes must be None, 'float8' or a fitted Quantizer, got a ndarray$"):
+        search(X, pipeline.transform(X), 3, codes=np.zeros((3, 3)))
+    float8 = Quantizer(precision="float8").fit(X)
+    with pytest.raises(ValueError, match=r"^codes=Quantizer\(precision='float8'\) needs the corpus as that quantizer's "
+                                         r"codes, uint8 of 12 bytes a row \(12 features\), got uint8 of 8$"):
+        search(X[:, :8], float8.transform(X)[:, :8], 3, codes=float8)

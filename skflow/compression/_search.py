@@ -1,6 +1,7 @@
 """Exact top-k search of queries against a stored corpus, for float vectors and for the codes of a `Quantizer`."""
 
 import numpy as np
+from sklearn.pipeline import Pipeline
 
 from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
@@ -179,8 +180,15 @@ def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes)
     (codes decoded)."""
     if isinstance(codes, Quantizer):
         codes._check_is_fitted()
+        if corpus.dtype != np.uint8 or corpus.shape[1] != codes.n_features_in_:
+            raise ValueError(f"codes=Quantizer(precision='float8') needs the corpus as that quantizer's codes, uint8 "
+                             f"of {codes.n_features_in_} bytes a row ({codes.n_features_in_} features), got "
+                             f"{corpus.dtype} of {corpus.shape[1]}")
     elif not (isinstance(codes, str) and codes == "float8"):
-        raise ValueError(f"codes must be None, 'float8' or a fitted Quantizer, got {codes!r}")
+        given = repr(codes) if isinstance(codes, str) else f"a {type(codes).__name__}"  # one line, not a repr
+        if isinstance(codes, Pipeline) and codes.steps and isinstance(codes.steps[-1][1], Quantizer):
+            given += " (its last step, pipeline[-1], is one)"
+        raise ValueError(f"codes must be None, 'float8' or a fitted Quantizer, got {given}")
     if metric not in ("cosine", "dot"):
         raise ValueError(f"codes='float8' are scored by metric='cosine' or 'dot', not {metric!r}")
     if corpus.dtype != np.uint8:
