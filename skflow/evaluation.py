@@ -631,6 +631,8 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
     {'float32': [[0, 1]], 'binary': [[0, 1]], 'binary-asym': [[0, 1]], 'binary-rescore': [[0, 1]]}
     """
     _check_engine(engine, index)
+    if unknown := [precision for precision in precisions if precision not in PRECISIONS]:  # before any search
+        raise ValueError(f"Unknown precision {unknown[0]!r}; valid ones are {', '.join(PRECISIONS)}.")
     queries, documents = np.asarray(queries), np.asarray(documents)
     fitted_on = documents if fitted_on is None else fitted_on
     k = min(k, len(documents))
@@ -656,8 +658,6 @@ def search_stored(queries, documents, precisions: Sequence[str] = ("float32",), 
             found["binary"] = search(query_bits, document_bits, k, metric="hamming")
             found["binary-asym"] = search(queries, document_bits, k, metric="asymmetric")
             found["binary-rescore"] = search(queries, documents, k, candidates=found["binary"][1])
-        else:
-            raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
     return found
 
 
@@ -674,8 +674,6 @@ def _engine_search(queries, documents, precisions, fitted_on, k: int, engine: st
     """`search_stored` through an engine index (see there)."""
     found = {}
     for precision in precisions:
-        if precision not in PRECISIONS:
-            raise ValueError(f"Unknown precision {precision!r}; valid ones are {', '.join(PRECISIONS)}.")
         pipeline = {"float32": None,
                     "int8": make_pipeline(Normalizer(), Quantizer(ranges="symmetric")).fit(fitted_on),
                     "binary": Quantizer(precision="binary").fit(fitted_on)}[precision]

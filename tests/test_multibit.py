@@ -374,3 +374,13 @@ def test_search_names_the_wrong_codes_argument_on_one_line_and_checks_a_float8_q
     with pytest.raises(ValueError, match=r"^codes=Quantizer\(precision='float8'\) needs the corpus as that quantizer's "
                                          r"codes, uint8 of 12 bytes a row \(12 features\), got uint8 of 8$"):
         search(X[:, :8], float8.transform(X)[:, :8], 3, codes=float8)
+
+
+def test_search_stored_refuses_an_unknown_precision_before_any_search(monkeypatch):
+    import skflow.evaluation as evaluation
+    searched = []
+    monkeypatch.setattr(evaluation, "search", lambda *a, **k: searched.append(1))
+    X = np.random.RandomState(0).normal(size=(20, 12))
+    with pytest.raises(ValueError, match=r"^Unknown precision 'int3'; valid ones are"):
+        search_stored(X, X, ["float32", "int3"], k=3)
+    assert not searched
