@@ -151,7 +151,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
         with pytest.raises(InvalidModelError, match=message.strip().replace("(", r"\(").replace(")", r"\)")):
             Quantizer().__setstate__(bad)
     binary = Quantizer(precision="binary").fit(X).__getstate__()
-    assert set(binary) == {"precision", "ranges", "n_features_in_"}
+    assert set(binary) == {"precision", "ranges", "correction", "n_features_in_"}
     assert pickle.loads(pickle.dumps(Quantizer(precision="binary").fit(X))).n_features_in_ == 10
     with pytest.raises(InvalidModelError, match="unknown attributes: ranges_"):  # another precision's state
         Quantizer().__setstate__({**binary, "ranges_": ranges})

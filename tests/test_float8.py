@@ -196,7 +196,7 @@ def test_saved_with_skops_and_joblib_and_crafted_states_refused(tmp_path):
                    joblib.load(joblib.dump(quantizer, tmp_path / "float8.joblib")[0])):
         assert loaded.scale_ == quantizer.scale_ and np.array_equal(loaded.transform(X), quantizer.transform(X))
     state = quantizer.__getstate__()
-    assert set(state) == {"precision", "ranges", "scale_", "n_features_in_"}
+    assert set(state) == {"precision", "ranges", "correction", "scale_", "n_features_in_"}
     crafted = {
         "scale_ must be a power of 2": {**state, "scale_": 3 * quantizer.scale_},
         "scale_ must be a finite float from 1.4012.*e-45 to 1.3292.*e\\+36": {**state, "scale_": 2.0**121},
