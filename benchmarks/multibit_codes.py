@@ -6,8 +6,9 @@ Each set is embedded with all-MiniLM-L6-v2 as MTEB runs it (mean pooling, 256 to
 fitted on the corpus only: unit vectors (``Normalizer``), then ``ITQRotation(n_components=K)`` (``n_iter=0``: the
 top K principal directions randomly rotated, "random"; ``n_iter=50``: ITQ, "itq"), then a ``Quantizer``; the float
 query (mapped by the same steps) is scored by its dot product with the vectors the documents' codes stand for
-(``search(..., metric="dot", codes=quantizer)``), which ranks as the cosine with the documents where K keeps every
-direction. Bytes a vector: ``K * bits / 8``. Rows:
+(``search(..., metric="dot", codes=quantizer)``): where K keeps every direction, the dot of the centred unit
+vectors, which ranks the documents by ``q . x - m . x`` (``m`` their mean), not by their cosine. Bytes a vector:
+``K * bits / 8``. Rows:
 
 - ``binary`` (1 bit), ``int2``, ``int4`` (a Gaussian's Lloyd-Max levels around each dimension's mean and spread,
   skflow's), ``int8`` (per-dimension ranges cut in 256, sentence-transformers');

@@ -120,7 +120,8 @@ def test_a_float_query_against_the_codes_scores_the_vectors_they_stand_for(preci
 
 def test_after_a_random_rotation_of_unit_vectors(sentences):
     """The recipe the docs give: unit vectors, a random rotation of the centred corpus, 2 bits a dimension, the
-    float query's dot with the levels (which ranks as its cosine with the unit vectors)."""
+    float query's dot with the levels (the dot of the centred unit vectors, q . x - m . x up to a constant: not
+    their cosine)."""
     pairs, _, _ = sentences
     queries, corpus = pairs[:, 0], pairs[:, 1]
     pipeline = make_pipeline(Normalizer(), ITQRotation(n_iter=0, random_state=0), Quantizer(precision="int2"))
