@@ -311,6 +311,7 @@ def test_a_correction_given_as_a_numpy_bool_is_saved_and_loaded(tmp_path):
             assert np.array_equal(loaded.transform(X), quantizer.transform(X))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in reduce")  # scikit-learn's finite check: a sum of them
 @pytest.mark.parametrize("precision", ["int4", "int2"])
 def test_a_float32_corpus_near_float32s_limit_gets_finite_levels(precision):
     """Its mean plus 2.7 (int4) or 1.5 (int2) standard deviations passed float32's largest: the fit was refused as
