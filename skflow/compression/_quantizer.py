@@ -512,10 +512,12 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             # float32's largest, which scale_ 2**120 reaches from 256 up, that largest: it was inf)
             values = E4M3_VALUES[codes].astype(np.float64) * self.scale_
             return np.clip(values, -FLOAT32_MAX, FLOAT32_MAX).astype(np.float32)
-        if self.precision in BITS:
+        if self.precision in BITS:  # levels_[code, dimension], looked up in float32 by int32 indices: no block of
+            # intp indices nor of float64 levels (a search decodes a block of rows at a time)
             levels = _unpack(codes.reshape(-1, codes.shape[-1]), self._bits, self.n_features_in_)
-            decoded = np.take_along_axis(self.levels_, levels.astype(np.intp), axis=0)  # levels_[code, dimension]
-            return decoded.astype(np.float32).reshape(*codes.shape[:-1], self.n_features_in_)
+            table = self.levels_.astype(np.float32).T.ravel()  # [dimension * 2**bits + code]
+            index = np.arange(self.n_features_in_, dtype=np.int32) * np.int32(2**self._bits) + levels
+            return table[index].reshape(*codes.shape[:-1], self.n_features_in_)
         if self._symmetric:
             return (codes * (self.scale_ / SYMMETRIC_LEVEL)).astype(np.float32)
         if self._integers:
