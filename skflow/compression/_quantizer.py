@@ -345,7 +345,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         ----------
         X : array-like of shape (n_samples, n_codes) or (n_samples, k, n_codes)
             Codes of this quantizer (int8 or uint8 as `transform` gives them;
-            float8: uint8, never e4m3's NaN patterns 0x7F and 0xFF).
+            float8: uint8, never e4m3's NaN patterns 0x7F and 0xFF;
+            ``correction=True``: each factor finite and not negative).
 
         Returns
         -------
@@ -379,7 +380,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         score : float
             With 3-D pairs and ``y``: the Spearman correlation between gold
             scores and the similarity of the pairs' codes: the cosine of the
-            dequantized vectors for int8 and float8 codes, the negative Hamming distance
+            dequantized vectors for int8, float8, int4 and int2 codes, the negative Hamming distance
             for binary codes (the cosine of their sign vectors, the same
             ranking). Otherwise: the mean cosine between each row and its
             `inverse_transform`, 1 for codes that lose nothing.
