@@ -4,11 +4,14 @@ as a ratio to int8.
 
 Each set is embedded with all-MiniLM-L6-v2 as MTEB runs it (mean pooling, 256 tokens, float32). Every code is
 fitted on the corpus only: unit vectors (``Normalizer``), then ``ITQRotation(n_components=K)`` (``n_iter=0``: the
-top K principal directions randomly rotated, "random"; ``n_iter=50``: ITQ, "itq"), then a ``Quantizer``; the float
-query (mapped by the same steps) is scored by its dot product with the vectors the documents' codes stand for
-(``search(..., metric="dot", codes=quantizer)``): where K keeps every direction, the dot of the centred unit
-vectors, which ranks the documents by ``q . x - m . x`` (``m`` their mean), not by their cosine. Bytes a vector:
-``K * bits / 8``. Rows:
+top K principal directions randomly rotated, "random"; ``n_iter=50``: ITQ, "itq"), then a ``Quantizer``. The float
+query is made a unit vector and rotated, not centred (``unit(q) @ rotation.components_.T``), and scored by its dot
+product with the vectors the documents' codes stand for (``search(..., metric="dot", codes=quantizer)``): where K
+keeps every direction and the codes lose nothing, that ranks the documents by their cosine with the query, as raw
+float32 does (the documents' mean only adds ``q . m``, the same for every document). The rows marked "centred
+query" map the query by the whole pipeline, ``(unit(q) - m) @ components_.T``, as `evaluate` maps queries through a
+method: that ranks by ``q . x - m . x``, another ranking, neither the cosine nor the ``center`` method's. Bytes a
+vector: ``K * bits / 8``. Rows:
 
 - ``binary`` (1 bit), ``int2``, ``int4`` (a Gaussian's Lloyd-Max levels around each dimension's mean and spread,
   skflow's), ``int8`` (per-dimension ranges cut in 256, sentence-transformers');
@@ -55,6 +58,8 @@ CODES = [(24, 192, "binary"), (24, 96, "int2"), (24, 48, "int4"),
          (96, 384, "int2"), (96, 192, "int4"), (96, 96, "int8"),
          (192, 384, "int4"), (192, 192, "int8"),
          (384, 384, "int8")]
+CENTRED_QUERY = [(48, 384, "binary", "itq"), (96, 384, "int2", "random"), (192, 384, "int4", "random"),
+                 (384, 384, "int8", "random")]
 CORRECTED = [(24, 192, "binary"), (48, 384, "binary"), (48, 192, "int2"), (96, 384, "int2"), (192, 384, "int4")]
 ALTERNATIVES = [(48, 192, 2), (96, 384, 2), (96, 192, 4), (192, 384, 4)]  # (bytes, K, bits), random rotation
 
@@ -67,12 +72,14 @@ def ndcg_at_10(found, data) -> float:
     return 100 * retrieval_report(*found, data.qrels, data.query_ids, data.corpus_ids)["ndcg@10"]
 
 
-def skflow_code(documents, queries, K: int, precision: str, n_iter: int, seed: int, correction: bool = False):
+def skflow_code(documents, queries, K: int, precision: str, n_iter: int, seed: int, correction: bool = False,
+                centred: bool = False):
     """The top 100 of each query: unit vectors, rotation, Quantizer, float query against the codes."""
     pipeline = make_pipeline(Normalizer(), ITQRotation(n_components=K, n_iter=n_iter, random_state=seed),
                              Quantizer(precision=precision, correction=correction)).fit(documents)
-    codes, mapped = pipeline.transform(documents), pipeline[:-1].transform(queries)
-    return search(mapped, codes, 100, metric="dot", codes=pipeline[-1])
+    mapped = (pipeline[:-1].transform(queries) if centred
+              else Normalizer().transform(queries) @ pipeline[1].components_.T.astype(np.float32))
+    return search(mapped, pipeline.transform(documents), 100, metric="dot", codes=pipeline[-1])
 
 
 def alternative(rotated, mapped, bits: int, kind: str):
@@ -117,6 +124,10 @@ def study(data, documents, queries, seeds) -> dict:
             rows[f"{size} B: {precision} of {K}, {rotation}"] = [
                 share(ndcg_at_10(skflow_code(documents, queries, K, precision, n_iter, seed), data), base)
                 for seed in seeds]
+    for size, K, precision, rotation in CENTRED_QUERY:
+        rows[f"{size} B: {precision} of {K}, {rotation}, centred query"] = [
+            share(ndcg_at_10(skflow_code(documents, queries, K, precision, 50 if rotation == "itq" else 0, seed,
+                                         centred=True), data), base) for seed in seeds]
     for size, K, precision in CORRECTED:
         for rotation, n_iter in (("random", 0), ("itq", 50)):
             rows[f"{size + 4} B: {precision} of {K} + correction, {rotation}"] = [
@@ -129,7 +140,7 @@ def study(data, documents, queries, seeds) -> dict:
             for seed in seeds:
                 rotation = ITQRotation(n_components=K, n_iter=0, random_state=seed).fit(unit)
                 rotated = rotation.transform(unit).astype(np.float64)
-                mapped = rotation.transform(Normalizer().transform(queries))
+                mapped = Normalizer().transform(queries) @ rotation.components_.T
                 values.append(share(ndcg_at_10(alternative(rotated, mapped, bits, kind), data), base))
             rows[f"{size} B: {bits} bits of {K}, random, {kind}"] = values
     unit_queries = Normalizer().transform(queries)
@@ -182,22 +193,41 @@ def main(argv=None) -> None:
     parser.add_argument("--cache-dir", help="embedding cache (each text embedded once)")
     parser.add_argument("--data-home", default=os.environ.get("SKFLOW_RETRIEVAL_DATA"),
                         help="the folder of the sets in BEIR's layout (default: $SKFLOW_RETRIEVAL_DATA)")
-    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    parser.add_argument("--sets", nargs="*", default=list(SETS), choices=SETS,
+                        help="the sets of the study (none: the speed alone, on SciFact's vectors)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--speed-rows", type=int, default=200_000)
+    parser.add_argument("--speed-rows", type=int, default=200_000, help="rows of the speed run (0: none)")
     args = parser.parse_args(argv)
     clock = Clock()
     embedder = BertEmbedder(pooling="mean", max_length=256, dtype="float32", cache_dir=args.cache_dir,
                             show_progress_bar=False)
-    results, scifact = {}, None
+    results, text = {}, []
     for name in args.sets:
-        data = load_beir(name if name == "scifact" else Path(args.data_home) / name, data_home=args.data_home)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "BertEmbedder: .* longer than max_length")  # as MTEB truncates
-            documents, queries = embedder.transform(data.corpus), embedder.transform(data.queries)
-        scifact = scifact or (documents, queries)
+        data, documents, queries = embedded(name, embedder, args.data_home)
         results[name] = study(data, documents, queries, args.seeds)
         print(f"[{clock}] {name} done", file=sys.stderr, flush=True)
+    if results:
+        text += [f"The share of each corpus's raw float32 nDCG@10, mean over seeds {args.seeds} (range):", "",
+                 *table(results), ""]
+    if args.speed_rows:
+        _, documents, queries = embedded("scifact", embedder, args.data_home)
+        text += [f"Speed, {args.speed_rows:,} rows of {documents.shape[1]} dimensions (SciFact's vectors tiled with "
+                 "noise):", "", *speed(documents, queries, args.speed_rows)]
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    print("\n".join([f"Written by `python benchmarks/multibit_codes.py {command}` in {clock}. {environment()}.", "",
+                     *text]))
+
+
+def embedded(name: str, embedder: BertEmbedder, data_home) -> tuple:
+    """A set, and its documents' and queries' vectors."""
+    data = load_beir(name if name == "scifact" else Path(data_home) / name, data_home=data_home)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "BertEmbedder: .* longer than max_length")  # as MTEB truncates
+        return data, embedder.transform(data.corpus), embedder.transform(data.queries)
+
+
+def table(results: dict) -> list[str]:
+    """The Markdown table of the study: a row per code, a column per corpus."""
     names = list(results)
     lines = ["| code | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines.append("| float32 nDCG@10 | " + " | ".join(f"{results[n]['float32'][0]:.2f}" for n in names) + " |")
@@ -209,13 +239,7 @@ def main(argv=None) -> None:
                 cells.append(f"{np.mean(values):.1f}%" + (f" ({min(values):.1f}-{max(values):.1f})"
                                                            if len(values) > 1 else ""))
             lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    speed_lines = speed(*scifact, args.speed_rows)
-    command = " ".join(sys.argv[1:] if argv is None else argv)
-    print("\n".join([
-        f"Written by `python benchmarks/multibit_codes.py {command}` in {clock}. {environment()}. The share of each "
-        f"corpus's raw float32 nDCG@10, mean over seeds {args.seeds} (range):", "", *lines, "",
-        f"Speed, {args.speed_rows:,} rows of {scifact[0].shape[1]} dimensions (SciFact's vectors tiled with noise):",
-        "", *speed_lines]))
+    return lines
 
 
 if __name__ == "__main__":
