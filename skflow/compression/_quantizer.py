@@ -584,6 +584,32 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                     "(row 1)")
 
 
+def search_inputs(quantizer: Quantizer, queries: np.ndarray, corpus: np.ndarray, metric: str):
+    """``search(..., codes=quantizer)``: the checks, before any work; the queries as float vectors (codes decoded),
+    and the decoder of the corpus's rows (None for float8 codes: `search` reads them as ``codes="float8"``)."""
+    quantizer._check_is_fitted()
+    dtype, width = np.dtype(quantizer._code_dtype), quantizer._n_features_out
+    name = f"codes=Quantizer(precision={quantizer.precision!r})"
+    if quantizer.precision == "float8":
+        if corpus.dtype != dtype or corpus.shape[1] != width:
+            raise ValueError(f"{name} needs the corpus as that quantizer's codes, uint8 of {width} bytes a row "
+                             f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
+        return queries, None
+    if metric not in ("cosine", "dot"):
+        raise ValueError(f"{name} are scored by metric='cosine' or 'dot' (of the vectors they stand for), not "
+                         f"{metric!r}")
+    if corpus.dtype != dtype or corpus.shape[1] != width:
+        raise ValueError(f"{name} needs the corpus as that quantizer's codes, {dtype.name} of {width} bytes a row "
+                         f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
+    if queries.dtype == dtype and queries.shape[1] == width:
+        quantizer._check_factors(queries, "queries")
+        return quantizer.inverse_transform(queries), quantizer._vectors
+    if queries.dtype.kind != "f" or queries.shape[1] != quantizer.n_features_in_:
+        raise ValueError(f"{name} needs the queries as float vectors of its {quantizer.n_features_in_} features or "
+                         f"as its codes ({dtype.name} of {width} bytes), got {queries.dtype} of {queries.shape[1]}")
+    return queries, quantizer._vectors
+
+
 def _factors(codes: np.ndarray) -> np.ndarray:
     """The float32 correction factors in the last 4 bytes of each row of ``codes`` (any leading shape), flattened."""
     tail = np.ascontiguousarray(codes[..., -FACTOR_BYTES:]).view(np.uint8)

@@ -5,7 +5,7 @@ from sklearn.pipeline import Pipeline
 
 from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
-from skflow.compression._quantizer import Quantizer
+from skflow.compression._quantizer import Quantizer, search_inputs
 
 __all__ = ["search"]
 
@@ -105,9 +105,10 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus", finite=False)  # checked a block at a time
     table = decode = None
-    if isinstance(codes, Quantizer) and codes.precision != "float8":
-        queries, decode = _quantizer_queries(queries, corpus, metric, codes)
-    elif codes is not None:
+    if isinstance(codes, Quantizer):  # a float8 one: as codes="float8", once its width is checked
+        queries, decode = search_inputs(codes, queries, corpus, metric)
+        codes = "float8" if decode is None else None
+    if codes is not None:
         queries, table = _float8_queries(queries, corpus, metric, codes), E4M3_VALUES
     codes = metric in ("hamming", "asymmetric")
     if codes and corpus.dtype not in (np.int8, np.uint8):
@@ -154,37 +155,10 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
     return _top_k(float_candidates(float_metric, corpus, candidates, k, step), candidates, k)
 
 
-def _quantizer_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, quantizer: Quantizer):
-    """``codes=quantizer``: the checks, before any work; the queries as float vectors (codes decoded), and the decoder
-    of the corpus's rows."""
-    quantizer._check_is_fitted()
-    name = f"codes=Quantizer(precision={quantizer.precision!r})"
-    if metric not in ("cosine", "dot"):
-        raise ValueError(f"{name} are scored by metric='cosine' or 'dot' (of the vectors they stand for), not "
-                         f"{metric!r}")
-    dtype, width = np.dtype(quantizer._code_dtype), quantizer._n_features_out
-    if corpus.dtype != dtype or corpus.shape[1] != width:
-        raise ValueError(f"{name} needs the corpus as that quantizer's codes, {dtype.name} of {width} bytes a row "
-                         f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
-    if queries.dtype == dtype and queries.shape[1] == width:
-        quantizer._check_factors(queries, "queries")
-        return quantizer.inverse_transform(queries), quantizer._vectors
-    if queries.dtype.kind != "f" or queries.shape[1] != quantizer.n_features_in_:
-        raise ValueError(f"{name} needs the queries as float vectors of its {quantizer.n_features_in_} features or "
-                         f"as its codes ({dtype.name} of {width} bytes), got {queries.dtype} of {queries.shape[1]}")
-    return queries, quantizer._vectors
-
-
 def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes) -> np.ndarray:
-    """``codes="float8"`` (or a float8 Quantizer): the checks, before any work, and the queries as float vectors
-    (codes decoded)."""
-    if isinstance(codes, Quantizer):
-        codes._check_is_fitted()
-        if corpus.dtype != np.uint8 or corpus.shape[1] != codes.n_features_in_:
-            raise ValueError(f"codes=Quantizer(precision='float8') needs the corpus as that quantizer's codes, uint8 "
-                             f"of {codes.n_features_in_} bytes a row ({codes.n_features_in_} features), got "
-                             f"{corpus.dtype} of {corpus.shape[1]}")
-    elif not (isinstance(codes, str) and codes == "float8"):
+    """``codes="float8"`` (or a float8 Quantizer, its width checked): the checks, before any work, and the queries as
+    float vectors (codes decoded)."""
+    if not (isinstance(codes, str) and codes == "float8"):
         given = repr(codes) if isinstance(codes, str) else f"a {type(codes).__name__}"  # one line, not a repr
         if isinstance(codes, Pipeline) and codes.steps and isinstance(codes.steps[-1][1], Quantizer):
             given += " (its last step, pipeline[-1], is one)"
