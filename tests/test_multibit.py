@@ -417,3 +417,20 @@ def test_search_decodes_a_block_of_codes_without_wider_copies(monkeypatch):
             tracemalloc.stop()
         assert np.array_equal(found[1], expected[1]) and np.array_equal(found[0], expected[0])
         assert peak < 4, (precision, peak)  # MiB
+
+
+@pytest.mark.parametrize("precision", ["int4", "int2"])
+def test_float32_rows_at_and_beside_each_cut_get_the_codes_of_their_float64_values(precision):
+    """float32 rows are compared with the cut points rounded down to float32 (half float64's cost): the same codes
+    as the exact float64 comparison, for values on a cut and one float32 step either side."""
+    X = np.random.RandomState(3).normal(size=(500, 9)) * [1, 1e-3, 1e3, 1, 1, 1, 1, 1, 1]
+    quantizer = Quantizer(precision=precision).fit(X)
+    cuts = ((quantizer.levels_[1:] + quantizer.levels_[:-1]) / 2).astype(np.float32)
+    rows = np.vstack([np.nextafter(cuts, np.float32(np.inf)), cuts, np.nextafter(cuts, np.float32(-np.inf))])
+    expected = quantizer.transform(rows.astype(np.float64))
+    assert np.array_equal(quantizer.transform(rows), expected)
+    assert np.array_equal(quantizer.transform(rows.astype(np.float16).astype(np.float32)),
+                          quantizer.transform(rows.astype(np.float16)))
+    exact = (rows.astype(np.float64)[:, None, :] > (quantizer.levels_[1:] + quantizer.levels_[:-1])[None] / 2).sum(1)
+    assert np.array_equal(quantizer.inverse_transform(expected),
+                          np.take_along_axis(quantizer.levels_, exact, axis=0).astype(np.float32))

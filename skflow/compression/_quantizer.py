@@ -482,7 +482,13 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         if self.precision == "float8":  # division by a power of 2: exact, then one rounding
             return e4m3_bits(rows.astype(np.float64, copy=False) * (1 / self.scale_))
         if self.precision in BITS:  # the number of cut points below each value: its level
-            cuts, rows = (self.levels_[1:] + self.levels_[:-1]) / 2, rows.astype(np.float64)  # compared in float64
+            cuts = (self.levels_[1:] + self.levels_[:-1]) / 2
+            if rows.dtype in (np.float16, np.float32):  # x > cut as x > the largest float32 at most cut: the same
+                # answer for every float32 x, at half float64's cost
+                narrow = cuts.astype(np.float32)
+                cuts = np.where(narrow > cuts, np.nextafter(narrow, np.float32(-np.inf)), narrow)
+            else:
+                rows = rows.astype(np.float64)
             levels, above = np.zeros(rows.shape, np.uint8), np.empty(rows.shape, bool)
             for cut in cuts:
                 levels += np.greater(rows, cut, out=above)
