@@ -596,17 +596,14 @@ def search_inputs(quantizer: Quantizer, queries: np.ndarray, corpus: np.ndarray,
     quantizer._check_is_fitted()
     dtype, width = np.dtype(quantizer._code_dtype), quantizer._n_features_out
     name = f"codes=Quantizer(precision={quantizer.precision!r})"
-    if quantizer.precision == "float8":
-        if corpus.dtype != dtype or corpus.shape[1] != width:
-            raise ValueError(f"{name} needs the corpus as that quantizer's codes, uint8 of {width} bytes a row "
-                             f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
-        return queries, None
-    if metric not in ("cosine", "dot"):
+    if quantizer.precision != "float8" and metric not in ("cosine", "dot"):  # float8's: checked as codes="float8"
         raise ValueError(f"{name} are scored by metric='cosine' or 'dot' (of the vectors they stand for), not "
                          f"{metric!r}")
     if corpus.dtype != dtype or corpus.shape[1] != width:
         raise ValueError(f"{name} needs the corpus as that quantizer's codes, {dtype.name} of {width} bytes a row "
                          f"({quantizer.n_features_in_} features), got {corpus.dtype} of {corpus.shape[1]}")
+    if quantizer.precision == "float8":
+        return queries, None
     if queries.dtype == dtype and queries.shape[1] == width:
         quantizer._check_factors(queries, "queries")
         return quantizer.inverse_transform(queries), quantizer._vectors
