@@ -12,7 +12,7 @@ from sklearn.preprocessing import Normalizer
 import skflow
 from skflow import ITQRotation, Quantizer
 from skflow.compression import search
-from skflow.compression._quantizer import GAUSSIAN_LEVELS
+from skflow.compression._multibit import GAUSSIAN_LEVELS
 from skflow.engines import EngineIndex
 from skflow.evaluation import overlap, search_stored
 from skflow.metrics import sts_spearman

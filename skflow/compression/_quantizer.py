@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow.base import CheckedStateMixin, PairsTransformerMixin, pairs_score, unchanged_on_failure, validate_embeddings
 from skflow.compression._float8 import E4M3_MAX, E4M3_VALUES, e4m3_bits, e4m3_nan_codes
+from skflow.compression._multibit import gaussian_levels, pack, unpack
 from skflow.metrics import paired_cosine
 from skflow.utils import InvalidModelError, row_chunks
 
@@ -21,10 +22,6 @@ __all__ = ["Quantizer"]
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 PRECISIONS = ("int8", "uint8", "binary", "ubinary", "float8", "int4", "int2")
 BITS = {"int4": 4, "int2": 2}  # the packed multi-bit codes: bits a dimension
-# The Lloyd-Max levels of a standard Gaussian (Max 1960): the 2**bits values, and the cut points halfway between them,
-# of least mean squared error; the upper half (the lower is its mirror image)
-GAUSSIAN_LEVELS = {2: (0.45278, 1.510418),
-                   4: (0.128395, 0.388048, 0.656759, 0.94234, 1.256231, 1.618046, 2.069017, 2.73259)}
 RANGES = ("per-dimension", "symmetric")
 CORRECTED = ("binary", "ubinary", "int4", "int2")  # the codes a per-vector correction may follow
 FACTOR_BYTES = 4  # the correction: a little-endian float32 after each row's code
@@ -295,7 +292,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
                                else float(np.float32(largest)) or 1.0)
                 vars(self).pop("ranges_", None)
             elif self.precision in BITS:
-                self.levels_ = _gaussian_levels(X2d, BITS[self.precision])
+                self.levels_ = gaussian_levels(X2d, BITS[self.precision])
                 vars(self).pop("ranges_", None)
                 vars(self).pop("scale_", None)
             elif self._integers:
@@ -492,7 +489,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             levels, above = np.zeros(rows.shape, np.uint8), np.empty(rows.shape, bool)
             for cut in cuts:
                 levels += np.greater(rows, cut, out=above)
-            return _pack(levels, self._bits)
+            return pack(levels, self._bits)
         if self._symmetric:
             scaled = rows * (SYMMETRIC_LEVEL / np.float64(self.scale_))
             return np.clip(np.rint(scaled), -SYMMETRIC_LEVEL, SYMMETRIC_LEVEL).astype(np.int8)
@@ -521,7 +518,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
             return np.clip(values, -FLOAT32_MAX, FLOAT32_MAX).astype(np.float32)
         if self.precision in BITS:  # levels_[code, dimension], looked up in float32 by int32 indices: no block of
             # intp indices nor of float64 levels (a search decodes a block of rows at a time)
-            levels = _unpack(codes.reshape(-1, codes.shape[-1]), self._bits, self.n_features_in_)
+            levels = unpack(codes.reshape(-1, codes.shape[-1]), self._bits, self.n_features_in_)
             table = self.levels_.astype(np.float32).T.ravel()  # [dimension * 2**bits + code]
             index = np.arange(self.n_features_in_, dtype=np.int32) * np.int32(2**self._bits) + levels
             return table[index].reshape(*codes.shape[:-1], self.n_features_in_)
@@ -617,42 +614,6 @@ def _factors(codes: np.ndarray) -> np.ndarray:
     """The float32 correction factors in the last 4 bytes of each row of ``codes`` (any leading shape), flattened."""
     tail = np.ascontiguousarray(codes[..., -FACTOR_BYTES:]).view(np.uint8)
     return tail.reshape(-1, FACTOR_BYTES).view("<f4")[:, 0]
-
-
-def _gaussian_levels(X2d: np.ndarray, bits: int) -> np.ndarray:
-    """``(2**bits, d)``: each dimension's mean plus its standard deviation times a Gaussian's Lloyd-Max levels, from two
-    passes over the rows (float64)."""
-    total, largest = np.zeros(X2d.shape[1]), 0.0
-    with np.errstate(over="ignore"):
-        for _, part in row_chunks(X2d):
-            total += part.sum(axis=0, dtype=np.float64)
-            largest = max(largest, float(np.abs(part).max(initial=0)))
-    if largest > FLOAT32_MAX:
-        raise ValueError(f"X has values beyond float32's range (+-{FLOAT32_MAX:.4g}): the levels of its codes are "
-                         "float32 numbers.")
-    mean, squares = total / len(X2d), np.zeros(X2d.shape[1])
-    for _, part in row_chunks(X2d):
-        squares += ((part.astype(np.float64) - mean) ** 2).sum(axis=0)
-    upper = np.array(GAUSSIAN_LEVELS[bits])
-    levels = mean + np.sqrt(squares / len(X2d)) * np.concatenate([-upper[::-1], upper])[:, None]
-    # within float32's range: a spread near it (values of +-3.4e38) put the outer levels beyond
-    return np.clip(levels, -FLOAT32_MAX, FLOAT32_MAX)
-
-
-def _pack(levels: np.ndarray, bits: int) -> np.ndarray:
-    """Codes of ``bits`` bits (uint8, one a value) packed ``8 // bits`` a byte, the first in the high bits, padded
-    with zero bits."""
-    per_byte = 8 // bits
-    padded = np.zeros((len(levels), -(-levels.shape[1] // per_byte) * per_byte), np.uint8)
-    padded[:, : levels.shape[1]] = levels
-    shifts = np.arange(per_byte - 1, -1, -1, dtype=np.uint8) * bits
-    return np.bitwise_or.reduce(padded.reshape(len(levels), -1, per_byte) << shifts, axis=-1)
-
-
-def _unpack(packed: np.ndarray, bits: int, width: int) -> np.ndarray:
-    """`_pack` undone: ``(n, width)`` codes (the padding dropped)."""
-    shifts = np.arange(8 // bits - 1, -1, -1, dtype=np.uint8) * bits
-    return ((packed[..., None] >> shifts) & np.uint8(2**bits - 1)).reshape(len(packed), -1)[:, :width]
 
 
 def _float8_scale(largest: float) -> float:
