@@ -22,6 +22,10 @@ vector: ``K * bits / 8``. Rows:
 - ``faiss RaBitQ``: faiss's own RaBitQ index (``IndexRaBitQ`` with ``nb_bits`` 1, 2, 4 behind a seeded random
   rotation, inner product of the unit vectors, its per-vector factors in the bytes given), with a float query and
   with its default 4-bit query;
+- ``TransformCoder``: ``make_pipeline(Normalizer(), TransformCoder(n_bytes=size))``, the bytes spent on the
+  principal directions by their variance (4, 2, 1 or 0 bits each), searched with the unit query as it is
+  (``search(..., metric="dot", codes=coder)``); ``--transform-only`` runs these rows and the codes of one width at
+  the same sizes that they are compared with, over ``--seeds``;
 - ``truncation``: the first ``bytes / 4`` coordinates in float32, the cosine (Matryoshka's cut; this encoder was not
   trained for it).
 
@@ -32,6 +36,7 @@ codes (top 10), each per vector and as a ratio to int8's (int8 searched as its i
 as an engine does).
 
     python benchmarks/multibit_codes.py --cache-dir DIR [--data-home DATA] [--seeds 0 1 2 3 4] [--speed-rows 200000]
+        [--transform-only]
 """
 
 import argparse
@@ -46,7 +51,7 @@ from _study import Clock, environment
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer
 
-from skflow import BertEmbedder, ITQRotation, Quantizer
+from skflow import BertEmbedder, ITQRotation, Quantizer, TransformCoder
 from skflow.compression import search
 from skflow.datasets import load_beir
 from skflow.evaluation import retrieval_report
@@ -61,6 +66,9 @@ CODES = [(24, 192, "binary"), (24, 96, "int2"), (24, 48, "int4"),
 CENTRED_QUERY = [(48, 384, "binary", "itq"), (96, 384, "int2", "random"), (192, 384, "int4", "random"),
                  (384, 384, "int8", "random")]
 CORRECTED = [(24, 192, "binary"), (48, 384, "binary"), (48, 192, "int2"), (96, 384, "int2"), (192, 384, "int4")]
+# the TransformCoder's sizes, and the best code of one width at each (the frontier's), compared in the same seeds
+TRANSFORM_SIZES = [(24, 192, "binary", "itq"), (48, 384, "binary", "itq"), (48, 192, "int2", "random"),
+                   (96, 192, "int4", "itq"), (192, 384, "int4", "random")]
 ALTERNATIVES = [(48, 192, 2), (96, 384, 2), (96, 192, 4), (192, 384, 4)]  # (bytes, K, bits), random rotation
 
 
@@ -80,6 +88,40 @@ def skflow_code(documents, queries, K: int, precision: str, n_iter: int, seed: i
     mapped = (pipeline[:-1].transform(queries) if centred
               else Normalizer().transform(queries) @ pipeline[1].components_.T.astype(np.float32))
     return search(mapped, pipeline.transform(documents), 100, metric="dot", codes=pipeline[-1])
+
+
+def transform_code(documents, queries, size: int, seed: int):
+    """The top 100 of each query: unit vectors coded by a TransformCoder of ``size`` bytes, the unit query as it is."""
+    pipeline = make_pipeline(Normalizer(), TransformCoder(n_bytes=size, random_state=seed)).fit(documents)
+    return search(Normalizer().transform(queries), pipeline.transform(documents), 100, metric="dot",
+                  codes=pipeline[-1])
+
+
+def allocation(documents, size: int) -> str:
+    """The widths a TransformCoder of ``size`` bytes gives the corpus's directions, e.g. ``4x32 + 2x96 + 1x64``."""
+    bits = make_pipeline(Normalizer(), TransformCoder(n_bytes=size, random_state=0)).fit(documents)[-1].n_bits_
+    return " + ".join(f"{width}x{np.count_nonzero(bits == width)}" for width in (4, 2, 1) if (bits == width).any())
+
+
+def transform_study(data, documents, queries, seeds) -> dict:
+    """The TransformCoder's rows and the codes of one width it is compared with, at each size."""
+    base = ndcg_at_10(search(queries, documents, 100), data)
+    rows = {"float32": [base]}
+    for size, K, precision, rotation in TRANSFORM_SIZES:
+        rows[f"{size} B: {precision} of {K}, {rotation}"] = [
+            share(ndcg_at_10(skflow_code(documents, queries, K, precision, 50 if rotation == "itq" else 0, seed),
+                             data), base) for seed in seeds]
+    return rows | transform_rows(data, documents, queries, seeds, base)
+
+
+def transform_rows(data, documents, queries, seeds, base: float) -> dict:
+    """The TransformCoder's share at each size, over ``seeds``, and the widths it gives."""
+    rows = {}
+    for size in sorted({size for size, *_ in TRANSFORM_SIZES}):
+        rows[f"{size} B: TransformCoder"] = [share(ndcg_at_10(transform_code(documents, queries, size, seed), data),
+                                                   base) for seed in seeds]
+        rows[f"{size} B: TransformCoder's widths"] = allocation(documents, size)
+    return rows
 
 
 def alternative(rotated, mapped, bits: int, kind: str):
@@ -154,6 +196,7 @@ def study(data, documents, queries, seeds) -> dict:
                 values.append(share(ndcg_at_10(index.search(unit_queries, 100), data), base))
             query = "float query" if query_bits == 0 else "4-bit query (faiss's default)"
             rows[f"faiss RaBitQ, {bits} bit{'s' if bits > 1 else ''} ({index.sa_code_size()} B), {query}"] = values
+    rows |= transform_rows(data, documents, queries, seeds, base)
     for size in (24, 48, 96, 192, 384, 768):
         width = size // 4
         rows[f"{size} B: truncation to {width} float32"] = [
@@ -197,6 +240,8 @@ def main(argv=None) -> None:
                         help="the sets of the study (none: the speed alone, on SciFact's vectors)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--speed-rows", type=int, default=200_000, help="rows of the speed run (0: none)")
+    parser.add_argument("--transform-only", action="store_true",
+                        help="the TransformCoder's rows and the codes it is compared with, no other")
     args = parser.parse_args(argv)
     clock = Clock()
     embedder = BertEmbedder(pooling="mean", max_length=256, dtype="float32", cache_dir=args.cache_dir,
@@ -204,7 +249,7 @@ def main(argv=None) -> None:
     results, text = {}, []
     for name in args.sets:
         data, documents, queries = embedded(name, embedder, args.data_home)
-        results[name] = study(data, documents, queries, args.seeds)
+        results[name] = (transform_study if args.transform_only else study)(data, documents, queries, args.seeds)
         print(f"[{clock}] {name} done", file=sys.stderr, flush=True)
     if results:
         text += [f"The share of each corpus's raw float32 nDCG@10, mean over seeds {args.seeds} (range):", "",
@@ -236,6 +281,9 @@ def table(results: dict) -> list[str]:
             cells = []
             for name in names:
                 values = results[name][row]
+                if isinstance(values, str):  # a TransformCoder's widths
+                    cells.append(values)
+                    continue
                 cells.append(f"{np.mean(values):.1f}%" + (f" ({min(values):.1f}-{max(values):.1f})"
                                                            if len(values) > 1 else ""))
             lines.append(f"| {row} | " + " | ".join(cells) + " |")

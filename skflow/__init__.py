@@ -17,7 +17,7 @@ if (_sys.argv[:1] == ["-m"] or _os.path.basename(_sys.argv[0] if _sys.argv else 
         _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_while_loading)
 
-from skflow.compression import ITQRotation, Quantizer
+from skflow.compression import ITQRotation, Quantizer, TransformCoder
 from skflow.embedder import BertEmbedder, EncoderChangedError
 from skflow.gaussianizer import ConstantFeaturesWarning, FlowGaussianizer
 from skflow.metrics import UndefinedSpearmanWarning
@@ -37,6 +37,7 @@ __all__ = [
     "MeanDirectionRemover",
     "NotInvertibleError",
     "Quantizer",
+    "TransformCoder",
     "UndefinedSpearmanWarning",
     "Whitener",
     "__version__",

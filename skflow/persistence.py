@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sklearn.base import BaseEstimator
 
-from skflow.compression import ITQRotation, Quantizer
+from skflow.compression import ITQRotation, Quantizer, TransformCoder
 from skflow.embedder import BertEmbedder
 from skflow.embedding import check_hub_options
 from skflow.engines import EngineIndex
@@ -19,7 +19,8 @@ __all__ = ["SKFLOW_TYPES", "InvalidModelError", "UntrustedTypeError", "dump", "l
 
 # skflow's estimators, and a check of what scikit-learn's constraints cannot express (model_kwargs' keys, ...)
 _SKFLOW_CLASSES = {BertEmbedder: check_hub_options, Centerer: None, EngineIndex: None, FlowGaussianizer: None,
-                   ITQRotation: None, MeanDirectionRemover: None, Quantizer: None, Whitener: None}
+                   ITQRotation: None, MeanDirectionRemover: None, Quantizer: None, TransformCoder: None,
+                   Whitener: None}
 SKFLOW_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in _SKFLOW_CLASSES)
 
 

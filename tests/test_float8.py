@@ -167,8 +167,8 @@ def test_bad_codes_are_refused_before_any_work():
     corpus_nan = codes.copy()
     corpus_nan[7, 0] = 0x7F
     refused = {
-        "codes must be None, 'float8' or a fitted Quantizer, got 'float16'": dict(queries=codes, corpus=codes,
-                                                                                 codes="float16"),
+        "codes must be None, 'float8', a fitted Quantizer or TransformCoder, got 'float16'": dict(
+            queries=codes, corpus=codes, codes="float16"),
         "codes='float8' are scored by metric='cosine' or 'dot', not 'hamming'": dict(
             queries=codes, corpus=codes, metric="hamming", codes="float8"),
         "needs the corpus as float8 codes, e4m3 bit patterns in uint8 .*, got int8": dict(

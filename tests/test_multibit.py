@@ -374,10 +374,11 @@ def test_search_names_the_wrong_codes_argument_on_one_line_and_checks_a_float8_q
     from sklearn.pipeline import make_pipeline
     X = np.random.RandomState(0).normal(size=(20, 12))
     pipeline = make_pipeline(Normalizer(), ITQRotation(n_iter=0, random_state=0), Quantizer(precision="int2")).fit(X)
-    with pytest.raises(ValueError, match=r"^codes must be None, 'float8' or a fitted Quantizer, got a Pipeline \(its "
-                                         r"last step, pipeline\[-1\], is one\)$"):
+    with pytest.raises(ValueError, match=r"^codes must be None, 'float8', a fitted Quantizer or TransformCoder, got "
+                                         r"a Pipeline \(its last step, pipeline\[-1\], is one\)$"):
         search(X, pipeline.transform(X), 3, codes=pipeline)
-    with pytest.raises(ValueError, match=r"^codes must be None, 'float8' or a fitted Quantizer, got a ndarray$"):
+    with pytest.raises(ValueError, match=r"^codes must be None, 'float8', a fitted Quantizer or TransformCoder, "
+                                         r"got a ndarray$"):
         search(X, pipeline.transform(X), 3, codes=np.zeros((3, 3)))
     float8 = Quantizer(precision="float8").fit(X)
     with pytest.raises(ValueError, match=r"^codes=Quantizer\(precision='float8'\) needs the corpus as that quantizer's "

@@ -156,7 +156,7 @@ class ITQRotation(LinearPostProcessor):
             raise ValueError(f"ITQRotation(n_components={n_kept}) needs at least {n_kept} features, but X has "
                              f"{n_features}.")
         pca = Whitener(power=0, n_components=n_kept).fit(X2d)  # centred principal directions, from the moments
-        rotation, previous, n_iter = _haar_rotation(n_kept, check_random_state(self.random_state)), None, 0
+        rotation, previous, n_iter = haar_rotation(n_kept, check_random_state(self.random_state)), None, 0
         while True:
             loss, cross = _quantization_pass(X2d, pca.mean_, pca.components_.T @ rotation)
             procrustes = pca.components_ @ cross.T  # V^T B, K x K
@@ -189,7 +189,7 @@ class ITQRotation(LinearPostProcessor):
             raise InvalidModelError("scale_ must be ones (a rotation scales nothing): the file was edited")
 
 
-def _haar_rotation(n: int, rng: np.random.RandomState) -> np.ndarray:
+def haar_rotation(n: int, rng: np.random.RandomState) -> np.ndarray:
     """A uniformly random (Haar) ``n x n`` rotation: Q of a Gaussian matrix's QR, its columns' signs fixed."""
     q, r = np.linalg.qr(rng.standard_normal((n, n)))
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)

@@ -6,6 +6,7 @@ from sklearn.pipeline import Pipeline
 from skflow.compression._float8 import E4M3_VALUES, e4m3_nan_codes
 from skflow.compression._float_scores import FloatMetric, float_candidates, float_top_k
 from skflow.compression._quantizer import Quantizer, search_inputs
+from skflow.compression._transform_coder import TransformCoder, coder_search_inputs
 
 __all__ = ["search"]
 
@@ -62,13 +63,14 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
 
             _, top = search(query_bits, corpus_bits, 100, metric="hamming")
             scores, indices = search(query_vectors, corpus_vectors, 10, candidates=top)
-    codes : {None, "float8"} or Quantizer, default=None
-        A fitted `Quantizer`: the corpus holds its codes, scored by
+    codes : {None, "float8"}, Quantizer or TransformCoder, default=None
+        A fitted `Quantizer` or `TransformCoder`: the corpus holds its codes, scored by
         ``metric="cosine"`` or ``"dot"`` as the vectors they stand for
         (its `Quantizer.inverse_transform`, a block of rows at a time): a
         float query against 4- or 2-bit codes (``precision="int4"``,
-        ``"int2"``), or int8 or binary ones. The queries are float vectors,
-        or the same quantizer's codes. A float8 quantizer is
+        ``"int2"``), int8 or binary ones, or a `TransformCoder`'s (decoded in
+        the input's space). The queries are float vectors, or the same
+        quantizer's codes. A float8 quantizer is
         ``codes="float8"``.
 
         ``"float8"``: the corpus holds float8 codes of a `Quantizer`
@@ -105,7 +107,10 @@ def search(queries, corpus, k: int = 10, *, metric: str = "cosine", candidates=N
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     queries, corpus = _matrix(queries, "queries"), _matrix(corpus, "corpus", finite=False)  # checked a block at a time
     table = decode = None
-    if isinstance(codes, Quantizer):  # a float8 one: as codes="float8", once its width is checked
+    if isinstance(codes, TransformCoder):
+        queries, decode = coder_search_inputs(codes, queries, corpus, metric)
+        codes = None
+    elif isinstance(codes, Quantizer):  # a float8 one: as codes="float8", once its width is checked
         queries, decode = search_inputs(codes, queries, corpus, metric)
         codes = "float8" if decode is None else None
     if codes is not None:
@@ -160,9 +165,9 @@ def _float8_queries(queries: np.ndarray, corpus: np.ndarray, metric: str, codes)
     float vectors (codes decoded)."""
     if not (isinstance(codes, str) and codes == "float8"):
         given = repr(codes) if isinstance(codes, str) else f"a {type(codes).__name__}"  # one line, not a repr
-        if isinstance(codes, Pipeline) and codes.steps and isinstance(codes.steps[-1][1], Quantizer):
+        if isinstance(codes, Pipeline) and codes.steps and isinstance(codes.steps[-1][1], (Quantizer, TransformCoder)):
             given += " (its last step, pipeline[-1], is one)"
-        raise ValueError(f"codes must be None, 'float8' or a fitted Quantizer, got {given}")
+        raise ValueError(f"codes must be None, 'float8', a fitted Quantizer or TransformCoder, got {given}")
     if metric not in ("cosine", "dot"):
         raise ValueError(f"codes='float8' are scored by metric='cosine' or 'dot', not {metric!r}")
     if corpus.dtype != np.uint8:
