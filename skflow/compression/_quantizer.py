@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skflow.base import CheckedStateMixin, PairsTransformerMixin, pairs_score, unchanged_on_failure, validate_embeddings
+from skflow.compression._correction import FACTOR_BYTES, check_factors, factor_bytes, read_factors
 from skflow.compression._float8 import E4M3_MAX, E4M3_VALUES, e4m3_bits, e4m3_nan_codes
 from skflow.compression._multibit import gaussian_levels, pack, unpack
 from skflow.metrics import paired_cosine
@@ -24,7 +25,6 @@ PRECISIONS = ("int8", "uint8", "binary", "ubinary", "float8", "int4", "int2")
 BITS = {"int4": 4, "int2": 2}  # the packed multi-bit codes: bits a dimension
 RANGES = ("per-dimension", "symmetric")
 CORRECTED = ("binary", "ubinary", "int4", "int2")  # the codes a per-vector correction may follow
-FACTOR_BYTES = 4  # the correction: a little-endian float32 after each row's code
 SYMMETRIC_LEVEL = 127  # ranges="symmetric": codes -127..127, 0 for 0
 SMALLEST_SCALE = float(np.nextafter(np.float32(0), np.float32(1)))  # a float32 scale above 0
 LEVELS = 255  # steps between a dimension's minimum and maximum: 256 levels
@@ -414,14 +414,8 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
 
     def _check_factors(self, codes: np.ndarray, name: str) -> None:
         """Refuse corrected ``codes`` (2-D or 3-D) whose factor no fit gives: not finite, or negative."""
-        if not self.correction:
-            return
-        factors = _factors(codes)
-        if not (kept := np.isfinite(factors) & (factors >= 0)).all():
-            bad = int(np.flatnonzero(~kept)[0])
-            row = tuple(map(int, np.unravel_index(bad, codes.shape[:-1])))
-            raise ValueError(f"{name} row {row[0] if len(row) == 1 else row} holds the correction factor "
-                             f"{factors[bad]}: not a code of a Quantizer, whose factors are finite and not negative.")
+        if self.correction:
+            check_factors(codes, name, "Quantizer")
 
     @property
     def _integers(self) -> bool:
@@ -464,14 +458,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         codes = self._plain_codes(rows)
         if not self.correction:
             return codes
-        rows, vectors = rows.astype(np.float64), self._plain_vectors(codes).astype(np.float64)
-        kept = np.einsum("ij,ij->i", vectors, rows)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            factors = np.where(kept > 0, np.einsum("ij,ij->i", rows, rows) / kept, 0.0)
-            # at most what keeps a v within float32's range (a row near it, 3e38, had levels times a factor of inf)
-            largest = FLOAT32_MAX * (1 - 2.0**-20) / np.abs(vectors).max(axis=1)
-        factors = np.clip(factors, 0, np.minimum(largest, FLOAT32_MAX)).astype("<f4")
-        factors = factors.view(np.uint8).reshape(len(rows), FACTOR_BYTES)
+        factors = factor_bytes(rows, self._plain_vectors(codes))
         return np.hstack([codes, factors.view(codes.dtype)])
 
     def _plain_codes(self, rows: np.ndarray) -> np.ndarray:
@@ -504,7 +491,7 @@ class Quantizer(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTransfo
         """The vectors the codes stand for, each times its correction factor (``correction=True``)."""
         if not self.correction:
             return self._plain_vectors(codes)
-        factors = _factors(codes)
+        factors = read_factors(codes)
         # a crafted factor, not finite or negative: its row's vector is not finite (refused by callers)
         factors = np.where(factors >= 0, factors, np.float32(np.nan))
         with np.errstate(invalid="ignore", over="ignore"):
@@ -608,12 +595,6 @@ def search_inputs(quantizer: Quantizer, queries: np.ndarray, corpus: np.ndarray,
         raise ValueError(f"{name} needs the queries as float vectors of its {quantizer.n_features_in_} features or "
                          f"as its codes ({dtype.name} of {width} bytes), got {queries.dtype} of {queries.shape[1]}")
     return queries, quantizer._vectors
-
-
-def _factors(codes: np.ndarray) -> np.ndarray:
-    """The float32 correction factors in the last 4 bytes of each row of ``codes`` (any leading shape), flattened."""
-    tail = np.ascontiguousarray(codes[..., -FACTOR_BYTES:]).view(np.uint8)
-    return tail.reshape(-1, FACTOR_BYTES).view("<f4")[:, 0]
 
 
 def _float8_scale(largest: float) -> float:
