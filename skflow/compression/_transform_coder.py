@@ -9,10 +9,16 @@ import numpy as np
 from scipy.special import ndtr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from skflow.base import CheckedStateMixin, PairsTransformerMixin, pairs_score, unchanged_on_failure, validate_embeddings
+from skflow.base import (
+    CheckedStateMixin,
+    Integers,
+    PairsTransformerMixin,
+    pairs_score,
+    unchanged_on_failure,
+    validate_embeddings,
+)
 from skflow.compression._multibit import GAUSSIAN_LEVELS, pack, unpack
 from skflow.compression._rotation import haar_rotation
 from skflow.metrics import paired_cosine
@@ -22,6 +28,7 @@ from skflow.whitening import Whitener
 __all__ = ["TransformCoder", "coder_search_inputs"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+EPSILON = float(np.finfo(np.float64).eps)
 WIDTHS = (4, 2, 1)  # the bits a direction may get, in the order the codes hold them
 CHUNK = 8  # directions given bits together: 8 of them take a whole number of bytes at every width
 
@@ -95,7 +102,8 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
     byte, then the 2-bit codes four a byte, then the 1-bit codes eight a
     byte, each the first direction in the high bits; bytes the allocation
     leaves (where more bits would lower no error: directions of no variance,
-    or one byte that only a 2-byte step could use) are 0 at the end.
+    or of a variance within rounding of the largest, n_features * 2.2e-16
+    of it; or one byte that only a 2-byte step could use) are 0 at the end.
     `inverse_transform` gives the vectors the codes stand for, in the
     input's space (``mean_ + (s g) @ components_``), so a float query is
     searched against the codes as it is:
@@ -182,7 +190,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
 
     __module__ = "skflow.compression"  # the name saved files give it, whatever module defines it
 
-    _parameter_constraints: dict = {"n_bytes": [Interval(Integral, 1, None, closed="left"), None],
+    _parameter_constraints: dict = {"n_bytes": [Integers(1, None, closed="left"), None],
                                     "random_state": ["random_state"]}
     # n_bits_, an int array, is checked beside these (`_checked_state`)
     _FITTED = {"mean_": ("d",), "components_": ("k", "d"), "scale_": ("k",), "n_features_in_": (Integral, "d", "d"),
@@ -212,12 +220,14 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         with unchanged_on_failure(self):
             X2d = validate_embeddings(self, X, reset=True)[0]
             n_features = X2d.shape[1]
-            n_bytes = -(-n_features // 8) if self.n_bytes is None else self.n_bytes
+            n_bytes = -(-n_features // 8) if self.n_bytes is None else int(self.n_bytes)  # no int8 to wrap
             if n_bytes > (most := -(-n_features * 4 // 8)):
                 raise ValueError(f"TransformCoder(n_bytes={n_bytes}) is more than 4 bits for each of X's "
                                  f"{n_features} features ({most} bytes): store int8 codes (Quantizer) instead.")
             pca = Whitener(power=0).fit(X2d)  # every centred principal direction, from the moments
-            bits = allocate_bits(pca.explained_variance_, n_bytes)
+            # variances within rounding of the largest (rows fewer than the features, constant columns) are none
+            variances = pca.explained_variance_
+            bits = allocate_bits(np.where(variances > n_features * EPSILON * variances[0], variances, 0.0), n_bytes)
             rng, components = check_random_state(self.random_state), []
             for width in WIDTHS:
                 if len(kept := np.flatnonzero(bits == width)):
@@ -260,14 +270,20 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         Returns
         -------
         X_original : ndarray of shape (n_samples, `n_features_in_`) or (n_samples, k, `n_features_in_`)
-            float32.
+            float32, each value clipped to float32's range (rows near its largest value, 3.4e38).
         """
         check_is_fitted(self)
         codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
         if codes.ndim not in (2, 3) or codes.shape[-1] != self.n_bytes_ or codes.dtype != np.uint8:
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but TransformCoder.inverse_transform "
                              f"expects 2-D or 3-D uint8 codes of width {self.n_bytes_}.")
-        return self._vectors(codes.reshape(-1, self.n_bytes_)).reshape(*codes.shape[:-1], self.n_features_in_)
+        if not codes.size:
+            raise ValueError(f"X has shape {codes.shape}: no codes to decode.")
+        rows = codes.reshape(-1, self.n_bytes_)
+        vectors = np.empty((len(rows), self.n_features_in_), np.float32)
+        for start, part in row_chunks(rows):  # a block of rows at a time: no whole (n_samples, n_components_) array
+            vectors[start : start + len(part)] = self._vectors(part)
+        return vectors.reshape(*codes.shape[:-1], self.n_features_in_)
 
     def score(self, X, y=None):
         """STS Spearman of sentence pairs scored through their codes, else how well the codes keep the vectors.
@@ -324,19 +340,34 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         return codes
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
-        """float32 vectors of 2-D ``codes``, in the input's space."""
-        values = np.empty((len(codes), self.n_components_), np.float32)
+        """float32 vectors of 2-D ``codes``, in the input's space; a row that float32 cannot hold (its values near
+        float32's largest, 3.4e38) computed in float64, each value clipped to float32's range."""
+        vectors = self._values(codes, np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            vectors = vectors @ self.components_.astype(np.float32) + self.mean_.astype(np.float32)
+        if not (finite := np.isfinite(vectors).all(axis=1)).all():
+            wide = self._values(codes[~finite], np.float64) @ self.components_ + self.mean_
+            vectors[~finite] = np.clip(wide, -FLOAT32_MAX, FLOAT32_MAX)
+        return vectors
+
+    def _values(self, codes: np.ndarray, dtype) -> np.ndarray:
+        """The levels ``s g`` that 2-D ``codes`` stand for, along ``components_``, in ``dtype``."""
+        values = np.empty((len(codes), self.n_components_), dtype)
         for width, first, count, byte, size in self._groups():
             indices = unpack(codes[:, byte : byte + size], width, count)
-            levels = standard_levels(width).astype(np.float32)
-            values[:, first : first + count] = levels[indices] * self.scale_[first : first + count].astype(np.float32)
-        return values @ self.components_.astype(np.float32) + self.mean_.astype(np.float32)
+            levels = standard_levels(width).astype(dtype)
+            with np.errstate(over="ignore"):  # float32: inf, which the float64 pass puts right
+                values[:, first : first + count] = levels[indices] * self.scale_[first : first + count].astype(dtype)
+        return values
 
     def _round_trip(self, rows: np.ndarray) -> np.ndarray:
-        return self._vectors(self._codes(rows.astype(np.float64)))
+        vectors = np.empty(rows.shape, np.float32)
+        for start, part in row_chunks(rows, np.float64):
+            vectors[start : start + len(part)] = self._vectors(self._codes(part))
+        return vectors
 
     def _kept_cosine(self, rows: np.ndarray) -> np.ndarray:
-        return paired_cosine(rows, self._round_trip(rows))
+        return np.concatenate([paired_cosine(part, self._round_trip(part)) for _, part in row_chunks(rows)])
 
     def _checked_state(self, state: dict) -> dict:
         """The state as `CheckedStateMixin` checks it, and ``n_bits_``: an int array of 4s, then 2s, then 1s, one a
@@ -368,6 +399,9 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         n_features = state["n_features_in_"]
         if state["n_bytes_"] != (-(-n_features // 8) if state["n_bytes"] is None else state["n_bytes"]):
             raise InvalidModelError("n_bytes_ must be n_bytes (ceil(n_features_in_ / 8) where it is None)")
+        if state["n_bytes_"] > (most := -(-n_features * 4 // 8)):
+            raise InvalidModelError(f"n_bytes_ must be at most {most}, 4 bits for each of n_features_in_ = "
+                                    f"{n_features}, got {state['n_bytes_']}")
         components = state["components_"]
         if not np.allclose(components @ components.T, np.eye(len(components)), rtol=0, atol=1e-9):
             raise InvalidModelError("components_ must have orthonormal rows: the file was edited")
