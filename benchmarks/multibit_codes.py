@@ -24,7 +24,8 @@ vector: ``K * bits / 8``. Rows:
   with its default 4-bit query;
 - ``TransformCoder``: ``make_pipeline(Normalizer(), TransformCoder(n_bytes=size))``, the bytes spent on the
   principal directions by their variance (4, 2, 1 or 0 bits each), searched with the unit query as it is
-  (``search(..., metric="dot", codes=coder)``); ``--transform-only`` runs these rows and the codes of one width at
+  (``search(..., metric="dot", codes=coder)``), and with ``correction=True`` (its 4 bytes within the size);
+  ``--transform-only`` runs these rows and the codes of one width at
   the same sizes that they are compared with, over ``--seeds``;
 - ``truncation``: the first ``bytes / 4`` coordinates in float32, the cosine (Matryoshka's cut; this encoder was not
   trained for it).
@@ -90,16 +91,18 @@ def skflow_code(documents, queries, K: int, precision: str, n_iter: int, seed: i
     return search(mapped, pipeline.transform(documents), 100, metric="dot", codes=pipeline[-1])
 
 
-def transform_code(documents, queries, size: int, seed: int):
+def transform_code(documents, queries, size: int, seed: int, correction: bool = False):
     """The top 100 of each query: unit vectors coded by a TransformCoder of ``size`` bytes, the unit query as it is."""
-    pipeline = make_pipeline(Normalizer(), TransformCoder(n_bytes=size, random_state=seed)).fit(documents)
+    coder = TransformCoder(n_bytes=size, correction=correction, random_state=seed)
+    pipeline = make_pipeline(Normalizer(), coder).fit(documents)
     return search(Normalizer().transform(queries), pipeline.transform(documents), 100, metric="dot",
                   codes=pipeline[-1])
 
 
-def allocation(documents, size: int) -> str:
+def allocation(documents, size: int, correction: bool = False) -> str:
     """The widths a TransformCoder of ``size`` bytes gives the corpus's directions, e.g. ``4x32 + 2x96 + 1x64``."""
-    bits = make_pipeline(Normalizer(), TransformCoder(n_bytes=size, random_state=0)).fit(documents)[-1].n_bits_
+    coder = TransformCoder(n_bytes=size, correction=correction, random_state=0)
+    bits = make_pipeline(Normalizer(), coder).fit(documents)[-1].n_bits_
     return " + ".join(f"{width}x{np.count_nonzero(bits == width)}" for width in (4, 2, 1) if (bits == width).any())
 
 
@@ -121,6 +124,10 @@ def transform_rows(data, documents, queries, seeds, base: float) -> dict:
         rows[f"{size} B: TransformCoder"] = [share(ndcg_at_10(transform_code(documents, queries, size, seed), data),
                                                    base) for seed in seeds]
         rows[f"{size} B: TransformCoder's widths"] = allocation(documents, size)
+        rows[f"{size} B: TransformCoder, correction=True"] = [
+            share(ndcg_at_10(transform_code(documents, queries, size, seed, correction=True), data), base)
+            for seed in seeds]
+        rows[f"{size} B: TransformCoder, correction=True: widths"] = allocation(documents, size, correction=True)
     return rows
 
 
@@ -212,8 +219,9 @@ def speed(documents: np.ndarray, queries: np.ndarray, n_rows: int) -> list[str]:
     rows += rng.normal(scale=0.01, size=rows.shape).astype(np.float32)
     mapped = rotation.transform(queries[:100])
     timings = {}
-    for precision in ("int8", "int4", "int2", "binary"):
-        quantizer = Quantizer(precision=precision).fit(rows)
+    for precision in ("int8", "int4", "int2", "binary", "TransformCoder, 48 B", "TransformCoder, 48 B, corrected"):
+        quantizer = (Quantizer(precision=precision) if "Transform" not in precision else
+                     TransformCoder(n_bytes=48, correction="corrected" in precision, random_state=0)).fit(rows)
         start = time.perf_counter()
         codes = quantizer.transform(rows)
         coded = time.perf_counter() - start

@@ -258,7 +258,7 @@ def test_search_of_corrected_codes_and_bad_factors_refused(sentences, tmp_path):
     assert int((plain == np.arange(len(queries))[:, None]).any(axis=1).sum()) == 1070  # no better corrected
     bad = codes.copy()
     bad[7, -4:] = np.frombuffer(np.float32(np.inf).tobytes(), np.uint8).view(np.int8)
-    with pytest.raises(ValueError, match="corpus row 7 is not a code of the Quantizer: the vector it stands for is "
+    with pytest.raises(ValueError, match="corpus row 7 is not a code of the `codes` given: the vector it stands for is "
                                          "not finite"):
         search(mapped, bad, 10, metric="dot", codes=pipeline[-1])
     with pytest.raises(ValueError, match="X row 7 holds the correction factor inf: not a code of a Quantizer"):
@@ -362,7 +362,7 @@ def test_crafted_factors_negative_or_not_finite_are_refused_where_they_are():
     with pytest.raises(ValueError, match=r"^X row 5 holds the correction factor -2.0: not a code of a Quantizer, whose "
                                          r"factors are finite and not negative.$"):
         quantizer.inverse_transform(negative)
-    with pytest.raises(ValueError, match="corpus row 5 is not a code of the Quantizer"):
+    with pytest.raises(ValueError, match="corpus row 5 is not a code of the `codes` given"):
         search(X, negative, 3, metric="dot", codes=quantizer)
     with pytest.raises(ValueError, match=r"^X row \(2, 1\) holds the correction factor -2.0"):
         quantizer.inverse_transform(negative.reshape(10, 2, -1))

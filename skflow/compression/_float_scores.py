@@ -14,7 +14,7 @@ __all__ = ["FloatMetric", "fixed_dots", "float_candidates", "float_top_k"]
 class FloatMetric:
     """The vectors of a float metric: ``queries`` (n_queries, d) in ``dtype`` and their norms (float64); ``table``:
     the numbers the corpus's codes stand for (float8: 256 of them), looked up a block of rows at a time; ``decode``:
-    a function of a block of coded rows giving their float32 vectors (a `Quantizer`'s)."""
+    a function of a block of coded rows giving their float32 vectors (a `Quantizer`'s or a `TransformCoder`'s)."""
 
     def __init__(self, metric: str, queries: np.ndarray, corpus: np.ndarray, table: np.ndarray | None = None,
                  decode=None):
@@ -158,8 +158,8 @@ def _refuse(metric: FloatMetric, rows: np.ndarray, names: np.ndarray, query: int
         raise ValueError(f"corpus must be float8 codes: row {names[bad]} holds "
                          f"{rows[bad][~np.isfinite(metric.table[rows[bad]])][0]:#04x}, e4m3's NaN (0x7f, 0xff)")
     if metric.decode is not None and not (finite := np.isfinite(metric.decode(rows)).all(axis=1)).all():
-        raise ValueError(f"corpus row {names[np.flatnonzero(~finite)[0]]} is not a code of the Quantizer: the vector "
-                         "it stands for is not finite (a correction factor that is not finite, or negative)")
+        raise ValueError(f"corpus row {names[np.flatnonzero(~finite)[0]]} is not a code of the `codes` given: the "
+                         "vector it stands for is not finite (a correction factor that is not finite, or negative)")
     if rows.dtype.kind == "f" and not (finite := np.isfinite(rows).all(axis=1)).all():
         bad = np.flatnonzero(~finite)[0]
         raise ValueError(f"corpus must be finite: row {names[bad]} holds {rows[bad][~np.isfinite(rows[bad])][0]}")
