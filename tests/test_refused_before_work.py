@@ -229,7 +229,8 @@ def test_every_integer_parameter_refuses_a_bool_in_scikit_learns_words():
                     with pytest.raises(InvalidParameterError, match=message):
                         call()
             checked.append(f"{owner}.{param}")
-    assert len(checked) == 16, checked
+    assert len(checked) == 17, checked
     assert {"ITQRotation.n_iter", "ITQRotation.n_components", "Whitener.n_components", "BertEmbedder.layers",
+            "TransformCoder.n_bytes",
             "FlowGaussianizer.max_epochs", "EngineIndex.n_jobs",
             "skflow.distributed (actor options).workers"} <= set(checked)
