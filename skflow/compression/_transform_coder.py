@@ -8,6 +8,7 @@ from numbers import Integral
 import numpy as np
 from scipy.special import ndtr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, _fit_context
+from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
 
@@ -104,7 +105,8 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
     byte, each the first direction in the high bits; bytes the allocation
     leaves (where more bits would lower no error: directions of no variance,
     or of a variance within rounding of the largest, n_features * 2.2e-16
-    of it; or one byte that only a 2-byte step could use) are 0 at the end.
+    of it; or one byte that only a 2-byte step could use) are 0 after
+    them (at the end; before the factor's 4 with ``correction=True``).
     `inverse_transform` gives the vectors the codes stand for, in the
     input's space (``mean_ + (s g) @ components_``), so a float query is
     searched against the codes as it is:
@@ -136,7 +138,9 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         within each width it is not quite (one pair of STS-B sentences,
         over 200 seeds: 5.5% above their dot product, the plain levels 6.0%
         below). 4 bytes fewer for the bits; ``docs/retrieval.md`` measures
-        what it gains in retrieval.
+        what it gains in retrieval. The bits are allocated in `fit`: a
+        coder fitted without it, whose codes take all ``n_bytes``, refuses
+        ``set_params(correction=True)`` until fitted again.
     random_state : int, RandomState instance or None, default=None
         Seeds the rotations within each width. Pass an int for the same
         codes at every fit.
@@ -240,9 +244,10 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
             n_bytes = -(-n_features // 8) if self.n_bytes is None else int(self.n_bytes)  # no int8 to wrap
             bit_bytes = n_bytes - FACTOR_BYTES * bool(self.correction)
             if bit_bytes < 1:
-                raise ValueError(f"TransformCoder(n_bytes={n_bytes}, correction=True) leaves no byte for the codes: "
-                                 f"the correction factor takes {FACTOR_BYTES} of the n_bytes; give at least "
-                                 f"{FACTOR_BYTES + 1}.")
+                given = (f"n_bytes={n_bytes}, correction=True)" if self.n_bytes is not None else
+                         f"n_bytes=None, correction=True): ceil(n_features / 8) = {n_bytes} bytes")
+                raise ValueError(f"TransformCoder({given} leaves no byte for the codes: the correction factor takes "
+                                 f"{FACTOR_BYTES} of the n_bytes; give at least {FACTOR_BYTES + 1}.")
             if bit_bytes > (most := -(-n_features * 4 // 8)):
                 raise ValueError(f"TransformCoder(n_bytes={n_bytes}) is more than 4 bits for each of X's "
                                  f"{n_features} features ({most} bytes"
@@ -259,7 +264,8 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
             self.mean_, self.components_ = pca.mean_, np.vstack(components)
             # each coded direction's variance over the rows (divided by their number), from their scatter matrix
             variances = np.einsum("kd,de,ke->k", self.components_, pca.scatter_, self.components_) / len(X2d)
-            self.scale_ = np.sqrt(np.maximum(variances, 0.0))
+            # within float32's range, as a saved state must be (rows near 3.4e38 spread further along a direction)
+            self.scale_ = np.minimum(np.sqrt(np.maximum(variances, 0.0)), FLOAT32_MAX)
             self.n_bits_ = np.sort(bits[bits > 0])[::-1].copy()
             self.n_components_, self.n_bytes_ = len(self.n_bits_), n_bytes
         return self
@@ -276,7 +282,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         codes : ndarray of shape (n_samples, `n_bytes_`) or (n_samples, k, `n_bytes_`)
             uint8.
         """
-        check_is_fitted(self)
+        self._check_is_fitted()
         X2d, shape = validate_embeddings(self, X, reset=False)
         codes = np.zeros((X2d.shape[0], self.n_bytes_), np.uint8)
         for start, part in row_chunks(X2d, np.float64):
@@ -298,7 +304,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         X_original : ndarray of shape (n_samples, `n_features_in_`) or (n_samples, k, `n_features_in_`)
             float32, each value clipped to float32's range (rows near its largest value, 3.4e38).
         """
-        check_is_fitted(self)
+        self._check_is_fitted()
         codes = check_array(X, dtype=None, allow_nd=True, input_name="X")
         if codes.ndim not in (2, 3) or codes.shape[-1] != self.n_bytes_ or codes.dtype != np.uint8:
             raise ValueError(f"X has shape {codes.shape} and dtype {codes.dtype}, but TransformCoder.inverse_transform "
@@ -331,7 +337,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
             the mean cosine between each row and its decoded vector, 1 for
             codes that lose nothing.
         """
-        check_is_fitted(self)
+        self._check_is_fitted()
         return pairs_score(self, X, y, self._round_trip, self._kept_cosine, "the mean cosine with the decoded rows")
 
     def __sklearn_tags__(self):
@@ -344,6 +350,20 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
     @property
     def _n_features_out(self) -> int:
         return self.n_bytes_
+
+    def _check_is_fitted(self) -> None:
+        """Fitted, and with room for the factor where ``correction`` is on: a `set_params(correction=True)` after a
+        fit without it had the factor written over the last 4 bytes of the codes."""
+        check_is_fitted(self)
+        if self.correction and (used := self._bit_bytes(self.n_bits_)) > self.n_bytes_ - FACTOR_BYTES:
+            raise NotFittedError(f"This TransformCoder was fitted with correction=False: its codes take {used} of "
+                                 f"n_bytes_ = {self.n_bytes_}, no room for the factor's {FACTOR_BYTES}. Call fit "
+                                 "again with correction=True.")
+
+    @staticmethod
+    def _bit_bytes(bits: np.ndarray) -> int:
+        """The bytes the codes of widths ``bits`` take."""
+        return sum(-(-int(np.count_nonzero(bits == width)) * width // 8) for width in WIDTHS)
 
     def _groups(self):
         """``(bits, first direction, directions, first byte, bytes)`` of each width that has directions."""
@@ -420,7 +440,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         if not (isinstance(bits, np.ndarray) and bits.dtype.kind in "iu" and bits.shape == (state["n_components_"],)
                 and np.isin(bits, WIDTHS).all() and np.all(bits[1:] <= bits[:-1])):
             raise InvalidModelError("n_bits_ must be an int array of n_components_ widths, 4s, then 2s, then 1s")
-        used = sum(-(-int(np.count_nonzero(bits == width)) * width // 8) for width in WIDTHS)
+        used = self._bit_bytes(bits)
         if used > (room := state["n_bytes_"] - FACTOR_BYTES * bool(state["correction"])):
             less = " less the correction's 4" if state["correction"] else ""
             raise InvalidModelError(f"n_bits_ takes {used} bytes a code, more than the {room} of n_bytes_ = "
@@ -454,7 +474,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
 def coder_search_inputs(coder: TransformCoder, queries: np.ndarray, corpus: np.ndarray, metric: str):
     """``search(..., codes=coder)``: the checks, before any work; the queries as float vectors (codes decoded), and
     the decoder of the corpus's rows."""
-    check_is_fitted(coder)
+    coder._check_is_fitted()
     if metric not in ("cosine", "dot"):
         raise ValueError(f"codes=TransformCoder(...) are scored by metric='cosine' or 'dot' (of the vectors they "
                          f"stand for), not {metric!r}")
