@@ -203,9 +203,12 @@ def test_the_correction_takes_4_of_the_bytes():
                                          "factor takes 4 of the n_bytes; give at least 5"):
         TransformCoder(n_bytes=4, correction=True).fit(X)
     assert TransformCoder(n_bytes=12, correction=True, random_state=0).fit(X).n_bits_.tolist() == [4] * 16
-    with pytest.raises(ValueError, match=r"n_bytes=13\) is more than 4 bits for each of X's 16 features \(8 bytes, "
-                                         r"and 4 of the correction\)"):
+    with pytest.raises(ValueError, match=r"n_bytes=13, correction=True\) is more than 4 bits for each of X's 16 "
+                                         r"features \(8 bytes, and 4 of the correction\)"):
         TransformCoder(n_bytes=13, correction=True).fit(X)
+    with pytest.raises(ValueError, match=r"^TransformCoder\(n_bytes=2\) is more than 4 bits for each of X's 1 feature "
+                                         r"\(1 byte\): store int8 codes \(Quantizer\) instead\.$"):
+        TransformCoder(n_bytes=2).fit(X[:, :1])
     state = TransformCoder(n_bytes=12, correction=True, random_state=0).fit(X).__getstate__()
     with pytest.raises(InvalidModelError, match="n_bytes_ must be at most 12, 4 bits for each of n_features_in_ = 16 "
                                                 "and the correction's 4, and more than 4, got 13"):

@@ -249,8 +249,10 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
                 raise ValueError(f"TransformCoder({given} leaves no byte for the codes: the correction factor takes "
                                  f"{FACTOR_BYTES} of the n_bytes; give at least {FACTOR_BYTES + 1}.")
             if bit_bytes > (most := -(-n_features * 4 // 8)):
-                raise ValueError(f"TransformCoder(n_bytes={n_bytes}) is more than 4 bits for each of X's "
-                                 f"{n_features} features ({most} bytes"
+                corrected = ", correction=True" if self.correction else ""
+                raise ValueError(f"TransformCoder(n_bytes={n_bytes}{corrected}) is more than 4 bits for each of X's "
+                                 f"{n_features} feature{'s' if n_features > 1 else ''} ({most} "
+                                 f"byte{'s' if most > 1 else ''}"
                                  + (f", and {FACTOR_BYTES} of the correction" if self.correction else "")
                                  + "): store int8 codes (Quantizer) instead.")
             pca = Whitener(power=0).fit(X2d)  # every centred principal direction, from the moments
