@@ -354,7 +354,10 @@ def test_a_run_killed_four_times_resumes_each_time_where_it_stopped(ray_head, ra
         assert all(found[name] == info for name, info in kept.items())  # what the runs before wrote, as it was
         assert all(rows <= ROWS_PER_CALL for _, rows in found.values())  # a part: one call of an actor
         kept = found
-    assert said[:2] == [[], []]  # SIGKILL: nothing said; the first run wrote no part, so the second resumes nothing
+    # SIGKILL: nothing said on the kill. The first run was killed once its checkpoint was there: a part an actor
+    # wrote in the instant before (seen once in a full run) is resumed by the second, which says so, and only that
+    assert said[0] == [] and (said[1] == [] or len(said[1]) == 1 and re.fullmatch(
+        rf"resuming: [0-9]+ of {N_ROWS} rows already written, in [0-9]+ parts? of earlier runs", said[1][0]))
     for (resumed, killed), label in zip(said[2:], ("interrupted", "terminated")):
         assert re.fullmatch(rf"resuming: [0-9]+ of {N_ROWS} rows already written, in [0-9]+ parts of earlier runs",
                             resumed)
