@@ -382,13 +382,16 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
         values = (rows - self.mean_) @ self.components_.T
         scale = np.where(self.scale_ > 0, self.scale_, 1.0)  # a direction of no variance: its values are 0
         codes = np.zeros((len(rows), self.n_bytes_), np.uint8)
+        coded = np.empty_like(values) if self.correction else None  # the levels the values get, for the factor
         for width, first, count, byte, size in self._groups():
             levels = standard_levels(width)
             cuts = (levels[1:] + levels[:-1]) / 2
             indices = np.searchsorted(cuts, values[:, first : first + count] / scale[first : first + count])
             codes[:, byte : byte + size] = pack(indices.astype(np.uint8), width)
-        if self.correction:  # the factor of the coded directions' values and the levels they get
-            codes[:, -FACTOR_BYTES:] = factor_bytes(values, self._values(codes, np.float64, corrected=False))
+            if coded is not None:
+                coded[:, first : first + count] = levels[indices] * self.scale_[first : first + count]
+        if coded is not None:  # the factor of the coded directions' values and their levels
+            codes[:, -FACTOR_BYTES:] = factor_bytes(values, coded)
         return codes
 
     def _vectors(self, codes: np.ndarray) -> np.ndarray:
@@ -403,16 +406,16 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
             vectors[~finite] = np.clip(wide, -FLOAT32_MAX, FLOAT32_MAX)
         return vectors
 
-    def _values(self, codes: np.ndarray, dtype, corrected: bool = True) -> np.ndarray:
+    def _values(self, codes: np.ndarray, dtype) -> np.ndarray:
         """The levels ``s g`` that 2-D ``codes`` stand for, along ``components_``, in ``dtype``; times each row's
-        correction factor (``correction=True``, unless not ``corrected``)."""
+        correction factor (``correction=True``)."""
         values = np.empty((len(codes), self.n_components_), dtype)
         for width, first, count, byte, size in self._groups():
             indices = unpack(codes[:, byte : byte + size], width, count)
             levels = standard_levels(width).astype(dtype)
             with np.errstate(over="ignore"):  # float32: inf, which the float64 pass puts right
                 values[:, first : first + count] = levels[indices] * self.scale_[first : first + count].astype(dtype)
-        if self.correction and corrected:
+        if self.correction:
             # a crafted factor, not finite or negative: its row's vector is not finite (refused by callers)
             factors = read_factors(codes).astype(dtype)
             with np.errstate(over="ignore", invalid="ignore"):
