@@ -27,6 +27,11 @@ vector: ``K * bits / 8``. Rows:
   (``search(..., metric="dot", codes=coder)``), and with ``correction=True`` (its 4 bytes within the size);
   ``--transform-only`` runs these rows and the codes of one width at
   the same sizes that they are compared with, over ``--seeds``;
+- ``faiss PQ`` and ``faiss OPQ + PQ`` (``--product-only``, 24 bytes): faiss's product quantizer, one byte (256
+  centroids) for each of ``bytes`` sub-vectors, with and without its fitted rotation (``OPQMatrix``), trained on
+  the unit corpus vectors, the k-means seeded by ``--seeds`` (OPQ's own starting rotation is faiss's fixed one),
+  searched with the float query by inner product (``IndexPQ``, ``METRIC_INNER_PRODUCT``: the query against the
+  centroids the codes name); the codebook, 256 x 384 float32 (393 KB), is not counted in the bytes a vector;
 - ``truncation``: the first ``bytes / 4`` coordinates in float32, the cosine (Matryoshka's cut; this encoder was not
   trained for it).
 
@@ -37,7 +42,7 @@ codes (top 10), each per vector and as a ratio to int8's (int8 searched as its i
 as an engine does).
 
     python benchmarks/multibit_codes.py --cache-dir DIR [--data-home DATA] [--seeds 0 1 2 3 4] [--speed-rows 200000]
-        [--transform-only]
+        [--transform-only | --product-only]
 """
 
 import argparse
@@ -128,6 +133,43 @@ def transform_rows(data, documents, queries, seeds, base: float) -> dict:
             share(ndcg_at_10(transform_code(documents, queries, size, seed, correction=True), data), base)
             for seed in seeds]
         rows[f"{size} B: TransformCoder, correction=True: widths"] = allocation(documents, size, correction=True)
+    return rows
+
+
+def product_code(documents, queries, size: int, seed: int, rotate: bool):
+    """The top 100 of each query by faiss's product quantizer of ``size`` bytes (``OPQ{size},PQ{size}x8`` where
+    ``rotate``), trained on the unit corpus, its k-means seeded."""
+    import faiss
+
+    unit = np.ascontiguousarray(Normalizer().transform(documents), dtype=np.float32)
+    codes = faiss.IndexPQ(unit.shape[1], size, 8, faiss.METRIC_INNER_PRODUCT)
+    codes.pq.cp.seed = seed
+    index = codes
+    if rotate:
+        rotation = faiss.OPQMatrix(unit.shape[1], size)
+        trainer = faiss.ProductQuantizer(unit.shape[1], size, 8)  # the PQ that OPQ's iterations train, seeded
+        trainer.cp.seed = seed
+        rotation.pq = trainer
+        index = faiss.IndexPreTransform(rotation, codes)
+    index.train(unit)
+    index.add(unit)
+    return index.search(np.ascontiguousarray(Normalizer().transform(queries), dtype=np.float32), 100)
+
+
+def product_study(data, documents, queries, seeds) -> dict:
+    """faiss's product quantizer at 24 bytes, with and without OPQ, beside the best codes of skflow's there."""
+    base = ndcg_at_10(search(queries, documents, 100), data)
+    rows = {"float32": [base]}
+    for size, K, precision, rotation in TRANSFORM_SIZES[:1]:
+        rows[f"{size} B: {precision} of {K}, {rotation}"] = [
+            share(ndcg_at_10(skflow_code(documents, queries, K, precision, 50 if rotation == "itq" else 0, seed),
+                             data), base) for seed in seeds]
+        rows[f"{size} B: TransformCoder"] = [
+            share(ndcg_at_10(transform_code(documents, queries, size, seed), data), base) for seed in seeds]
+        for rotate in (False, True):
+            rows[f"{size} B: faiss {'OPQ + ' if rotate else ''}PQ{size}x8"] = [
+                share(ndcg_at_10(product_code(documents, queries, size, seed, rotate), data), base)
+                for seed in seeds]
     return rows
 
 
@@ -248,8 +290,11 @@ def main(argv=None) -> None:
                         help="the sets of the study (none: the speed alone, on SciFact's vectors)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--speed-rows", type=int, default=200_000, help="rows of the speed run (0: none)")
-    parser.add_argument("--transform-only", action="store_true",
-                        help="the TransformCoder's rows and the codes it is compared with, no other")
+    rows = parser.add_mutually_exclusive_group()
+    rows.add_argument("--transform-only", action="store_true",
+                      help="the TransformCoder's rows and the codes it is compared with, no other")
+    rows.add_argument("--product-only", action="store_true",
+                      help="faiss's product quantizer (PQ, OPQ + PQ) at 24 bytes beside skflow's best codes")
     args = parser.parse_args(argv)
     clock = Clock()
     embedder = BertEmbedder(pooling="mean", max_length=256, dtype="float32", cache_dir=args.cache_dir,
@@ -257,7 +302,8 @@ def main(argv=None) -> None:
     results, text = {}, []
     for name in args.sets:
         data, documents, queries = embedded(name, embedder, args.data_home)
-        results[name] = (transform_study if args.transform_only else study)(data, documents, queries, args.seeds)
+        run = transform_study if args.transform_only else product_study if args.product_only else study
+        results[name] = run(data, documents, queries, args.seeds)
         print(f"[{clock}] {name} done", file=sys.stderr, flush=True)
     if results:
         text += [f"The share of each corpus's raw float32 nDCG@10, mean over seeds {args.seeds} (range):", "",

@@ -265,7 +265,7 @@ class TransformCoder(CheckedStateMixin, ClassNamePrefixFeaturesOutMixin, PairsTr
                     components.append(haar_rotation(len(kept), rng).T @ pca.components_[kept])
             self.mean_, self.components_ = pca.mean_, np.vstack(components)
             # each coded direction's variance over the rows (divided by their number), from their scatter matrix
-            variances = np.einsum("kd,de,ke->k", self.components_, pca.scatter_, self.components_) / len(X2d)
+            variances = ((self.components_ @ pca.scatter_) * self.components_).sum(axis=1) / len(X2d)
             # within float32's range, as a saved state must be (rows near 3.4e38 spread further along a direction)
             self.scale_ = np.minimum(np.sqrt(np.maximum(variances, 0.0)), FLOAT32_MAX)
             self.n_bits_ = np.sort(bits[bits > 0])[::-1].copy()
