@@ -40,7 +40,7 @@ def test_evaluate_stsb_end_to_end_and_the_flow_fixes_cls_anisotropy(sts_data_hom
     assert stsb["none"]["subsets"]["test"]["n_pairs"] == 1379
     raw, flow = stsb["none"]["wmean"], stsb["flow"]["wmean"]
     assert 0.72 < raw < 0.75  # docs/results.md: 73.42, whitening 79.37, soft whitening 79.58, the flow 78.43
-    assert flow - raw >= 0.03
+    assert flow - raw >= 0.03 and flow < 0.81
     for method in ("whiten", "soft-whiten"):
         assert 0.77 < stsb[method]["wmean"] < 0.82
     assert results["config"]["pooling"] == "cls"
@@ -49,7 +49,7 @@ def test_evaluate_stsb_end_to_end_and_the_flow_fixes_cls_anisotropy(sts_data_hom
     assert "pooling cls" in table
 
 
-def test_the_default_pooling_of_evaluate_is_the_papers(monkeypatch):
+def test_the_default_pooling_of_evaluate_is_the_papers(monkeypatch, tmp_path):
     """first_last_avg, the paper's "last2avg" (the end-to-end run above names CLS)."""
     seen = {}
 
@@ -59,7 +59,7 @@ def test_the_default_pooling_of_evaluate_is_the_papers(monkeypatch):
 
     monkeypatch.setattr("skflow.cli.evaluate", record)
     with pytest.raises(SystemExit):
-        main(["evaluate", "--sets", "stsb", "--quiet"])
+        main(["evaluate", "--sets", "stsb", "--quiet", "--output", str(tmp_path / "results")])
     assert seen == {"pooling": "first_last_avg"}
 
 
